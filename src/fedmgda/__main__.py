@@ -1,0 +1,3 @@
+from fedmgda.cli import main
+
+raise SystemExit(main())

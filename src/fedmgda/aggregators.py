@@ -1,0 +1,225 @@
+"""Server-side aggregation of FedMGDA+ and its baselines (protocol.md §4).
+
+Every algorithm runs the same client update (``fedmgda.client``); they differ only in the client's
+proximal weight and in how the server combines the returned updates u_i = w_i - w:
+
+| algorithm    | updates     | weights lambda                       | server step        | client prox |
+|--------------|-------------|--------------------------------------|--------------------|-------------|
+| fedavg       | raw         | uniform 1/n                          | 1                  | -           |
+| fedavg_n     | normalised  | uniform 1/n                          | eta_t (decay)      | -           |
+| fedprox      | raw         | uniform 1/n                          | 1                  | mu          |
+| fedmgda      | raw         | min-norm QP, epsilon (default 1)     | 1                  | -           |
+| fedmgda_plus | normalised  | min-norm QP, epsilon (default 1)     | eta_t (decay)      | -           |
+| mgda_prox    | normalised  | min-norm QP, epsilon (default 1)     | eta_t (decay)      | mu (0.1)    |
+| qfedavg      | raw         | q-FFL weights from losses (q, L)     | 1 / sum h_i        | -           |
+| afl          | raw         | lambda ascent on losses + projection | gamma_w            | -           |
+
+The first six are one rule (``WeightedUpdates``): w <- w + eta_t * sum_i lambda_i u_i with
+lambda = argmin ||sum lambda_i u_i||^2 over the simplex within epsilon of uniform (epsilon = 0:
+uniform, no QP). Normalisation divides each update by its full-model L2 norm.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedmgda.config import ConfigError
+from fedmgda.qp import min_norm_weights, project_to_simplex
+
+
+@dataclass(frozen=True)
+class HParam:
+    default: float | None
+    low: float
+    high: float = float("inf")
+    low_open: bool = False  # True: value must be > low
+
+    def check(self, algorithm: str, name: str, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+            raise ConfigError(f"{algorithm}: hyper-parameter {name} must be a number, got {value!r}")
+        too_low = value <= self.low if self.low_open else value < self.low
+        if too_low or value > self.high:
+            bracket = "(" if self.low_open else "["
+            raise ConfigError(f"{algorithm}: {name} = {value} is out of range {bracket}{self.low}, {self.high}]")
+        return float(value)
+
+
+_ETA = HParam(1.0, 0.0, low_open=True)
+_DECAY = HParam(0.0, 0.0, 1.0)  # the paper's total decay factor over the run; 0 (or 1) = none
+_BETA = HParam(None, 0.0, 1.0, low_open=True)  # the code's per-100-round factor; overrides decay
+_EPSILON = HParam(1.0, 0.0, 1.0)
+
+ALGORITHMS: dict[str, dict[str, HParam]] = {
+    "fedavg": {},
+    "fedavg_n": {"eta": _ETA, "decay": _DECAY, "beta": _BETA},
+    "fedprox": {"mu": HParam(0.01, 0.0)},
+    "fedmgda": {"epsilon": _EPSILON},
+    "fedmgda_plus": {"eta": _ETA, "decay": _DECAY, "beta": _BETA, "epsilon": _EPSILON},
+    "mgda_prox": {"eta": _ETA, "decay": _DECAY, "beta": _BETA, "epsilon": _EPSILON, "mu": HParam(0.1, 0.0)},
+    "qfedavg": {"q": HParam(0.1, 0.0), "L": HParam(1.0, 0.0, low_open=True)},
+    "afl": {"gamma_w": HParam(1.0, 0.0, low_open=True), "gamma_lambda": HParam(0.1, 0.0)},
+}
+
+
+def resolve_hparams(algorithm: str, hparams: dict[str, Any] | None) -> dict[str, float | None]:
+    """The algorithm's hyper-parameters with defaults filled in; one clear error if invalid."""
+    if algorithm not in ALGORITHMS:
+        raise ConfigError(f"unknown algorithm {algorithm!r}; known: {', '.join(ALGORITHMS)}")
+    spec = ALGORITHMS[algorithm]
+    hparams = dict(hparams or {})
+    unknown = sorted(set(hparams) - set(spec))
+    if unknown:
+        allowed = ", ".join(spec) or "none"
+        raise ConfigError(f"{algorithm}: unknown hyper-parameter(s) {', '.join(unknown)}; allowed: {allowed}")
+    resolved: dict[str, float | None] = {}
+    for name, rule in spec.items():
+        value = hparams.get(name, rule.default)
+        resolved[name] = None if value is None else rule.check(algorithm, name, value)
+    return resolved
+
+
+def validate_algorithm(algorithm: str, hparams: dict[str, Any] | None) -> None:
+    resolve_hparams(algorithm, hparams)
+
+
+def decay_per_100_rounds(decay: float | None, beta: float | None, rounds: int) -> float:
+    """The per-100-round factor beta of eta_t = eta * beta^floor(t/100) (protocol.md §4.4).
+
+    ``decay`` is the paper's notation: the total shrink factor over ``rounds`` rounds
+    (beta = decay^(100/T)); 0 and 1 both mean no decay. ``beta`` gives the code's flag directly.
+    """
+    if beta is not None:
+        return beta
+    if decay is None or decay in (0.0, 1.0):
+        return 1.0
+    return float(decay ** (100.0 / rounds))
+
+
+@dataclass
+class RoundContext:
+    """What the server knows about a round besides the updates."""
+
+    round: int  # 0-based t
+    rounds: int  # T
+    participants: list[int]
+    pre_round_losses: torch.Tensor  # F_i: reported loss of w_t on each participant's train split
+    train_losses: torch.Tensor  # reported mean local training loss of each participant
+
+
+@dataclass
+class Aggregator(ABC):
+    """Base class: combine the round's updates (rows of ``updates``) into the next global model."""
+
+    name: str
+    prox_mu: float = 0.0
+    averages_iterates: bool = False  # the final model is the average of all iterates (AFL)
+
+    @abstractmethod
+    def aggregate(self, w: torch.Tensor, updates: torch.Tensor, ctx: RoundContext) -> tuple[torch.Tensor, dict[str, Any]]:
+        """The next global model and what to log about the round (``eta``, ``lambda``)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+def normalise_rows(updates: torch.Tensor) -> torch.Tensor:
+    """Each update divided by its full-model L2 norm (a zero update stays zero)."""
+    norms = updates.norm(dim=1, keepdim=True)
+    return updates / torch.where(norms > 0, norms, torch.ones_like(norms))
+
+
+@dataclass
+class WeightedUpdates(Aggregator):
+    """FedAvg, FedAvg-n, FedProx, FedMGDA, FedMGDA+, MGDA-Prox: w + eta_t * sum_i lambda_i u_i."""
+
+    normalize: bool = False
+    epsilon: float = 0.0
+    eta: float = 1.0
+    beta: float = 1.0
+
+    def step_size(self, t: int) -> float:
+        return self.eta * self.beta ** (t // 100)
+
+    def aggregate(self, w, updates, ctx):
+        directions = normalise_rows(updates) if self.normalize else updates
+        n = len(directions)
+        if self.epsilon > 0:
+            gram = (directions @ directions.T).double().cpu().numpy()
+            weights = min_norm_weights(gram, self.epsilon)
+        else:
+            weights = np.full(n, 1.0 / n)
+        lam = torch.as_tensor(weights, dtype=directions.dtype, device=directions.device)
+        eta_t = self.step_size(ctx.round)
+        return w + eta_t * (lam @ directions), {"eta": eta_t, "lambda": weights.tolist()}
+
+
+@dataclass
+class QFedAvg(Aggregator):
+    """q-FedAvg (protocol.md §4.5): Delta_i = F_i^q L u_i, h_i = q F_i^(q-1) ||L u_i||^2 + L F_i^q,
+    w <- w + sum Delta_i / sum h_i, with F_i the participant's pre-round loss."""
+
+    q: float = 0.1
+    L: float = 1.0
+
+    def aggregate(self, w, updates, ctx):
+        losses = ctx.pre_round_losses.to(updates.dtype)
+        deltas = self.L * updates
+        h = self.q * losses ** (self.q - 1) * (deltas**2).sum(dim=1) + self.L * losses**self.q
+        step = (losses**self.q) @ deltas / h.sum()
+        return w + step, {"eta": float("nan"), "h_sum": float(h.sum())}
+
+
+@dataclass
+class AFL(Aggregator):
+    """Agnostic FL as in the authors' Adult code (protocol.md §4.5): w <- w + gamma_w sum lambda_i u_i
+    with the current lambda over all users, then lambda_i += gamma_lambda * loss_i for the round's
+    participants and lambda is projected onto the simplex. The output is the average iterate."""
+
+    gamma_w: float = 1.0
+    gamma_lambda: float = 0.1
+    num_users: int = 2
+    lam: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def __post_init__(self) -> None:
+        if len(self.lam) == 0:
+            self.lam = np.full(self.num_users, 1.0 / self.num_users)
+
+    def aggregate(self, w, updates, ctx):
+        weights = torch.as_tensor(self.lam[ctx.participants], dtype=updates.dtype, device=updates.device)
+        new_w = w + self.gamma_w * (weights @ updates)
+        ascent = self.lam.copy()
+        ascent[ctx.participants] += self.gamma_lambda * ctx.train_losses.double().cpu().numpy()
+        self.lam = project_to_simplex(ascent)
+        return new_w, {"eta": self.gamma_w, "lambda": self.lam.tolist()}
+
+    def state_dict(self):
+        return {"lam": self.lam.tolist()}
+
+    def load_state_dict(self, state):
+        self.lam = np.asarray(state["lam"], dtype=np.float64)
+
+
+def make_aggregator(algorithm: str, hparams: dict[str, Any] | None, rounds: int, num_users: int) -> Aggregator:
+    """The aggregator of ``algorithm`` with validated hyper-parameters for a run of ``rounds`` rounds."""
+    hp = resolve_hparams(algorithm, hparams)
+    if algorithm == "qfedavg":
+        return QFedAvg(algorithm, q=hp["q"], L=hp["L"])
+    if algorithm == "afl":
+        return AFL(algorithm, averages_iterates=True, gamma_w=hp["gamma_w"], gamma_lambda=hp["gamma_lambda"], num_users=num_users)
+    beta = decay_per_100_rounds(hp.get("decay"), hp.get("beta"), rounds)
+    return WeightedUpdates(
+        algorithm,
+        prox_mu=hp.get("mu") or 0.0,
+        normalize=algorithm in ("fedavg_n", "fedmgda_plus", "mgda_prox"),
+        epsilon=hp.get("epsilon") or 0.0,
+        eta=hp.get("eta") or 1.0,
+        beta=beta,
+    )

@@ -1,0 +1,125 @@
+"""The one client update every algorithm shares, and the evaluation of a model on samples.
+
+A model's weights travel as one flat vector ``w`` (see ``FlatModel``). The client update is a pure
+function of (w, the client's data, the local hyper-parameters, a random generator): k epochs of
+minibatch SGD with momentum on the client's objective
+
+    scale * NLL(w; batch) + mu * ||w - w_start||^2
+
+(the authors' proximal term has no 1/2, protocol.md §3.4; ``scale`` is 1 except for a scaling
+attacker). It returns the update u = w_new - w_start and the mean minibatch objective over the
+local epochs (what q-FedAvg and AFL consume; it includes the proximal term, as in the code).
+
+The single SGD step (``LocalTrainer.step``) is written with ``torch.func`` so that the same step
+can be ``vmap``-ed over a round's clients for batched training.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, grad_and_value
+
+
+class FlatModel:
+    """A module whose parameters are read from one flat vector (views, no copies)."""
+
+    def __init__(self, module: nn.Module):
+        self.module = module
+        self.names = [name for name, _ in module.named_parameters()]
+        self.shapes = [p.shape for _, p in module.named_parameters()]
+        self.sizes = [p.numel() for _, p in module.named_parameters()]
+        self.num_params = sum(self.sizes)
+
+    def initial_vector(self) -> torch.Tensor:
+        return torch.cat([p.detach().reshape(-1) for p in self.module.parameters()]).clone()
+
+    def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        chunks = torch.split(flat, self.sizes)
+        return {name: chunk.view(shape) for name, chunk, shape in zip(self.names, chunks, self.shapes)}
+
+    def __call__(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return functional_call(self.module, self.unflatten(flat), (x,))
+
+
+@dataclass(frozen=True)
+class LocalHParams:
+    """Local training: ``epochs`` passes over the data in minibatches of ``batch_size``
+    (None = full batch, one step per epoch), SGD with ``lr`` and ``momentum`` (torch semantics:
+    the first step uses the plain gradient, dampening 0, a fresh buffer every round) and the
+    proximal weight ``mu``."""
+
+    epochs: int = 1
+    batch_size: int | None = 10
+    lr: float = 0.01
+    momentum: float = 0.5
+    mu: float = 0.0
+
+    def batches_per_epoch(self, n: int) -> int:
+        return 1 if self.batch_size is None else math.ceil(n / self.batch_size)
+
+
+@dataclass
+class ClientResult:
+    update: torch.Tensor  # w_new - w_start, flat
+    train_loss: torch.Tensor  # scalar: mean minibatch objective over the local epochs
+
+
+class LocalTrainer:
+    """Runs the shared client update for one model and one set of local hyper-parameters."""
+
+    def __init__(self, model: FlatModel, hparams: LocalHParams):
+        self.model = model
+        self.hparams = hparams
+        self._grad_and_loss = grad_and_value(self._objective)
+
+    def _objective(self, w, w_start, x, y, scale):
+        loss = scale * F.nll_loss(self.model(w, x), y)
+        if self.hparams.mu:
+            loss = loss + self.hparams.mu * ((w - w_start) ** 2).sum()
+        return loss
+
+    def step(self, w, buf, w_start, x, y, scale, first: bool):
+        """One SGD-with-momentum step; pure, so that it can be vmap-ed over clients."""
+        grad, loss = self._grad_and_loss(w, w_start, x, y, scale)
+        buf = grad if first else self.hparams.momentum * buf + grad
+        return w - self.hparams.lr * buf, buf, loss
+
+    def batch_order(self, n: int, generator: torch.Generator) -> list[torch.Tensor]:
+        """The minibatches (positions into the client's samples) of every local epoch, in order."""
+        size = n if self.hparams.batch_size is None else self.hparams.batch_size
+        batches = []
+        for _ in range(self.hparams.epochs):
+            batches.extend(torch.randperm(n, generator=generator).split(size))
+        return batches
+
+    def train(self, w_start: torch.Tensor, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator, scale: float = 1.0) -> ClientResult:
+        """The client update: local SGD from ``w_start`` on (x, y); returns u and the mean loss."""
+        self.model.module.train()
+        w, buf = w_start, None
+        losses = []
+        for position in self.batch_order(len(y), generator):
+            position = position.to(x.device)
+            w, buf, loss = self.step(w, buf, w_start, x[position], y[position], scale, first=buf is None)
+            losses.append(loss)
+        return ClientResult(update=(w - w_start).detach(), train_loss=torch.stack(losses).mean().detach())
+
+
+@torch.no_grad()
+def evaluate_samples(model: FlatModel, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor, chunk: int = 2048) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-sample NLL and correctness (1.0/0.0) of weights ``w`` on (x, y), in eval mode."""
+    model.module.eval()
+    losses, correct = [], []
+    for start in range(0, len(y), chunk):
+        out = model(w, x[start : start + chunk])
+        target = y[start : start + chunk]
+        losses.append(F.nll_loss(out, target, reduction="none"))
+        correct.append((out.argmax(dim=1) == target).float())
+    if not losses:
+        empty = x.new_zeros(0, dtype=torch.float32)
+        return empty, empty
+    return torch.cat(losses), torch.cat(correct)

@@ -1,0 +1,150 @@
+"""The configuration of one training run, validated before anything is built.
+
+One run = one dataset/partition, one algorithm with its hyper-parameters, one attack, one seed.
+The workflow writes these as YAML (``fedmgda train --config run.yaml --out DIR``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """An invalid run configuration; the message names the offending key."""
+
+
+@dataclass
+class AttackConfig:
+    """One malicious user, forced into every round.
+
+    kind "bias":    ``value`` is added to the loss the user reports (what q-FedAvg and AFL consume);
+                    its gradient, hence its update, is unchanged.
+    kind "scaling": the user's loss is multiplied by ``value``, so are its gradients, its update and
+                    the loss it reports.
+    """
+
+    kind: str = "none"
+    user: int = 0
+    value: float = 0.0
+
+    def validate(self) -> None:
+        if self.kind not in ("none", "bias", "scaling"):
+            raise ConfigError(f"attack.kind: unknown attack {self.kind!r}; choose none, bias or scaling")
+        if self.user < 0:
+            raise ConfigError(f"attack.user must be a user index >= 0, got {self.user}")
+        if self.kind == "scaling" and not self.value > 0:
+            raise ConfigError(f"attack.value: a scaling factor must be > 0, got {self.value}")
+
+    @property
+    def active(self) -> bool:
+        return self.kind != "none"
+
+
+@dataclass
+class RunConfig:
+    """Everything that determines one run. Same config + seed -> same metrics on the same device."""
+
+    dataset: str
+    algorithm: str
+    hparams: dict[str, float] = field(default_factory=dict)
+    partition: str | None = None  # None: the dataset's default partition
+    dataset_options: dict[str, Any] = field(default_factory=dict)
+    raw_dir: str = "resources/raw"
+    partition_file: str | None = None
+    # local training (the one client update every algorithm shares)
+    local_epochs: int = 1
+    batch_size: int | str = 10  # an int, or "full" for one full-batch step per epoch
+    local_lr: float = 0.01
+    momentum: float = 0.5  # the authors' code hard-codes 0.5 (protocol.md §3.2)
+    # rounds and sampling
+    rounds: int = 100
+    participation: float = 0.1  # fraction p of users sampled per round: floor(p*m) users, at least 1
+    clients_per_round: int | None = None  # overrides participation (FEMNIST: 10 per round)
+    attack: AttackConfig = field(default_factory=AttackConfig)
+    seed: int = 1
+    # evaluation and outputs
+    eval_every: int = 1
+    per_user_every: int = 10  # per-user accuracies are stored at rounds t with t % per_user_every == 0
+    track_improvement: bool = True  # pre/post-round participant losses (Figures 4, 8, 9)
+    qffl_loss: str = "batch_sum"  # q-FedAvg's F_i: "batch_sum" (main code) or "batch_sum_per_sample" (Adult code)
+    final_model: str = "last"  # "last" iterate, or "average" of all iterates (AFL's output)
+    device: str = "auto"
+    checkpoint_every: int = 0  # 0: no checkpoints
+    batched: bool = False  # train a round's clients as one batched computation (torch.func)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> RunConfig:
+        if not isinstance(raw, dict):
+            raise ConfigError("a run config must be a mapping")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ConfigError(f"unknown run config key(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        raw = dict(raw)
+        attack = raw.pop("attack", None) or {}
+        if not isinstance(attack, dict):
+            raise ConfigError("attack must be a mapping with kind, user, value")
+        bad = sorted(set(attack) - {"kind", "user", "value"})
+        if bad:
+            raise ConfigError(f"unknown attack key(s): {', '.join(bad)}")
+        cfg = cls(attack=AttackConfig(**attack), **raw)
+        cfg.validate()
+        return cfg
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> RunConfig:
+        try:
+            raw = yaml.safe_load(Path(path).read_text())
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: malformed YAML: {err}") from err
+        return cls.from_dict(raw)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def validate(self) -> None:
+        # imported here: the registries import this module's types
+        from fedmgda.aggregators import validate_algorithm
+
+        def positive(name: str, value: float) -> None:
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ConfigError(f"{name} must be a positive number, got {value!r}")
+
+        if not isinstance(self.dataset, str) or not self.dataset:
+            raise ConfigError("dataset must be a dataset name")
+        validate_algorithm(self.algorithm, self.hparams)
+        if self.batch_size != "full":
+            if not isinstance(self.batch_size, int) or self.batch_size < 1:
+                raise ConfigError(f"batch_size must be a positive integer or 'full', got {self.batch_size!r}")
+        if not isinstance(self.local_epochs, int) or self.local_epochs < 1:
+            raise ConfigError(f"local_epochs must be an integer >= 1, got {self.local_epochs!r}")
+        positive("local_lr", self.local_lr)
+        if not (0 <= self.momentum < 1):
+            raise ConfigError(f"momentum must be in [0, 1), got {self.momentum}")
+        if not isinstance(self.rounds, int) or self.rounds < 1:
+            raise ConfigError(f"rounds must be an integer >= 1, got {self.rounds!r}")
+        if not (isinstance(self.participation, (int, float)) and 0 < self.participation <= 1):
+            raise ConfigError(f"participation p must be in (0, 1], got {self.participation!r}")
+        if self.clients_per_round is not None and (
+            not isinstance(self.clients_per_round, int) or self.clients_per_round < 1
+        ):
+            raise ConfigError(f"clients_per_round must be an integer >= 1, got {self.clients_per_round!r}")
+        for name in ("eval_every", "per_user_every"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+        if not isinstance(self.checkpoint_every, int) or self.checkpoint_every < 0:
+            raise ConfigError(f"checkpoint_every must be an integer >= 0, got {self.checkpoint_every!r}")
+        if self.qffl_loss not in ("batch_sum", "batch_sum_per_sample"):
+            raise ConfigError(f"qffl_loss must be batch_sum or batch_sum_per_sample, got {self.qffl_loss!r}")
+        if self.final_model not in ("last", "average"):
+            raise ConfigError(f"final_model must be last or average, got {self.final_model!r}")
+        if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
+            raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        self.attack.validate()

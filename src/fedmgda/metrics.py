@@ -1,0 +1,51 @@
+"""Per-round and per-user metrics, computed as the authors' plotting code computes them
+(protocol.md §6.3-6.4)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+STAT_KEYS = ("mean_acc", "std_acc", "worst5_acc", "best5_acc", "weighted_acc")
+
+
+def accuracy_stats(accuracy: np.ndarray, test_sizes: np.ndarray | None = None) -> dict[str, float]:
+    """Statistics of a per-user accuracy vector (fractions in [0, 1]).
+
+    mean_acc: unweighted mean over users; std_acc: population std (ddof 0); worst5_acc and
+    best5_acc: ``np.percentile`` 5 and 95 with linear interpolation (not the mean of the worst 5 %
+    of users: protocol.md §6.3); weighted_acc: the mean over all test samples (users weighted by
+    their test-set size; Table 14's "Avg (data)").
+    """
+    accuracy = np.asarray(accuracy, dtype=np.float64)
+    weights = np.ones_like(accuracy) if test_sizes is None else np.asarray(test_sizes, dtype=np.float64)
+    return {
+        "mean_acc": float(accuracy.mean()),
+        "std_acc": float(accuracy.std()),
+        "worst5_acc": float(np.percentile(accuracy, 5)),
+        "best5_acc": float(np.percentile(accuracy, 95)),
+        "weighted_acc": float((accuracy * weights).sum() / weights.sum()),
+    }
+
+
+def improved_fraction(before: torch.Tensor, after: torch.Tensor, higher_is_better: bool = False) -> float:
+    """Fraction of participants whose value did not get worse over the round (ties count as
+    improved, paper footnote 5 / protocol.md §6.4)."""
+    better = after >= before if higher_is_better else after <= before
+    return float(better.double().mean())
+
+
+def per_owner_mean(values: torch.Tensor, owner: torch.Tensor, num_owners: int) -> torch.Tensor:
+    """Mean of ``values`` grouped by ``owner`` (one index per value), for owners 0..num_owners-1."""
+    total = torch.zeros(num_owners, dtype=torch.float64, device=values.device).index_add_(0, owner, values.double())
+    count = torch.zeros(num_owners, dtype=torch.float64, device=values.device).index_add_(0, owner, torch.ones_like(values, dtype=torch.float64))
+    return total / count.clamp(min=1)
+
+
+def sum_of_batch_means(per_sample: torch.Tensor, batch_size: int | None) -> torch.Tensor:
+    """Sum over consecutive minibatches of size ``batch_size`` of the minibatch-mean loss: the
+    authors' "total loss" F_i that q-FedAvg consumes (protocol.md §3, §4.5). None = one batch."""
+    if batch_size is None or batch_size >= len(per_sample):
+        return per_sample.mean()
+    chunk = torch.arange(len(per_sample), device=per_sample.device) // batch_size
+    return per_owner_mean(per_sample, chunk, int(chunk[-1]) + 1).sum()

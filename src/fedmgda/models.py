@@ -1,0 +1,174 @@
+"""The paper's models (Tables 2-4), the Adult logistic regression, the Shakespeare LSTM, and two
+small models for the offline datasets.
+
+Every classifier returns log-probabilities; the loss everywhere is the mean negative
+log-likelihood (= cross-entropy), as in the authors' code. No model has buffers (no BatchNorm),
+so a model's state is exactly its parameters: the simulator keeps the global model as one flat
+vector and the client update works on a dict of parameters through ``torch.func.functional_call``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class CNNCifar(nn.Module):
+    """CIFAR-10 CNN, paper Table 2 / ``CNNCifar`` (797 962 parameters).
+
+    conv5x5(3->64)-ReLU-pool-LRN, conv5x5(64->64)-ReLU-LRN-pool, FC 1600-384-192-10. LRN size 2
+    with PyTorch's defaults (alpha 1e-4, beta 0.75, k 1), as in the authors' code.
+    """
+
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 5)
+        self.conv2 = nn.Conv2d(64, 64, 5)
+        self.fc1 = nn.Linear(64 * 5 * 5, 384)
+        self.fc2 = nn.Linear(384, 192)
+        self.fc3 = nn.Linear(192, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.local_response_norm(F.max_pool2d(F.relu(self.conv1(x)), 2), size=2)
+        x = F.max_pool2d(F.local_response_norm(F.relu(self.conv2(x)), size=2), 2)
+        x = x.flatten(1)
+        x = F.relu(self.fc1(x))
+        x = F.relu(self.fc2(x))
+        return F.log_softmax(self.fc3(x), dim=1)
+
+
+class CNNFashion(nn.Module):
+    """F-MNIST CNN, paper Table 3 / the code's ``CNNMnist`` (21 840 parameters).
+
+    conv5x5(1->10)-pool-ReLU, conv5x5(10->20)-Dropout2d(0.5)-pool-ReLU, FC 320-50-ReLU-dropout-10.
+    """
+
+    def __init__(self, num_classes: int = 10, in_channels: int = 1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 10, 5)
+        self.conv2 = nn.Conv2d(10, 20, 5)
+        self.fc1 = nn.Linear(320, 50)
+        self.fc2 = nn.Linear(50, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.relu(F.max_pool2d(self.conv1(x), 2))
+        x = F.relu(F.max_pool2d(F.dropout2d(self.conv2(x), 0.5, self.training), 2))
+        x = x.flatten(1)
+        x = F.dropout(F.relu(self.fc1(x)), 0.5, self.training)
+        return F.log_softmax(self.fc2(x), dim=1)
+
+
+class CNNFemnist(nn.Module):
+    """FEMNIST CNN, paper Table 4 (1 206 590 parameters).
+
+    conv3x3(1->32)-ReLU, conv3x3(32->64)-ReLU, pool, dropout 0.25, FC 9216-128-ReLU, dropout 0.5,
+    FC 62. Table 4 leaves the activations after conv1 and dense-128 blank; we use ReLU there, as
+    in Reddi et al. (2020), whose model the paper says it uses.
+    """
+
+    def __init__(self, num_classes: int = 62):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3)
+        self.conv2 = nn.Conv2d(32, 64, 3)
+        self.fc1 = nn.Linear(9216, 128)
+        self.fc2 = nn.Linear(128, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.conv2(F.relu(self.conv1(x))))
+        x = F.dropout(F.max_pool2d(x, 2), 0.25, self.training).flatten(1)
+        x = F.dropout(F.relu(self.fc1(x)), 0.5, self.training)
+        return F.log_softmax(self.fc2(x), dim=1)
+
+
+class ShakespeareLSTM(nn.Module):
+    """Next-character LSTM of the q-FFL/FedProx Shakespeare setup: 80-symbol embedding of
+    dimension 8, two stacked LSTM layers of 256 units, dense 80 on the last time step.
+
+    The recurrence is written out with explicit weights (the same parameter shapes as
+    ``nn.LSTM``) so that it runs under ``torch.func.vmap`` for batched client training.
+    """
+
+    def __init__(self, num_classes: int = 80, vocab_size: int = 80, embed_dim: int = 8, hidden: int = 256, layers: int = 2):
+        super().__init__()
+        self.hidden = hidden
+        self.embed = nn.Embedding(vocab_size, embed_dim)
+        self.lstm = nn.LSTM(embed_dim, hidden, num_layers=layers, batch_first=True)
+        self.fc = nn.Linear(hidden, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.embed(x)
+        for layer in range(self.lstm.num_layers):
+            w_ih = getattr(self.lstm, f"weight_ih_l{layer}")
+            w_hh = getattr(self.lstm, f"weight_hh_l{layer}")
+            bias = getattr(self.lstm, f"bias_ih_l{layer}") + getattr(self.lstm, f"bias_hh_l{layer}")
+            h = _lstm_layer(h, w_ih, w_hh, bias, self.hidden)
+        return F.log_softmax(self.fc(h[:, -1]), dim=1)
+
+
+def _lstm_layer(x: torch.Tensor, w_ih: torch.Tensor, w_hh: torch.Tensor, bias: torch.Tensor, hidden: int) -> torch.Tensor:
+    """One LSTM layer over a (batch, time, features) sequence; gate order i, f, g, o as nn.LSTM."""
+    batch, steps, _ = x.shape
+    gates_x = x @ w_ih.T + bias  # input projections of every step at once
+    h = x.new_zeros(batch, hidden)
+    c = x.new_zeros(batch, hidden)
+    outputs = []
+    for step in range(steps):
+        i, f, g, o = (gates_x[:, step] + h @ w_hh.T).chunk(4, dim=1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        outputs.append(h)
+    return torch.stack(outputs, dim=1)
+
+
+class LogisticRegression(nn.Module):
+    """Multinomial logistic regression (Adult: 99 -> 2, 200 parameters; Synthetic: 60 -> 10)."""
+
+    def __init__(self, in_features: int, num_classes: int):
+        super().__init__()
+        self.linear = nn.Linear(in_features, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.log_softmax(self.linear(x.flatten(1).float()), dim=1)
+
+
+class DigitsMLP(nn.Module):
+    """A small MLP for scikit-learn's 8x8 digits (offline profile): 64-64-ReLU-10."""
+
+    def __init__(self, in_features: int = 64, num_classes: int = 10, hidden: int = 64):
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, hidden)
+        self.fc2 = nn.Linear(hidden, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.log_softmax(self.fc2(F.relu(self.fc1(x.flatten(1)))), dim=1)
+
+
+def _flat_features(input_shape: tuple[int, ...]) -> int:
+    size = 1
+    for dim in input_shape:
+        size *= dim
+    return size
+
+
+MODELS: dict[str, Callable[[tuple[int, ...], int], nn.Module]] = {
+    "cnn_cifar": lambda shape, classes: CNNCifar(classes),
+    "cnn_fmnist": lambda shape, classes: CNNFashion(classes, in_channels=shape[0]),
+    "cnn_femnist": lambda shape, classes: CNNFemnist(classes),
+    "lstm_shakespeare": lambda shape, classes: ShakespeareLSTM(classes),
+    "logreg": lambda shape, classes: LogisticRegression(_flat_features(shape), classes),
+    "mlp_digits": lambda shape, classes: DigitsMLP(_flat_features(shape), classes),
+}
+
+
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """The model registered as ``name`` for samples of ``input_shape`` and ``num_classes`` outputs."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; known: {', '.join(sorted(MODELS))}")
+    return MODELS[name](tuple(input_shape), num_classes)
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -1,0 +1,96 @@
+"""The min-norm quadratic program at the heart of (Fed)MGDA.
+
+    lambda* = argmin_lambda || sum_i lambda_i g_i ||^2
+              s.t. lambda in the simplex, || lambda - lambda0 ||_inf <= epsilon
+
+It is solved on the m x m Gram matrix K_ij = <g_i, g_j> with cvxopt's interior-point QP solver.
+The authors' code uses quadprog (an exact active-set method that fails on a singular Gram
+matrix); cvxopt accepts a positive semi-definite K, and we polish its answer onto the feasible set,
+so the difference is at the level of the solver tolerance (tests check KKT to 1e-6).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from cvxopt import matrix, solvers
+
+_SOLVER_OPTIONS = {"show_progress": False, "abstol": 1e-11, "reltol": 1e-11, "feastol": 1e-11, "maxiters": 200}
+
+
+def box_bounds(lambda0: np.ndarray, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
+    """The simplex intersected with the epsilon-box around lambda0, as per-coordinate bounds."""
+    return np.maximum(0.0, lambda0 - epsilon), np.minimum(1.0, lambda0 + epsilon)
+
+
+def min_norm_weights(gram: np.ndarray, epsilon: float = 1.0, lambda0: np.ndarray | None = None) -> np.ndarray:
+    """Weights lambda minimising lambda^T K lambda over the simplex within epsilon of lambda0.
+
+    gram:    m x m Gram matrix of the (normalised or raw) updates.
+    epsilon: half-width of the box around lambda0; 0 returns lambda0 itself (no QP, as in the
+             authors' code), epsilon >= 1 leaves the plain simplex (vanilla MGDA).
+    lambda0: centre of the box; uniform 1/m by default (uniform over the round's participants).
+    """
+    gram = np.asarray(gram, dtype=np.float64)
+    m = gram.shape[0]
+    if gram.shape != (m, m):
+        raise ValueError(f"gram must be square, got shape {gram.shape}")
+    lambda0 = np.full(m, 1.0 / m) if lambda0 is None else np.asarray(lambda0, dtype=np.float64)
+    if lambda0.shape != (m,) or abs(lambda0.sum() - 1.0) > 1e-9 or (lambda0 < 0).any():
+        raise ValueError("lambda0 must be a point of the simplex with one weight per update")
+    if not 0.0 <= epsilon:
+        raise ValueError(f"epsilon must be >= 0, got {epsilon}")
+    if epsilon == 0.0 or m == 1:
+        return lambda0.copy()
+    if not np.isfinite(gram).all():
+        raise FloatingPointError("the Gram matrix has non-finite entries (diverged updates)")
+
+    lower, upper = box_bounds(lambda0, epsilon)
+    scale = np.max(np.diag(gram))
+    if scale <= 0.0:  # every update is zero: any weighting gives the same (zero) direction
+        return lambda0.copy()
+    quadratic = 0.5 * (gram + gram.T) / scale  # symmetrised and scaled: the minimiser is unchanged
+    identity = np.eye(m)
+    solution = solvers.qp(
+        matrix(quadratic),
+        matrix(np.zeros(m)),
+        matrix(np.vstack([-identity, identity])),
+        matrix(np.concatenate([-lower, upper])),
+        matrix(np.ones((1, m))),
+        matrix(np.ones(1)),
+        options=_SOLVER_OPTIONS,
+    )
+    return project_to_box_simplex(np.array(solution["x"]).ravel(), lower, upper)
+
+
+def project_to_box_simplex(weights: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """Euclidean projection onto {sum = 1, lower <= w <= upper}, by bisection on the shift.
+
+    Used to remove the interior-point solver's tiny infeasibilities, so that the returned weights
+    are exactly feasible.
+    """
+
+    def total(shift: float) -> float:
+        return float(np.clip(weights - shift, lower, upper).sum())
+
+    lo, hi = float(np.min(weights - upper)), float(np.max(weights - lower))
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if total(mid) > 1.0:
+            lo = mid
+        else:
+            hi = mid
+    projected = np.clip(weights - 0.5 * (lo + hi), lower, upper)
+    return projected / projected.sum()
+
+
+def project_to_simplex(v: np.ndarray) -> np.ndarray:
+    """Euclidean projection onto the probability simplex (sort-based; Wang & Carreira-Perpinan 2013).
+
+    AFL's lambda ascent step projects with this, as the authors' Adult code does.
+    """
+    v = np.asarray(v, dtype=np.float64)
+    u = np.sort(v)[::-1]
+    cumulative = np.cumsum(u) - 1.0
+    ks = np.arange(1, len(v) + 1)
+    rho = np.nonzero(u - cumulative / ks > 0)[0][-1]
+    return np.maximum(v - cumulative[rho] / (rho + 1), 0.0)

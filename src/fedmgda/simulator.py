@@ -1,0 +1,319 @@
+"""The federated simulation: sampling, client updates, aggregation, evaluation, checkpoints.
+
+Randomness is derived, not carried: the model is initialised from ``seed``; round t's participants
+come from a generator seeded by (seed, t), and client i's minibatch order and dropout masks in
+round t from (seed, t, i). Hence every algorithm run with the same seed sees the same initial model
+and the same participants (paired comparisons, protocol.md §6.1), and a run resumed from a
+checkpoint continues exactly as if it had never stopped, without saving any RNG state.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from fedmgda.aggregators import RoundContext, make_aggregator
+from fedmgda.attacks import force_attacker, loss_bias, loss_scale
+from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, evaluate_samples
+from fedmgda.config import ConfigError, RunConfig
+from fedmgda.data.base import FederatedDataset
+from fedmgda.metrics import STAT_KEYS, accuracy_stats, improved_fraction, per_owner_mean, sum_of_batch_means
+from fedmgda.models import build_model
+
+CHECKPOINT = "checkpoint.pt"
+
+
+def derived_seed(*keys: int) -> int:
+    """A 63-bit seed determined by ``keys`` (e.g. run seed, round, user)."""
+    return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(2, dtype=np.uint32).astype(np.uint64) @ np.array([1 << 31, 1], dtype=np.uint64))
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device {name!r} requested but CUDA is not available on this machine")
+    return torch.device(name)
+
+
+def load_dataset(cfg: RunConfig) -> tuple[FederatedDataset, str]:
+    """The run's federated dataset and its model name, from the dataset registry."""
+    from fedmgda.data import DATASETS, load_federated
+
+    if cfg.dataset not in DATASETS:
+        raise ConfigError(f"unknown dataset {cfg.dataset!r}; known: {', '.join(sorted(DATASETS))}")
+    data = load_federated(cfg.dataset, cfg.raw_dir, partition=cfg.partition, seed=cfg.seed, options=cfg.dataset_options, partition_file=cfg.partition_file)
+    return data, DATASETS[cfg.dataset].model
+
+
+@dataclass
+class RunResult:
+    metrics: pd.DataFrame
+    per_user: pd.DataFrame
+    summary: dict[str, Any]
+    final_weights: torch.Tensor  # the final model as a flat vector (average iterate for AFL)
+
+
+@dataclass
+class _State:
+    """What a checkpoint holds (everything else is rebuilt from the config)."""
+
+    next_round: int = 0
+    w: torch.Tensor | None = None
+    iterate_sum: torch.Tensor | None = None
+    rows: list[dict[str, float]] = field(default_factory=list)
+    per_user_rows: list[pd.DataFrame] = field(default_factory=list)
+    elapsed: float = 0.0
+    diverged_round: int | None = None
+
+
+class Simulation:
+    """One federated training run of ``cfg`` (data and model may be injected, e.g. by tests)."""
+
+    def __init__(self, cfg: RunConfig, data: FederatedDataset | None = None, model_name: str | None = None):
+        self.cfg = cfg
+        self.device = resolve_device(cfg.device)
+        if data is None:
+            data, model_name = load_dataset(cfg)
+        if model_name is None:
+            raise ConfigError("model_name is required when a dataset is injected")
+        self.data = data.to(self.device)
+        self.num_users = data.num_users
+        if cfg.attack.active and cfg.attack.user >= self.num_users:
+            raise ConfigError(f"attack.user = {cfg.attack.user} but the dataset has {self.num_users} users")
+
+        torch.manual_seed(cfg.seed)  # the same initial model for every algorithm of a seed
+        module = build_model(model_name, tuple(data.x.shape[1:]), data.num_classes).to(self.device)
+        self.model = FlatModel(module)
+        self.aggregator = make_aggregator(cfg.algorithm, cfg.hparams, cfg.rounds, self.num_users)
+        batch = None if cfg.batch_size == "full" else int(cfg.batch_size)
+        self.local = LocalHParams(cfg.local_epochs, batch, cfg.local_lr, cfg.momentum, self.aggregator.prox_mu)
+        self.trainer = LocalTrainer(self.model, self.local)
+        self.per_round = cfg.clients_per_round or max(1, math.floor(cfg.participation * self.num_users + 1e-9))
+        self.per_round = min(self.per_round, self.num_users)
+        self.needs_pre_round_loss = cfg.track_improvement or cfg.algorithm == "qfedavg"
+
+        test_idx = self.data.test_idx
+        self.test_owner = torch.cat([torch.full((len(i),), u, device=self.device) for u, i in enumerate(test_idx)])
+        self.test_sizes = np.array(data.test_sizes())
+        self.test_x = self.data.x[torch.cat(test_idx)]
+        self.test_y = self.data.y[torch.cat(test_idx)]
+
+    # ------------------------------------------------------------------ sampling and clients
+    def participants(self, t: int) -> list[int]:
+        """Round t's participants: floor(p*m) users uniformly without replacement."""
+        rng = np.random.default_rng([self.cfg.seed, t])
+        chosen = [int(u) for u in rng.choice(self.num_users, self.per_round, replace=False)]
+        if self.cfg.attack.active:
+            chosen = force_attacker(chosen, self.cfg.attack.user)
+        return chosen
+
+    def client_train_data(self, user: int) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = self.data.train_idx[user]
+        return self.data.x[idx], self.data.y[idx]
+
+    def train_clients(self, w: torch.Tensor, t: int, users: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every participant's update (rows) and reported mean local training loss."""
+        updates, losses = [], []
+        for user in users:
+            seed = derived_seed(self.cfg.seed, t, user)
+            torch.manual_seed(seed)  # dropout masks
+            x, y = self.client_train_data(user)
+            result = self.trainer.train(w, x, y, torch.Generator().manual_seed(seed), loss_scale(self.cfg.attack, user))
+            updates.append(result.update)
+            losses.append(result.train_loss)
+        return torch.stack(updates), torch.stack(losses)
+
+    def participant_losses(self, w: torch.Tensor, users: list[int]) -> dict[str, torch.Tensor]:
+        """Loss and accuracy of ``w`` on each participant's train split (eval mode).
+
+        ``loss``: mean per-sample loss; ``total``: q-FedAvg's F_i (sum of minibatch means, or that
+        divided by the number of train samples with qffl_loss = batch_sum_per_sample)."""
+        loss, acc, total = [], [], []
+        for user in users:
+            x, y = self.client_train_data(user)
+            per_sample, correct = evaluate_samples(self.model, w, x, y)
+            loss.append(per_sample.mean())
+            acc.append(correct.mean())
+            f = sum_of_batch_means(per_sample, self.local.batch_size)
+            total.append(f / len(y) if self.cfg.qffl_loss == "batch_sum_per_sample" else f)
+        return {"loss": torch.stack(loss), "acc": torch.stack(acc), "total": torch.stack(total)}
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate_users(self, w: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """Every user's test accuracy and mean test loss under ``w``."""
+        per_sample, correct = evaluate_samples(self.model, w, self.test_x, self.test_y)
+        acc = per_owner_mean(correct, self.test_owner, self.num_users)
+        loss = per_owner_mean(per_sample, self.test_owner, self.num_users)
+        return acc.cpu().numpy(), loss.cpu().numpy()
+
+    def evaluate_global(self, w: torch.Tensor) -> dict[str, float]:
+        out = {}
+        for name, (x, y) in self.data.global_test.items():
+            out[f"test_acc_{name}"] = float(evaluate_samples(self.model, w, x, y)[1].mean())
+        return out
+
+    def model_stats(self, w: torch.Tensor) -> dict[str, float]:
+        acc, _ = self.evaluate_users(w)
+        return {**accuracy_stats(acc, self.test_sizes), **self.evaluate_global(w)}
+
+    # ------------------------------------------------------------------ the run
+    def run(self, out_dir: str | Path | None = None) -> RunResult:
+        cfg = self.cfg
+        out = Path(out_dir) if out_dir is not None else None
+        state = self._resume(out) if out is not None else None
+        if state is None:
+            state = _State(w=self.model.initial_vector().to(self.device))
+            state.iterate_sum = torch.zeros_like(state.w)
+        started = time.perf_counter() - state.elapsed
+        w = state.w
+        for t in range(state.next_round, cfg.rounds):
+            row, w_next = self._round(w, t, state)
+            state.rows.append(row)
+            if state.diverged_round is not None:
+                break
+            w = w_next
+            state.iterate_sum += w
+            state.next_round, state.w = t + 1, w
+            if out is not None and cfg.checkpoint_every and (t + 1) % cfg.checkpoint_every == 0 and t + 1 < cfg.rounds:
+                state.elapsed = time.perf_counter() - started
+                self._save_checkpoint(out, state)
+        state.elapsed = time.perf_counter() - started
+        result = self._finish(w, state)
+        if out is not None:
+            write_result(result, out)
+            (out / CHECKPOINT).unlink(missing_ok=True)
+        return result
+
+    def _round(self, w: torch.Tensor, t: int, state: _State) -> tuple[dict[str, float], torch.Tensor]:
+        cfg, attack = self.cfg, self.cfg.attack
+        users = self.participants(t)
+        pre = self.participant_losses(w, users) if self.needs_pre_round_loss else None
+        updates, train_losses = self.train_clients(w, t, users)
+        scales = torch.tensor([loss_scale(attack, u) for u in users], device=self.device)
+        biases = torch.tensor([loss_bias(attack, u) for u in users], device=self.device)
+        reported_total = pre["total"] * scales + biases if pre is not None else torch.full((len(users),), float("nan"), device=self.device)
+        ctx = RoundContext(t, cfg.rounds, users, reported_total, train_losses + biases)
+        row: dict[str, float] = {"round": t + 1, "train_loss": float(train_losses.mean())}
+        try:
+            w_next, info = self.aggregator.aggregate(w, updates, ctx)
+        except (FloatingPointError, ValueError, ArithmeticError):
+            w_next, info = w.new_full(w.shape, float("nan")), {"eta": float("nan")}
+        row["eta"] = info["eta"]
+        if not (torch.isfinite(w_next).all() and math.isfinite(row["train_loss"])):
+            state.diverged_round = t + 1
+            return row, w
+        if cfg.track_improvement:
+            post = self.participant_losses(w_next, users)
+            row["improved_loss"] = improved_fraction(pre["loss"], post["loss"])
+            row["improved_acc"] = improved_fraction(pre["acc"], post["acc"], higher_is_better=True)
+        store_users = t % cfg.per_user_every == 0 or t == cfg.rounds - 1
+        if t % cfg.eval_every == 0 or store_users:
+            acc, loss = self.evaluate_users(w_next)
+            row.update(accuracy_stats(acc, self.test_sizes))
+            if store_users:
+                row.update(self.evaluate_global(w_next))
+                state.per_user_rows.append(pd.DataFrame({"round": t + 1, "user": np.arange(self.num_users), "n_test": self.test_sizes, "accuracy": acc, "loss": loss}))
+        return row, w_next
+
+    def _finish(self, w: torch.Tensor, state: _State) -> RunResult:
+        cfg = self.cfg
+        metrics = pd.DataFrame(state.rows)
+        for column in ("eta", "train_loss", "improved_loss", "improved_acc", *STAT_KEYS):
+            if column not in metrics:
+                metrics[column] = np.nan
+        per_user = pd.concat(state.per_user_rows, ignore_index=True) if state.per_user_rows else pd.DataFrame(columns=["round", "user", "n_test", "accuracy", "loss"])
+        diverged = state.diverged_round is not None
+        completed = len([r for r in state.rows if state.diverged_round != r["round"]])
+        summary: dict[str, Any] = {
+            "config": cfg.to_dict(),
+            "status": "diverged" if diverged else "ok",
+            "diverged_round": state.diverged_round,
+            "rounds_completed": completed,
+            "runtime_s": round(state.elapsed, 3),
+            "device": str(self.device) if self.device.type == "cpu" else f"{self.device} ({torch.cuda.get_device_name(self.device)})",
+            "participants_per_round": self.per_round,
+            "final": None,
+            "protocol": None,
+        }
+        final_w = state.iterate_sum / cfg.rounds if self.aggregator.averages_iterates else w
+        if not diverged:
+            summary["final_model"] = "average of all iterates" if self.aggregator.averages_iterates else "last iterate"
+            summary["final"] = self.model_stats(final_w)
+            summary["protocol"] = protocol_stats(per_user, metrics, cfg.per_user_every)
+        return RunResult(metrics, per_user, summary, final_w)
+
+    # ------------------------------------------------------------------ checkpoints
+    def _save_checkpoint(self, out: Path, state: _State) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "config": self.cfg.to_dict(),
+            "next_round": state.next_round,
+            "w": state.w.cpu(),
+            "iterate_sum": state.iterate_sum.cpu(),
+            "aggregator": self.aggregator.state_dict(),
+            "rows": state.rows,
+            "per_user_rows": state.per_user_rows,
+            "elapsed": state.elapsed,
+        }
+        tmp = out / (CHECKPOINT + ".tmp")
+        torch.save(payload, tmp)
+        os.replace(tmp, out / CHECKPOINT)  # atomic: a kill leaves the previous checkpoint intact
+
+    def _resume(self, out: Path) -> _State | None:
+        path = out / CHECKPOINT
+        if not path.exists():
+            return None
+        payload = torch.load(path, map_location=self.device, weights_only=False)
+        if payload["config"] != self.cfg.to_dict():
+            raise ConfigError(f"{path} belongs to a different run config; delete it to start this run afresh")
+        self.aggregator.load_state_dict(payload["aggregator"])
+        return _State(
+            next_round=payload["next_round"],
+            w=payload["w"].to(self.device),
+            iterate_sum=payload["iterate_sum"].to(self.device),
+            rows=payload["rows"],
+            per_user_rows=payload["per_user_rows"],
+            elapsed=payload["elapsed"],
+        )
+
+
+def protocol_stats(per_user: pd.DataFrame, metrics: pd.DataFrame, per_user_every: int) -> dict[str, float] | None:
+    """Statistics of the last stored per-user vector at a round t (0-based) with
+    t % per_user_every == 0: the vector the paper's tables were computed from (protocol.md §6.3:
+    round T-9 for T a multiple of 10, not the final model)."""
+    stored = per_user[(per_user["round"] - 1) % per_user_every == 0]
+    if stored.empty:
+        return None
+    last = int(stored["round"].max())
+    vector = stored[stored["round"] == last]
+    stats: dict[str, float] = {"round": last, **accuracy_stats(vector["accuracy"].to_numpy(), vector["n_test"].to_numpy())}
+    row = metrics[metrics["round"] == last]
+    for column in metrics.columns:
+        if column.startswith("test_acc_") and not row.empty:
+            stats[column] = float(row[column].iloc[0])
+    return stats
+
+
+def write_result(result: RunResult, out: Path) -> None:
+    """metrics.csv, per_user.csv, then summary.json (written last: its presence marks completion)."""
+    out.mkdir(parents=True, exist_ok=True)
+    result.metrics.to_csv(out / "metrics.csv", index=False)
+    result.per_user.to_csv(out / "per_user.csv", index=False)
+    tmp = out / "summary.json.tmp"
+    tmp.write_text(json.dumps(result.summary, indent=2, default=float))
+    os.replace(tmp, out / "summary.json")
+
+
+def run(cfg: RunConfig, out_dir: str | Path | None = None, data: FederatedDataset | None = None, model_name: str | None = None) -> RunResult:
+    """Train one run of ``cfg`` and (with ``out_dir``) write its outputs there."""
+    return Simulation(cfg, data=data, model_name=model_name).run(out_dir)

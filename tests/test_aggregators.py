@@ -1,0 +1,123 @@
+import numpy as np
+import pytest
+import torch
+
+from fedmgda.aggregators import (
+    ALGORITHMS,
+    RoundContext,
+    decay_per_100_rounds,
+    make_aggregator,
+    normalise_rows,
+    resolve_hparams,
+)
+from fedmgda.config import ConfigError
+from fedmgda.qp import min_norm_weights
+
+
+def context(n, t=0, T=100, pre=None, train=None, users=None):
+    pre = torch.rand(n, dtype=torch.float64) + 0.5 if pre is None else pre
+    train = torch.rand(n, dtype=torch.float64) if train is None else train
+    return RoundContext(t, T, users or list(range(n)), pre, train)
+
+
+@pytest.fixture
+def updates():
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(5, 12, generator=g, dtype=torch.float64) * torch.tensor([[1.0], [3.0], [0.2], [5.0], [1.0]], dtype=torch.float64)
+
+
+def test_fedavg_is_the_uniform_mean(updates):
+    w = torch.zeros(12, dtype=torch.float64)
+    new, info = make_aggregator("fedavg", {}, 100, 10).aggregate(w, updates, context(5))
+    assert torch.allclose(new, updates.mean(0))
+    assert info["lambda"] == [0.2] * 5
+
+
+def test_fedprox_aggregates_like_fedavg_and_sets_the_client_prox(updates):
+    agg = make_aggregator("fedprox", {"mu": 0.5}, 100, 10)
+    assert agg.prox_mu == 0.5
+    new, _ = agg.aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5))
+    assert torch.allclose(new, updates.mean(0))
+
+
+def test_fedavg_n_steps_eta_along_the_mean_normalised_update(updates):
+    new, info = make_aggregator("fedavg_n", {"eta": 1.5}, 100, 10).aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5))
+    unit = updates / updates.norm(dim=1, keepdim=True)
+    assert torch.allclose(new, 1.5 * unit.mean(0))
+    assert info["eta"] == 1.5
+
+
+def test_fedmgda_plus_uses_the_min_norm_weights_of_normalised_updates(updates):
+    agg = make_aggregator("fedmgda_plus", {"eta": 1.0, "epsilon": 0.1}, 100, 10)
+    new, info = agg.aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5))
+    unit = normalise_rows(updates)
+    lam = min_norm_weights((unit @ unit.T).numpy(), 0.1)
+    assert np.allclose(info["lambda"], lam)
+    assert torch.allclose(new, torch.as_tensor(lam) @ unit)
+    assert all(0.1 <= x <= 0.3 + 1e-9 for x in info["lambda"])  # the epsilon box around 1/5
+
+
+def test_fedmgda_vanilla_uses_raw_updates(updates):
+    agg = make_aggregator("fedmgda", {}, 100, 10)
+    assert agg.normalize is False and agg.epsilon == 1.0 and agg.eta == 1.0 and agg.beta == 1.0
+    new, info = agg.aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5))
+    lam = min_norm_weights((updates @ updates.T).numpy(), 1.0)
+    assert torch.allclose(new, torch.as_tensor(lam) @ updates)
+
+
+def test_mgda_prox_defaults():
+    agg = make_aggregator("mgda_prox", {"eta": 1.0, "decay": 0.1}, 2000, 100)
+    assert agg.prox_mu == 0.1 and agg.normalize and agg.epsilon == 1.0
+
+
+def test_decay_schedule_is_the_papers_total_factor_applied_per_100_rounds():
+    # protocol.md §4.4 table: 1/10 at T=2000 -> 0.8913, 1/40 at T=3000 -> 0.8843, 1/3 at T=500 -> 0.8027
+    assert decay_per_100_rounds(0.1, None, 2000) == pytest.approx(0.8913, abs=1e-4)
+    assert decay_per_100_rounds(1 / 40, None, 3000) == pytest.approx(0.8843, abs=1e-4)
+    assert decay_per_100_rounds(1 / 3, None, 500) == pytest.approx(0.8027, abs=1e-4)
+    assert decay_per_100_rounds(0.0, None, 2000) == 1.0  # the paper's "decay 0" = none
+    assert decay_per_100_rounds(0.1, 0.89, 3000) == 0.89  # the code's flag, given directly
+    agg = make_aggregator("fedmgda_plus", {"eta": 1.5, "decay": 0.1}, 2000, 100)
+    beta = 0.1 ** (100 / 2000)
+    assert agg.step_size(0) == agg.step_size(99) == 1.5
+    assert agg.step_size(100) == pytest.approx(1.5 * beta)
+    assert agg.step_size(1999) == pytest.approx(1.5 * beta**19)
+    assert 1.5 * beta**20 == pytest.approx(0.15)  # the total factor over T rounds
+
+
+def test_qfedavg_follows_the_q_ffl_update(updates):
+    q, L = 0.5, 2.0
+    pre = torch.tensor([0.5, 1.0, 2.0, 3.0, 0.1], dtype=torch.float64)
+    new, _ = make_aggregator("qfedavg", {"q": q, "L": L}, 100, 10).aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5, pre=pre))
+    num = sum(pre[i] ** q * L * updates[i] for i in range(5))
+    den = sum(q * pre[i] ** (q - 1) * (L * updates[i]).norm() ** 2 + L * pre[i] ** q for i in range(5))
+    assert torch.allclose(new, num / den)
+
+
+def test_qfedavg_with_q_zero_and_equal_losses_is_a_scaled_fedavg(updates):
+    new, _ = make_aggregator("qfedavg", {"q": 0.0, "L": 1.0}, 100, 10).aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5, pre=torch.ones(5, dtype=torch.float64)))
+    assert torch.allclose(new, updates.mean(0))  # sum u_i / (n L) with h_i = L
+
+
+def test_afl_steps_with_current_lambda_then_ascends_and_projects():
+    u = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    agg = make_aggregator("afl", {"gamma_w": 0.5, "gamma_lambda": 0.2}, 100, 2)
+    assert agg.averages_iterates
+    new, info = agg.aggregate(torch.zeros(2, dtype=torch.float64), u, context(2, train=torch.tensor([1.0, 0.0], dtype=torch.float64)))
+    assert torch.allclose(new, torch.tensor([0.25, 0.25], dtype=torch.float64))  # old lambda (0.5, 0.5)
+    assert np.allclose(info["lambda"], [0.6, 0.4])  # (0.7, 0.5) projected onto the simplex
+    assert agg.state_dict() == {"lam": [0.6, 0.4]}
+
+
+def test_unknown_algorithm_and_bad_hparams_are_clear_errors():
+    with pytest.raises(ConfigError, match="unknown algorithm 'fedsgd'"):
+        resolve_hparams("fedsgd", {})
+    with pytest.raises(ConfigError, match="unknown hyper-parameter"):
+        resolve_hparams("fedavg", {"eta": 2.0})
+    with pytest.raises(ConfigError, match="epsilon = 1.5 is out of range"):
+        resolve_hparams("fedmgda_plus", {"epsilon": 1.5})
+    with pytest.raises(ConfigError, match="eta = -1"):
+        resolve_hparams("fedavg_n", {"eta": -1.0})
+    with pytest.raises(ConfigError, match="must be a number"):
+        resolve_hparams("qfedavg", {"q": "high"})
+    assert set(ALGORITHMS) == {"fedavg", "fedavg_n", "fedprox", "qfedavg", "afl", "fedmgda", "fedmgda_plus", "mgda_prox"}

@@ -1,0 +1,93 @@
+import torch
+import torch.nn.functional as F
+
+from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, evaluate_samples
+from fedmgda.models import build_model
+
+
+def setup(name="logreg", shape=(10,), classes=3, n=23, seed=0):
+    torch.manual_seed(seed)
+    module = build_model(name, shape, classes)
+    x = torch.randn(n, *shape)
+    y = torch.randint(0, classes, (n,))
+    return module, FlatModel(module), x, y
+
+
+def test_matches_torch_sgd_with_momentum_and_the_same_batches():
+    module, flat, x, y = setup()
+    hp = LocalHParams(epochs=2, batch_size=5, lr=0.1, momentum=0.5)
+    trainer = LocalTrainer(flat, hp)
+    w0 = flat.initial_vector()
+    result = trainer.train(w0, x, y, torch.Generator().manual_seed(7))
+
+    # reference: torch.optim.SGD over the same minibatch order (torch's momentum semantics)
+    batches = trainer.batch_order(len(y), torch.Generator().manual_seed(7))
+    optimizer = torch.optim.SGD(module.parameters(), lr=0.1, momentum=0.5)
+    losses = []
+    for b in batches:
+        optimizer.zero_grad()
+        loss = F.nll_loss(module(x[b]), y[b])
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    expected = flat.initial_vector() - w0
+    assert len(batches) == 2 * 5  # ceil(23/5) batches per epoch, the last one partial
+    assert torch.allclose(result.update, expected, atol=1e-6)
+    assert abs(result.train_loss.item() - sum(losses) / len(losses)) < 1e-6
+
+
+def test_full_batch_single_step_is_minus_lr_times_gradient():
+    module, flat, x, y = setup()
+    hp = LocalHParams(epochs=1, batch_size=None, lr=0.3, momentum=0.5)
+    w0 = flat.initial_vector()
+    result = LocalTrainer(flat, hp).train(w0, x, y, torch.Generator().manual_seed(0))
+    loss = F.nll_loss(module(x), y)
+    grad = torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, list(module.parameters()))])
+    assert torch.allclose(result.update, -0.3 * grad, atol=1e-6)
+
+
+def test_proximal_term_has_no_half():
+    """mu * ||w - w_t||^2: its gradient is 2 mu (w - w_t) (protocol.md §3.4)."""
+    _, flat, x, y = setup()
+    w0 = flat.initial_vector()
+    gen = lambda: torch.Generator().manual_seed(1)  # noqa: E731
+    plain = LocalTrainer(flat, LocalHParams(epochs=1, batch_size=None, lr=0.1, momentum=0.0)).train(w0, x, y, gen())
+    # one step from w0: the prox gradient is zero at w_t, so two steps are needed to see it
+    hp = LocalHParams(epochs=2, batch_size=None, lr=0.1, momentum=0.0, mu=0.5)
+    prox = LocalTrainer(flat, hp).train(w0, x, y, gen())
+    no_prox = LocalTrainer(flat, LocalHParams(epochs=2, batch_size=None, lr=0.1, momentum=0.0)).train(w0, x, y, gen())
+    w1 = w0 + plain.update
+    module_grad = (no_prox.update - plain.update) / -0.1  # gradient of the data loss at w1
+    expected_second_step = -0.1 * (module_grad + 2 * 0.5 * (w1 - w0))
+    assert torch.allclose(prox.update - plain.update, expected_second_step, atol=1e-6)
+
+
+def test_loss_scale_scales_the_update_of_a_single_step():
+    _, flat, x, y = setup()
+    w0 = flat.initial_vector()
+    hp = LocalHParams(epochs=1, batch_size=None, lr=0.1)
+    base = LocalTrainer(flat, hp).train(w0, x, y, torch.Generator().manual_seed(0))
+    scaled = LocalTrainer(flat, hp).train(w0, x, y, torch.Generator().manual_seed(0), scale=10.0)
+    assert torch.allclose(scaled.update, 10 * base.update, atol=1e-6)
+    assert torch.allclose(scaled.train_loss, 10 * base.train_loss)
+
+
+def test_client_update_is_pure():
+    _, flat, x, y = setup()
+    w0 = flat.initial_vector()
+    copy = w0.clone()
+    trainer = LocalTrainer(flat, LocalHParams(epochs=1, batch_size=4, lr=0.1))
+    a = trainer.train(w0, x, y, torch.Generator().manual_seed(3))
+    b = trainer.train(w0, x, y, torch.Generator().manual_seed(3))
+    assert torch.equal(w0, copy)  # the input weights are not modified
+    assert torch.equal(a.update, b.update)
+
+
+def test_evaluate_samples_in_eval_mode():
+    module, flat, x, y = setup("cnn_fmnist", (1, 28, 28), 10, n=7)
+    w = flat.initial_vector()
+    loss, correct = evaluate_samples(flat, w, x, y, chunk=3)
+    module.eval()
+    out = module(x)
+    assert torch.allclose(loss, F.nll_loss(out, y, reduction="none"), atol=1e-6)  # no dropout
+    assert torch.equal(correct, (out.argmax(1) == y).float())

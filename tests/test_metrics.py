@@ -1,0 +1,33 @@
+import numpy as np
+import torch
+
+from fedmgda.metrics import accuracy_stats, improved_fraction, per_owner_mean, sum_of_batch_means
+
+
+def test_accuracy_stats_follow_the_papers_plotting_code():
+    rng = np.random.default_rng(0)
+    acc = rng.integers(0, 51, size=100) / 50
+    sizes = rng.integers(10, 60, size=100)
+    stats = accuracy_stats(acc, sizes)
+    assert stats["mean_acc"] == acc.mean()
+    assert stats["std_acc"] == np.std(acc, ddof=0)
+    s = np.sort(acc)  # linear interpolation at index 4.95 and 94.05
+    assert np.isclose(stats["worst5_acc"], s[4] + 0.95 * (s[5] - s[4]))
+    assert np.isclose(stats["best5_acc"], s[94] + 0.05 * (s[95] - s[94]))
+    assert np.isclose(stats["weighted_acc"], (acc * sizes).sum() / sizes.sum())
+
+
+def test_improved_fraction_counts_ties_as_improved():
+    before = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    after = torch.tensor([0.5, 2.0, 3.5, 4.0])
+    assert improved_fraction(before, after) == 0.75
+    assert improved_fraction(before, after, higher_is_better=True) == 0.75
+
+
+def test_per_owner_mean_and_sum_of_batch_means():
+    values = torch.tensor([1.0, 2.0, 3.0, 10.0])
+    assert torch.allclose(per_owner_mean(values, torch.tensor([0, 0, 1, 1]), 3), torch.tensor([1.5, 6.5, 0.0], dtype=torch.float64))
+    losses = torch.arange(25, dtype=torch.float32)
+    # batches of 10: means 4.5, 14.5 and a partial batch (20..24) with mean 22
+    assert sum_of_batch_means(losses, 10).item() == 4.5 + 14.5 + 22
+    assert sum_of_batch_means(losses, None).item() == losses.mean().item()

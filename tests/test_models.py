@@ -1,0 +1,53 @@
+import pytest
+import torch
+from torch import nn
+
+from fedmgda.models import ShakespeareLSTM, build_model, count_parameters
+
+PAPER_MODELS = [
+    # name, input shape, classes, trainable parameters (None: not fixed by the paper)
+    ("cnn_cifar", (3, 32, 32), 10, 797_962),
+    ("cnn_fmnist", (1, 28, 28), 10, 21_840),
+    ("cnn_femnist", (1, 28, 28), 62, 1_206_590),
+    ("logreg", (99,), 2, 200),
+    ("lstm_shakespeare", (80,), 80, 640 + 272_384 + 526_336 + 20_560),
+    ("logreg", (60,), 10, 610),
+    ("mlp_digits", (64,), 10, None),
+]
+
+
+@pytest.mark.parametrize("name,shape,classes,expected", PAPER_MODELS)
+def test_parameter_count_and_output_shape(name, shape, classes, expected):
+    torch.manual_seed(0)
+    model = build_model(name, shape, classes)
+    if expected is not None:
+        assert count_parameters(model) == expected
+    if name == "lstm_shakespeare":
+        x = torch.randint(0, 80, (4, *shape))
+    else:
+        x = torch.randn(4, *shape)
+    out = model.eval()(x)
+    assert out.shape == (4, classes)
+    # log-probabilities: each row exponentiates to a distribution
+    assert torch.allclose(out.exp().sum(dim=1), torch.ones(4), atol=1e-5)
+
+
+def test_lstm_recurrence_matches_torch_lstm():
+    torch.manual_seed(1)
+    model = ShakespeareLSTM().eval()
+    x = torch.randint(0, 80, (3, 80))
+    reference_hidden, _ = model.lstm(model.embed(x))
+    reference = torch.log_softmax(model.fc(reference_hidden[:, -1]), dim=1)
+    assert torch.allclose(model(x), reference, atol=1e-5)
+
+
+def test_unknown_model_is_one_clear_error():
+    with pytest.raises(ValueError, match="unknown model 'resnet'"):
+        build_model("resnet", (3, 32, 32), 10)
+
+
+def test_models_have_no_buffers():
+    """The simulator keeps a model as its flat parameter vector: buffers would be lost."""
+    for name, shape, classes, _ in PAPER_MODELS:
+        model: nn.Module = build_model(name, shape, classes)
+        assert list(model.buffers()) == []

@@ -1,0 +1,149 @@
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import make_toy_federated, toy_config
+
+from fedmgda.config import ConfigError
+from fedmgda.simulator import CHECKPOINT, Simulation, run
+
+
+def simulate(**overrides):
+    return run(toy_config(**overrides), data=make_toy_federated(), model_name="logreg")
+
+
+def test_same_config_and_seed_give_identical_metrics():
+    a = simulate(algorithm="fedmgda_plus", hparams={"eta": 1.0, "decay": 0.1})
+    b = simulate(algorithm="fedmgda_plus", hparams={"eta": 1.0, "decay": 0.1})
+    pd.testing.assert_frame_equal(a.metrics, b.metrics)
+    pd.testing.assert_frame_equal(a.per_user, b.per_user)
+    assert torch.equal(a.final_weights, b.final_weights)
+    c = simulate(algorithm="fedmgda_plus", hparams={"eta": 1.0, "decay": 0.1}, seed=4)
+    assert not torch.equal(a.final_weights, c.final_weights)
+
+
+def test_every_algorithm_sees_the_same_participants_and_initial_model():
+    sims = [Simulation(toy_config(algorithm=name), data=make_toy_federated(), model_name="logreg") for name in ("fedavg", "qfedavg", "mgda_prox")]
+    for t in range(5):
+        assert sims[0].participants(t) == sims[1].participants(t) == sims[2].participants(t)
+    assert torch.equal(sims[0].model.initial_vector(), sims[2].model.initial_vector())
+    assert len(sims[0].participants(0)) == 4  # floor(0.5 * 8)
+    assert sims[0].participants(0) != sims[0].participants(1) or sims[0].participants(1) != sims[0].participants(2)
+
+
+def test_participants_per_round_is_floor_p_m():
+    data = make_toy_federated(num_users=30)
+    for p, expected in [(0.1, 3), (0.2, 6), (0.29, 8), (1.0, 30), (0.01, 1)]:
+        sim = Simulation(toy_config(participation=p), data=data, model_name="logreg")
+        users = sim.participants(0)
+        assert len(users) == expected and len(set(users)) == expected
+    assert len(Simulation(toy_config(clients_per_round=5), data=data, model_name="logreg").participants(0)) == 5
+
+
+def test_fedmgda_plus_with_epsilon_zero_equals_fedavg_n_step_for_step():
+    hp = {"eta": 1.5, "decay": 0.1}
+    plus = simulate(algorithm="fedmgda_plus", hparams={**hp, "epsilon": 0.0}, rounds=8)
+    avg_n = simulate(algorithm="fedavg_n", hparams=hp, rounds=8)
+    pd.testing.assert_frame_equal(plus.metrics, avg_n.metrics)
+    assert torch.equal(plus.final_weights, avg_n.final_weights)
+
+
+def test_common_descent_keeps_participants_improved(capsys):
+    """Full-batch clients, one local step, decaying global step: FedMGDA+ (epsilon = 1) moves along
+    a common descent direction, so (almost) every participant's loss decreases each round (§5)."""
+    data = make_toy_federated(num_users=10, n_train=30, seed=1)
+    common = dict(rounds=300, participation=0.5, batch_size="full", local_lr=0.5, momentum=0.0,
+                  eval_every=50, per_user_every=100)
+    mgda = run(toy_config(algorithm="fedmgda_plus", hparams={"eta": 0.5, "decay": 0.05}, **common), data=data, model_name="logreg")
+    fedavg = run(toy_config(algorithm="fedavg", **common), data=data, model_name="logreg")
+    second_half = slice(150, 300)
+    rate_mgda = mgda.metrics["improved_loss"].iloc[second_half].mean()
+    rate_fedavg = fedavg.metrics["improved_loss"].iloc[second_half].mean()
+    with capsys.disabled():
+        print(f"\n  improved participants over rounds 151-300: FedMGDA+ {100 * rate_mgda:.1f} %, FedAvg {100 * rate_fedavg:.1f} %")
+    assert rate_mgda >= 0.95
+    assert rate_mgda > rate_fedavg
+
+
+def test_outputs_and_protocol_round(tmp_path):
+    result = run(toy_config(algorithm="fedavg", rounds=20, per_user_every=10, eval_every=5), tmp_path, data=make_toy_federated(), model_name="logreg")
+    metrics = pd.read_csv(tmp_path / "metrics.csv")
+    assert list(metrics["round"]) == list(range(1, 21))
+    for column in ("eta", "train_loss", "improved_loss", "improved_acc", "mean_acc", "std_acc", "worst5_acc", "best5_acc", "weighted_acc", "test_acc_pooled"):
+        assert column in metrics
+    assert metrics["mean_acc"].notna().sum() == 5  # rounds 1, 6, 11, 16 and the last
+    per_user = pd.read_csv(tmp_path / "per_user.csv")
+    assert sorted(per_user["round"].unique()) == [1, 11, 20]
+    assert len(per_user) == 3 * 8
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["rounds_completed"] == 20
+    assert summary["protocol"]["round"] == 11  # t = T - 10: the last vector the code stored
+    last = per_user[per_user["round"] == 20]
+    assert summary["final"]["mean_acc"] == pytest.approx(last["accuracy"].mean())
+    assert summary["config"]["algorithm"] == "fedavg"
+    assert result.summary == summary | {"runtime_s": result.summary["runtime_s"]}
+
+
+def test_divergence_is_recorded_not_raised(tmp_path):
+    result = run(toy_config(algorithm="fedavg_n", hparams={"eta": 1e38}, rounds=10), tmp_path, data=make_toy_federated(), model_name="logreg")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "diverged"
+    assert 1 <= summary["diverged_round"] <= 10
+    assert summary["final"] is None
+    assert len(pd.read_csv(tmp_path / "metrics.csv")) == summary["diverged_round"]
+    assert result.summary["status"] == "diverged"
+
+
+def test_resume_after_a_crash_gives_identical_results(tmp_path, monkeypatch):
+    cfg = dict(algorithm="afl", hparams={"gamma_w": 1.0, "gamma_lambda": 0.3}, rounds=12, checkpoint_every=3)
+    uninterrupted = run(toy_config(**cfg), data=make_toy_federated(), model_name="logreg")
+
+    original = Simulation._round
+
+    def crash_at_round_7(self, w, t, state):
+        if t == 7:
+            raise KeyboardInterrupt("killed")
+        return original(self, w, t, state)
+
+    monkeypatch.setattr(Simulation, "_round", crash_at_round_7)
+    with pytest.raises(KeyboardInterrupt):
+        run(toy_config(**cfg), tmp_path, data=make_toy_federated(), model_name="logreg")
+    assert (tmp_path / CHECKPOINT).exists() and not (tmp_path / "summary.json").exists()
+    monkeypatch.setattr(Simulation, "_round", original)
+
+    resumed = run(toy_config(**cfg), tmp_path, data=make_toy_federated(), model_name="logreg")
+    pd.testing.assert_frame_equal(resumed.metrics, uninterrupted.metrics)
+    assert torch.equal(resumed.final_weights, uninterrupted.final_weights)
+    assert not (tmp_path / CHECKPOINT).exists()
+
+
+def test_checkpoint_of_another_config_is_refused(tmp_path, monkeypatch):
+    original = Simulation._round
+
+    def crash(self, w, t, state):
+        if t == 4:
+            raise KeyboardInterrupt
+        return original(self, w, t, state)
+
+    monkeypatch.setattr(Simulation, "_round", crash)
+    with pytest.raises(KeyboardInterrupt):
+        run(toy_config(rounds=8, checkpoint_every=2), tmp_path, data=make_toy_federated(), model_name="logreg")
+    monkeypatch.setattr(Simulation, "_round", original)
+    with pytest.raises(ConfigError, match="different run config"):
+        run(toy_config(rounds=8, checkpoint_every=2, seed=9), tmp_path, data=make_toy_federated(), model_name="logreg")
+
+
+def test_afl_final_model_is_the_average_iterate():
+    result = simulate(algorithm="afl", participation=1.0)
+    assert result.summary["final_model"] == "average of all iterates"
+    last = simulate(algorithm="fedavg")
+    assert last.summary["final_model"] == "last iterate"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+def test_runs_on_cuda():
+    result = simulate(algorithm="fedmgda_plus", device="cuda")
+    assert result.final_weights.is_cuda
+    assert np.isfinite(result.summary["final"]["mean_acc"])
