@@ -126,8 +126,8 @@ class Aggregator(ABC):
     def state_dict(self) -> dict[str, Any]:
         return {}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027 (stateless by default)
+        """Restore what ``state_dict`` returned (from a checkpoint)."""
 
 
 def normalise_rows(updates: torch.Tensor) -> torch.Tensor:

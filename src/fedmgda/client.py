@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call, grad_and_value
+from torch.func import functional_call, grad_and_value, vmap
 
 
 class FlatModel:
@@ -72,13 +72,17 @@ class ClientResult:
 class LocalTrainer:
     """Runs the shared client update for one model and one set of local hyper-parameters."""
 
-    def __init__(self, model: FlatModel, hparams: LocalHParams):
+    def __init__(self, model: FlatModel, hparams: LocalHParams, dropout: bool = True):
         self.model = model
         self.hparams = hparams
+        self.dropout = dropout  # False: train in eval mode (tests comparing the two paths exactly)
         self._grad_and_loss = grad_and_value(self._objective)
+        self._batched_step = vmap(self._masked_step, in_dims=(0, 0, 0, 0, 0, 0, 0, 0, None), randomness="different")
 
-    def _objective(self, w, w_start, x, y, scale):
-        loss = scale * F.nll_loss(self.model(w, x), y)
+    def _objective(self, w, w_start, x, y, scale, mask=None):
+        nll = F.nll_loss(self.model(w, x), y, reduction="none")
+        data_loss = nll.mean() if mask is None else (nll * mask).sum() / mask.sum().clamp(min=1)
+        loss = scale * data_loss
         if self.hparams.mu:
             loss = loss + self.hparams.mu * ((w - w_start) ** 2).sum()
         return loss
@@ -99,7 +103,7 @@ class LocalTrainer:
 
     def train(self, w_start: torch.Tensor, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator, scale: float = 1.0) -> ClientResult:
         """The client update: local SGD from ``w_start`` on (x, y); returns u and the mean loss."""
-        self.model.module.train()
+        self.model.module.train(self.dropout)
         w, buf = w_start, None
         losses = []
         for position in self.batch_order(len(y), generator):
@@ -107,6 +111,53 @@ class LocalTrainer:
             w, buf, loss = self.step(w, buf, w_start, x[position], y[position], scale, first=buf is None)
             losses.append(loss)
         return ClientResult(update=(w - w_start).detach(), train_loss=torch.stack(losses).mean().detach())
+
+
+    # ------------------------------------------------------------------ batched over clients
+    def _masked_step(self, w, buf, w_start, x, y, mask, scale, active, first: bool):
+        """``step`` on a padded minibatch; a client with no batch left (active = 0) keeps its state."""
+        grad, loss = self._grad_and_loss(w, w_start, x, y, scale, mask)
+        new_buf = grad if first else self.hparams.momentum * buf + grad
+        new_w = w - self.hparams.lr * new_buf
+        return torch.where(active > 0, new_w, w), torch.where(active > 0, new_buf, buf), loss * active
+
+    def train_batched(self, w_start: torch.Tensor, data_x: torch.Tensor, data_y: torch.Tensor, client_idx: list[torch.Tensor], generators: list[torch.Generator], scales: torch.Tensor) -> list[ClientResult]:
+        """The client update of several clients at once: their weights stacked, one vmap-ed
+        forward/backward per local step. Clients with fewer or smaller minibatches are padded and
+        masked, so each client follows exactly the trajectory of ``train`` (the minibatch orders
+        come from the same generators); only dropout masks differ (drawn per client by vmap).
+
+        data_x, data_y: the pooled samples; client_idx[i]: client i's sample indices into them.
+        """
+        self.model.module.train(self.dropout)
+        device = data_x.device
+        orders = [self.batch_order(len(idx), g) for idx, g in zip(client_idx, generators)]
+        steps = max(len(o) for o in orders)
+        width = max(len(b) for o in orders for b in o)
+        n = len(client_idx)
+        # positions[i, s, :] = sample indices of client i's s-th minibatch, padded with its first sample
+        positions = torch.zeros(n, steps, width, dtype=torch.long)
+        mask = torch.zeros(n, steps, width)
+        for i, (idx, order) in enumerate(zip(client_idx, orders)):
+            idx = idx.cpu()
+            for s, batch in enumerate(order):
+                positions[i, s, : len(batch)] = idx[batch]
+                positions[i, s, len(batch) :] = idx[batch[0]]
+                mask[i, s, : len(batch)] = 1.0
+        active = (mask.sum(dim=2) > 0).float().to(device)
+        positions, mask = positions.to(device), mask.to(device)
+        w = w_start.unsqueeze(0).expand(n, -1).contiguous()
+        starts = w.clone()
+        buf = torch.zeros_like(w)
+        scales = scales.to(device=device, dtype=w.dtype)
+        loss_sum = torch.zeros(n, device=device, dtype=w.dtype)
+        for s in range(steps):
+            pos = positions[:, s]
+            w, buf, loss = self._batched_step(w, buf, starts, data_x[pos], data_y[pos], mask[:, s], scales, active[:, s], s == 0)
+            loss_sum = loss_sum + loss
+        updates = (w - starts).detach()
+        mean_loss = (loss_sum / active.sum(dim=1)).detach()
+        return [ClientResult(update=updates[i], train_loss=mean_loss[i]) for i in range(n)]
 
 
 @torch.no_grad()

@@ -131,7 +131,7 @@ class LogisticRegression(nn.Module):
         self.linear = nn.Linear(in_features, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.log_softmax(self.linear(x.flatten(1).float()), dim=1)
+        return F.log_softmax(self.linear(x.flatten(1).to(self.linear.weight.dtype)), dim=1)
 
 
 class DigitsMLP(nn.Module):

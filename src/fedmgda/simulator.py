@@ -26,7 +26,13 @@ from fedmgda.attacks import force_attacker, loss_bias, loss_scale
 from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, evaluate_samples
 from fedmgda.config import ConfigError, RunConfig
 from fedmgda.data.base import FederatedDataset
-from fedmgda.metrics import STAT_KEYS, accuracy_stats, improved_fraction, per_owner_mean, sum_of_batch_means
+from fedmgda.metrics import (
+    STAT_KEYS,
+    accuracy_stats,
+    improved_fraction,
+    per_owner_mean,
+    sum_of_batch_means,
+)
 from fedmgda.models import build_model
 
 CHECKPOINT = "checkpoint.pt"
@@ -123,29 +129,37 @@ class Simulation:
 
     def train_clients(self, w: torch.Tensor, t: int, users: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """Every participant's update (rows) and reported mean local training loss."""
-        updates, losses = [], []
-        for user in users:
-            seed = derived_seed(self.cfg.seed, t, user)
-            torch.manual_seed(seed)  # dropout masks
-            x, y = self.client_train_data(user)
-            result = self.trainer.train(w, x, y, torch.Generator().manual_seed(seed), loss_scale(self.cfg.attack, user))
-            updates.append(result.update)
-            losses.append(result.train_loss)
-        return torch.stack(updates), torch.stack(losses)
+        seeds = [derived_seed(self.cfg.seed, t, user) for user in users]
+        scales = [loss_scale(self.cfg.attack, user) for user in users]
+        if self.cfg.batched:
+            torch.manual_seed(derived_seed(self.cfg.seed, t))  # dropout masks, drawn per client by vmap
+            generators = [torch.Generator().manual_seed(seed) for seed in seeds]
+            idx = [self.data.train_idx[user] for user in users]
+            results = self.trainer.train_batched(w, self.data.x, self.data.y, idx, generators, torch.tensor(scales))
+        else:
+            results = []
+            for user, seed, scale in zip(users, seeds, scales):
+                torch.manual_seed(seed)  # dropout masks
+                x, y = self.client_train_data(user)
+                results.append(self.trainer.train(w, x, y, torch.Generator().manual_seed(seed), scale))
+        return torch.stack([r.update for r in results]), torch.stack([r.train_loss for r in results])
 
     def participant_losses(self, w: torch.Tensor, users: list[int]) -> dict[str, torch.Tensor]:
-        """Loss and accuracy of ``w`` on each participant's train split (eval mode).
+        """Loss and accuracy of ``w`` on each participant's train split (eval mode), evaluated
+        in one pass over the participants' pooled samples.
 
         ``loss``: mean per-sample loss; ``total``: q-FedAvg's F_i (sum of minibatch means, or that
         divided by the number of train samples with qffl_loss = batch_sum_per_sample)."""
+        idx = [self.data.train_idx[user] for user in users]
+        pooled = torch.cat(idx)
+        per_sample, correct = evaluate_samples(self.model, w, self.data.x[pooled], self.data.y[pooled])
+        sizes = [len(i) for i in idx]
         loss, acc, total = [], [], []
-        for user in users:
-            x, y = self.client_train_data(user)
-            per_sample, correct = evaluate_samples(self.model, w, x, y)
-            loss.append(per_sample.mean())
-            acc.append(correct.mean())
-            f = sum_of_batch_means(per_sample, self.local.batch_size)
-            total.append(f / len(y) if self.cfg.qffl_loss == "batch_sum_per_sample" else f)
+        for user_losses, user_correct in zip(per_sample.split(sizes), correct.split(sizes)):
+            loss.append(user_losses.mean())
+            acc.append(user_correct.mean())
+            f = sum_of_batch_means(user_losses, self.local.batch_size)
+            total.append(f / len(user_losses) if self.cfg.qffl_loss == "batch_sum_per_sample" else f)
         return {"loss": torch.stack(loss), "acc": torch.stack(acc), "total": torch.stack(total)}
 
     # ------------------------------------------------------------------ evaluation

@@ -1,0 +1,200 @@
+"""The dataset registry: one entry per dataset (loader, model, partitions, options, raw files),
+and the two entry points that everything else uses, ``make_partition`` and ``load_federated``.
+
+Adding a dataset = one module with ``RAW_FILES`` and ``load(raw_dir, options) -> RawData``, plus
+one ``DatasetSpec`` below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from fedmgda.data import adult, cifar10, digits, femnist, fmnist, shakespeare, synthetic
+from fedmgda.data.base import FederatedDataset
+from fedmgda.data.download import DataError, RawFile, ensure_files
+from fedmgda.data.partition import (
+    Partition,
+    RawData,
+    build_partition,
+    check_partition,
+    load_partition,
+    save_partition,
+)
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """Everything the rest of the package needs to know about one dataset.
+
+    options:      allowed dataset options and their defaults (partition settings included).
+    option_values: for options with a closed set of values, the allowed values.
+    seeded_partitions: partitions whose result depends on the run seed (others are fixed).
+    load:         ``load(raw_dir, options) -> RawData`` reading (or generating) the samples.
+    """
+
+    name: str
+    model: str
+    num_classes: int
+    input_shape: tuple[int, ...]
+    default_partition: str
+    partitions: tuple[str, ...]
+    raw_files: tuple[RawFile, ...]
+    options: Mapping[str, Any]
+    load: Callable[[Path, dict[str, Any]], RawData]
+    global_tests: tuple[str, ...] = ()
+    option_values: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    seeded_partitions: tuple[str, ...] = ("shards", "iid")
+    description: str = ""
+
+
+def _spec(**kw) -> DatasetSpec:
+    kw["options"] = MappingProxyType(dict(kw["options"]))
+    kw["option_values"] = MappingProxyType(dict(kw.get("option_values", {})))
+    return DatasetSpec(**kw)
+
+
+_SORT = {"sort": ("stable", "quicksort")}
+
+DATASETS: dict[str, DatasetSpec] = {
+    "cifar10": _spec(
+        name="cifar10", model="cnn_cifar", num_classes=10, input_shape=(3, 32, 32),
+        default_partition="shards", partitions=("shards", "iid"), raw_files=cifar10.RAW_FILES,
+        options={"num_users": 100, "num_shards": 500, "shard_size": 100, "sort": "stable"},
+        option_values=_SORT, load=cifar10.load, global_tests=("test",),
+        description="CIFAR-10, 100 users, 500 label-sorted shards of 100, 5 per user"),
+    "fmnist": _spec(
+        name="fmnist", model="cnn_fmnist", num_classes=10, input_shape=(1, 28, 28),
+        default_partition="shards", partitions=("shards", "iid"), raw_files=fmnist.RAW_FILES,
+        options={"num_users": 100, "shard_setting": "code", "sort": "stable"},
+        option_values={**_SORT, "shard_setting": ("code", "paper")}, load=fmnist.load,
+        global_tests=("test",),
+        description="Fashion-MNIST, 100 users; code: 300 shards of 200, 3 per user; "
+                    "paper text: 500 shards of 120, 5 per user"),
+    "femnist": _spec(
+        name="femnist", model="cnn_femnist", num_classes=62, input_shape=(1, 28, 28),
+        default_partition="natural", partitions=("natural",), raw_files=femnist.RAW_FILES,
+        options={"split": "source", "max_users": 0, "shuffle": False},
+        option_values={"split": ("source", "80_10_10"), "shuffle": (False, True)},
+        load=femnist.load, seeded_partitions=(),
+        description="TFF federated EMNIST-62, one user per writer (3 400)"),
+    "shakespeare": _spec(
+        name="shakespeare", model="lstm_shakespeare", num_classes=80, input_shape=(80,),
+        default_partition="natural", partitions=("natural",), raw_files=shakespeare.RAW_FILES,
+        options={"split": "source", "shuffle": False},
+        option_values={"split": ("source", "80_10_10"), "shuffle": (False, True)},
+        load=shakespeare.load, seeded_partitions=(),
+        description="LEAF Shakespeare, 31 roles (q-FFL subsample), next-character prediction"),
+    "adult": _spec(
+        name="adult", model="logreg", num_classes=2, input_shape=(99,),
+        default_partition="domain", partitions=("domain", "iid"), raw_files=adult.RAW_FILES,
+        options={"shift_by_one": False, "num_users": 2},
+        option_values={"shift_by_one": (False, True)}, load=adult.load,
+        global_tests=("uniform", "phd", "non_phd"),
+        description="UCI Adult, 99 binary features; client 0 = PhD, client 1 = non-PhD"),
+    "synthetic": _spec(
+        name="synthetic", model="logreg", num_classes=10, input_shape=(60,),
+        default_partition="natural", partitions=("natural",), raw_files=(),
+        options={"alpha": 1.0, "beta": 1.0, "num_users": 30, "data_seed": 0, "max_samples": 500,
+                 "split": "80_10_10", "shuffle": False},
+        option_values={"split": ("80_10_10",), "shuffle": (False, True)},
+        load=synthetic.load, seeded_partitions=(),
+        description="q-FFL Synthetic(alpha, beta), one user per generated device"),
+    "digits": _spec(
+        name="digits", model="mlp_digits", num_classes=10, input_shape=(64,),
+        default_partition="shards", partitions=("shards", "iid"), raw_files=(),
+        options={"num_users": 20, "shards_per_user": 2, "sort": "stable"},
+        option_values=_SORT, load=digits.load,
+        description="scikit-learn digits (1 797 8x8 images), 20 users x 2 label-sorted shards"),
+}
+
+
+def get_spec(name: str) -> DatasetSpec:
+    try:
+        return DATASETS[name]
+    except KeyError:
+        raise DataError(f"unknown dataset {name!r}; valid: {sorted(DATASETS)}") from None
+
+
+def resolve_options(spec: DatasetSpec, options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The spec's defaults updated with ``options``; unknown names / values -> DataError."""
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(spec.options))
+    if unknown:
+        raise DataError(f"{spec.name}: unknown option(s) {unknown}; valid: "
+                        f"{ {k: v for k, v in spec.options.items()} }")
+    out = {**spec.options, **options}
+    for key, allowed in spec.option_values.items():
+        if out[key] not in allowed:
+            raise DataError(f"{spec.name}: option {key}={out[key]!r} not in {list(allowed)}")
+    return out
+
+
+def resolve_partition(spec: DatasetSpec, partition: str | None) -> str:
+    scheme = partition or spec.default_partition
+    if scheme not in spec.partitions:
+        raise DataError(f"{spec.name}: unknown partition {scheme!r}; valid: {list(spec.partitions)}")
+    return scheme
+
+
+def load_raw(name: str, raw_dir: str | Path, options: Mapping[str, Any] | None = None,
+             allow_download: bool = False) -> RawData:
+    """Check the raw files (downloading only if allowed) and load the pooled samples."""
+    spec = get_spec(name)
+    opts = resolve_options(spec, options)
+    raw_dir = Path(raw_dir)
+    if spec.raw_files:
+        ensure_files(spec.raw_files, raw_dir, allow_download)
+    return spec.load(raw_dir, opts)
+
+
+def effective_seed(spec: DatasetSpec, scheme: str, seed: int, opts: Mapping[str, Any]) -> int:
+    """``seed`` where the partition depends on it, else 0 (so such partitions match any seed)."""
+    return int(seed) if scheme in spec.seeded_partitions or opts.get("shuffle") else 0
+
+
+def _partition_of(raw: RawData, spec: DatasetSpec, scheme: str, seed: int,
+                  opts: dict[str, Any]) -> Partition:
+    return build_partition(raw, scheme, effective_seed(spec, scheme, seed, opts), opts)
+
+
+def make_partition(name: str, raw_dir: str | Path, partition: str | None, seed: int,
+                   options: Mapping[str, Any] | None = None,
+                   allow_download: bool = False) -> Partition:
+    """Build the seeded partition (user -> train/val/test indices) of dataset ``name``."""
+    spec = get_spec(name)
+    scheme = resolve_partition(spec, partition)
+    opts = resolve_options(spec, options)
+    raw = load_raw(name, raw_dir, opts, allow_download)
+    return _partition_of(raw, spec, scheme, seed, opts)
+
+
+def load_federated(name: str, raw_dir: str | Path, partition: str | None = None, seed: int = 1,
+                   options: Mapping[str, Any] | None = None,
+                   partition_file: str | Path | None = None,
+                   allow_download: bool = False) -> FederatedDataset:
+    """Load dataset ``name`` split across users.
+
+    The partition is read from ``partition_file`` when that file exists (and checked against the
+    requested dataset / scheme / seed / options and the raw data's fingerprint: a mismatch is a
+    DataError), else built and, when ``partition_file`` is given, saved there.
+    """
+    spec = get_spec(name)
+    scheme = resolve_partition(spec, partition)
+    opts = resolve_options(spec, options)
+    raw = load_raw(name, raw_dir, opts, allow_download)
+    if partition_file is not None and Path(partition_file).is_file():
+        part = load_partition(partition_file)
+        check_partition(part, partition_file, name, scheme, effective_seed(spec, scheme, seed, opts),
+                        opts, raw.fingerprint())
+    else:
+        part = _partition_of(raw, spec, scheme, seed, opts)
+        if partition_file is not None:
+            save_partition(part, partition_file)
+    return FederatedDataset(
+        name=name, x=raw.x, y=raw.y, train_idx=list(part.train), test_idx=list(part.test),
+        num_classes=spec.num_classes, global_test=dict(raw.global_test),
+    )

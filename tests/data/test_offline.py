@@ -1,0 +1,101 @@
+"""The two offline datasets (Synthetic(α, β), scikit-learn digits) and the registry."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fedmgda.data import DATASETS, DataError, DatasetSpec, load_federated, make_partition
+
+
+def _label_hist(fd, u, k):
+    idx = torch.cat([fd.train_idx[u], fd.test_idx[u]])
+    return np.bincount(fd.y[idx].numpy(), minlength=k) / len(idx)
+
+
+def test_synthetic_is_deterministic_given_data_seed_and_independent_of_run_seed(tmp_path):
+    a = load_federated("synthetic", tmp_path, seed=1)
+    b = load_federated("synthetic", tmp_path, seed=9)
+    c = load_federated("synthetic", tmp_path, options={"data_seed": 1})
+    assert torch.equal(a.x, b.x) and torch.equal(a.y, b.y)
+    assert all(torch.equal(x, y) for x, y in zip(a.test_idx, b.test_idx, strict=True))
+    assert not torch.equal(a.y[:50], c.y[:50]) or a.x.shape != c.x.shape
+
+
+def test_synthetic_sizes_and_heterogeneity(tmp_path):
+    fd = load_federated("synthetic", tmp_path)
+    part = make_partition("synthetic", tmp_path, None, 1)
+    sizes = [len(part.user_indices(u)) for u in range(part.num_users)]
+    assert sum(sizes) == len(fd.y)
+    assert fd.num_users == 30 and fd.x.shape[1] == 60 and fd.x.dtype == torch.float32
+    assert min(sizes) >= 50 and max(sizes) <= 500 and len(set(sizes)) > 5  # power-law sizes
+    hists = np.stack([_label_hist(fd, u, 10) for u in range(fd.num_users)])
+    # users' label distributions differ: mean total-variation distance to the pooled one
+    pooled = np.bincount(fd.y.numpy(), minlength=10) / len(fd.y)
+    assert np.mean(0.5 * np.abs(hists - pooled).sum(1)) > 0.3
+    assert max(int(y) for y in fd.y) < 10
+
+
+def test_synthetic_matches_the_q_ffl_generator_shape_options(tmp_path):
+    fd = load_federated("synthetic", tmp_path, options={"num_users": 5, "alpha": 0.0,
+                                                        "beta": 0.0, "max_samples": 80})
+    assert fd.num_users == 5 and len(fd.y) <= 5 * 80
+    assert all(int(0.8 * 50) <= t <= int(0.8 * 80) for t in fd.train_sizes())
+
+
+def test_digits_shards_are_non_iid_and_iid_is_not(tmp_path):
+    shards = load_federated("digits", tmp_path, seed=1)
+    iid = load_federated("digits", tmp_path, partition="iid", seed=1)
+    assert shards.x.shape == (1797, 64) and float(shards.x.max()) <= 1.0
+    assert shards.num_users == 20 and shards.train_sizes() == [70] * 20
+    classes = [len(torch.unique(shards.y[torch.cat([t, s])]))
+               for t, s in zip(shards.train_idx, shards.test_idx, strict=True)]
+    assert max(classes) <= 4 and np.mean(classes) < 3.5
+    iid_classes = [len(torch.unique(iid.y[t])) for t in iid.train_idx]
+    assert min(iid_classes) >= 8
+    assert all(len(torch.unique(shards.y[s])) == 1 for s in shards.test_idx)
+
+
+def test_digits_partition_depends_on_the_seed(tmp_path):
+    a = make_partition("digits", tmp_path, None, 1)
+    b = make_partition("digits", tmp_path, None, 1)
+    c = make_partition("digits", tmp_path, None, 2)
+    assert all(np.array_equal(x, y) for x, y in zip(a.train, b.train, strict=True))
+    assert not all(np.array_equal(x, y) for x, y in zip(a.train, c.train, strict=True))
+
+
+def test_registry_entries_are_complete():
+    models = {"cifar10": "cnn_cifar", "fmnist": "cnn_fmnist", "femnist": "cnn_femnist",
+              "shakespeare": "lstm_shakespeare", "adult": "logreg", "synthetic": "logreg",
+              "digits": "mlp_digits"}
+    assert {k: s.model for k, s in DATASETS.items()} == models
+    for name, spec in DATASETS.items():
+        assert isinstance(spec, DatasetSpec) and spec.name == name
+        assert spec.default_partition in spec.partitions
+        assert bool(spec.raw_files) == (name not in ("synthetic", "digits"))
+    assert DATASETS["adult"].input_shape == (99,) and DATASETS["digits"].input_shape == (64,)
+    assert DATASETS["shakespeare"].input_shape == (80,)
+
+
+@pytest.mark.parametrize("name", ["synthetic", "digits"])
+def test_offline_input_shape_matches_the_registry(tmp_path, name):
+    fd = load_federated(name, tmp_path)
+    assert tuple(fd.x.shape[1:]) == DATASETS[name].input_shape
+    assert fd.num_classes == DATASETS[name].num_classes
+
+
+def test_unknown_names_list_the_valid_ones(tmp_path):
+    with pytest.raises(DataError, match="cifar10"):
+        load_federated("mnist", tmp_path)
+    with pytest.raises(DataError, match="shards"):
+        load_federated("digits", tmp_path, partition="dirichlet")
+    with pytest.raises(DataError, match="num_users"):
+        load_federated("digits", tmp_path, options={"users": 3})
+    with pytest.raises(DataError, match="quicksort"):
+        load_federated("digits", tmp_path, options={"sort": "merge"})
+
+
+def test_real_datasets_never_download_by_default(tmp_path):
+    with pytest.raises(DataError, match="cifar-10-python.tar.gz"):
+        load_federated("cifar10", tmp_path)
