@@ -1,0 +1,56 @@
+# fedmgda-repro: two commands on a fresh machine.
+#   make quick   set up, then reproduce every experiment type of the paper offline (results/quick/)
+#   make test    set up, then run the test suite
+# With a virtualenv or conda environment active, that environment is used; otherwise .venv is
+# created (with access to system site-packages, so an installed torch is reused, not re-downloaded).
+
+TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
+CORES ?= 2
+SNAKEMAKE_ARGS ?=
+PYTEST_ARGS ?=
+
+ifneq ($(VIRTUAL_ENV)$(CONDA_PREFIX),)
+PY := python
+SETUP_STAMP := .setup-stamp-env
+else
+PY := .venv/bin/python
+SETUP_STAMP := .venv/.setup-stamp
+endif
+
+.PHONY: setup quick paper test test-fast lint dry-run benchmark clean
+
+setup: $(SETUP_STAMP)
+
+$(SETUP_STAMP): pyproject.toml
+ifeq ($(VIRTUAL_ENV)$(CONDA_PREFIX),)
+	test -x .venv/bin/python || python3 -m venv --system-site-packages .venv
+endif
+	$(PY) -c "import torch, torchvision" 2>/dev/null || $(PY) -m pip install $(TORCH_SPEC)
+	$(PY) -m pip install -q -e ".[workflow,dev]"
+	touch $@
+
+quick: setup
+	$(PY) -m snakemake --cores $(CORES) --configfile config/quick.yaml $(SNAKEMAKE_ARGS)
+	@echo "quick profile done: results/quick/{tables,figures,report}"
+
+paper: setup
+	$(PY) -m snakemake --cores $(CORES) $(SNAKEMAKE_ARGS)
+
+dry-run: setup
+	$(PY) -m snakemake -n --quiet rules $(SNAKEMAKE_ARGS)
+
+test: setup
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow and not slurm" $(PYTEST_ARGS)
+
+lint: setup
+	$(PY) -m ruff check src tests
+	$(PY) -m snakemake --lint
+
+benchmark: setup
+	$(PY) benchmarks/bench_rounds.py
+
+clean:
+	rm -rf .venv .setup-stamp-env .snakemake

@@ -1,0 +1,172 @@
+"""Round-time benchmark: batched (torch.func.vmap) against sequential client training.
+
+    python benchmarks/bench_rounds.py                  # every dataset setting, this machine's device
+    python benchmarks/bench_rounds.py --device cuda --fraction 1 --rounds 3
+    python benchmarks/bench_rounds.py --only cifar10_b10_p0.1 fmnist_b10_p0.1
+
+For each setting of the paper it builds a federated dataset of random tensors with the real shapes
+and per-user sizes (no download needed), runs a few rounds of the real simulator (client updates,
+pre/post-round participant losses, aggregation with the min-norm QP), once with the sequential
+reference path and once batched, in the same process, and prints seconds per round, rounds per
+second and their ratio. ``--fraction f`` keeps only a fraction f of every client's training samples
+(so a CPU finishes in minutes) and scales the measured round time by 1/f; the table says when a
+time is extrapolated this way. The evaluation of every user's test split is timed separately.
+
+Finally the wall time of the whole paper DAG (config/config.yaml, every training run) is projected
+from the measured round times: sum over runs of T x (round time + evaluation time / eval_every).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedmgda.config import RunConfig
+from fedmgda.data import DATASETS
+from fedmgda.data.base import FederatedDataset
+from fedmgda.simulator import Simulation
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    dataset: str
+    batch_size: int | str
+    per_round: int
+    train_sizes: tuple[int, ...]  # per-user training samples
+    test_size: int  # per-user test samples
+    lr: float = 0.01
+
+
+def femnist_sizes(users: int = 100, seed: int = 0) -> tuple[int, ...]:
+    """Per-writer training sizes like FEMNIST's (mean ~209, long tail)."""
+    rng = np.random.default_rng(seed)
+    return tuple(int(s) for s in np.clip(rng.lognormal(np.log(190), 0.45, users), 20, 700))
+
+
+SETTINGS = [
+    Setting("cifar10_b10_p0.1", "cifar10", 10, 10, (400,) * 100, 50),
+    Setting("cifar10_b10_p0.2", "cifar10", 10, 20, (400,) * 100, 50),
+    Setting("cifar10_b400_p0.1", "cifar10", "full", 10, (400,) * 100, 50, lr=0.1),
+    Setting("fmnist_b10_p0.1", "fmnist", 10, 10, (480,) * 100, 60),
+    Setting("femnist_b20", "femnist", 20, 10, femnist_sizes(), 23, lr=0.1),
+    Setting("femnist_full", "femnist", "full", 10, femnist_sizes(), 23, lr=0.1),
+    Setting("shakespeare_b10", "shakespeare", 10, 31, (3000,) * 31, 750, lr=0.8),
+    Setting("adult_b10", "adult", 10, 2, (330, 25718), 3215),
+]
+
+
+def random_dataset(setting: Setting, fraction: float, seed: int = 0) -> FederatedDataset:
+    spec = DATASETS[setting.dataset]
+    g = torch.Generator().manual_seed(seed)
+    train = [max(1, math.ceil(fraction * n)) for n in setting.train_sizes]
+    total = sum(train) + setting.test_size * len(train)
+    if setting.dataset == "shakespeare":
+        x = torch.randint(0, 80, (total, *spec.input_shape), generator=g)
+    else:
+        x = torch.randn(total, *spec.input_shape, generator=g)
+    y = torch.randint(0, spec.num_classes, (total,), generator=g)
+    train_idx, test_idx, start = [], [], 0
+    for n in train:
+        train_idx.append(torch.arange(start, start + n))
+        test_idx.append(torch.arange(start + n, start + n + setting.test_size))
+        start += n + setting.test_size
+    return FederatedDataset(setting.dataset, x, y, train_idx, test_idx, spec.num_classes)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_rounds(setting: Setting, data: FederatedDataset, batched: bool, rounds: int, device: str) -> tuple[float, float]:
+    """Median seconds per round (training part) and seconds for one evaluation of every user."""
+    cfg = RunConfig(dataset=setting.dataset, algorithm="fedmgda_plus", hparams={"eta": 1.0}, batch_size=setting.batch_size,
+                    local_lr=setting.lr, clients_per_round=setting.per_round, rounds=10**6, eval_every=10**9,
+                    per_user_every=10**9, device=device, batched=batched)
+    sim = Simulation(cfg, data=data, model_name=DATASETS[setting.dataset].model)
+    from fedmgda.simulator import _State
+
+    state = _State()
+    w = sim.model.initial_vector().to(sim.device)
+    sim._round(w, 1, state)  # warm-up (allocations, first calls)
+    times = []
+    for t in range(2, 2 + rounds):
+        sync(sim.device)
+        start = time.perf_counter()
+        sim._round(w, t, state)
+        sync(sim.device)
+        times.append(time.perf_counter() - start)
+    sync(sim.device)
+    start = time.perf_counter()
+    sim.evaluate_users(w)
+    sync(sim.device)
+    return statistics.median(times), time.perf_counter() - start
+
+
+def project_paper(per_setting: dict[str, tuple[float, float]]) -> tuple[float, int, list[str]]:
+    """Projected seconds for every training run of config/config.yaml, the run count, and the
+    settings that had to be approximated by the nearest measured one."""
+    from fedmgda.experiments import expand, load_config
+
+    registry = expand(load_config("config/config.yaml"))
+    total, approximated, skipped = 0.0, set(), 0
+    for spec in registry.runs.values():
+        cfg = spec.config
+        dataset, batch = cfg["dataset"], cfg.get("batch_size", 10)
+        per_round = cfg.get("clients_per_round") or max(1, int(cfg.get("participation", 0.1) * (2 if dataset == "adult" else 31 if dataset == "shakespeare" else 100) + 1e-9))
+        candidates = [s for s in SETTINGS if s.dataset == dataset and s.name in per_setting]
+        if not candidates:
+            skipped += 1
+            continue
+        exact = [s for s in candidates if (s.batch_size == "full") == (batch in ("full", 400)) and s.per_round == per_round]
+        chosen = exact[0] if exact else min(candidates, key=lambda s: abs(s.per_round - per_round))
+        if not exact:
+            approximated.add(f"{dataset} b={batch} n={per_round} ~ {chosen.name} x {per_round}/{chosen.per_round}")
+        round_s, eval_s = per_setting[chosen.name]
+        round_s *= per_round / chosen.per_round
+        total += cfg["rounds"] * (round_s + eval_s / cfg.get("eval_every", 1))
+    if skipped:
+        approximated.add(f"{skipped} runs of datasets not measured here are left out of the total")
+    return total, len(registry.runs), sorted(approximated)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--rounds", type=int, default=2, help="timed rounds per setting and path (median)")
+    parser.add_argument("--fraction", type=float, default=None, help="fraction of each client's samples (default: 1 on CUDA, 0.1 on CPU)")
+    parser.add_argument("--only", nargs="*", help="setting names")
+    args = parser.parse_args()
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device == "auto" else args.device))
+    fraction = args.fraction or (1.0 if device.type == "cuda" else 0.1)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
+    print(f"device: {name}; torch {torch.__version__}; client samples kept: {fraction:g}" + (" (times scaled by 1/fraction)" if fraction < 1 else ""))
+    print(f"{'setting':22} {'clients':>7} {'sequential s/round':>19} {'batched s/round':>16} {'speed-up':>9} {'batched rounds/s':>17} {'eval s':>7}")
+    measured: dict[str, tuple[float, float]] = {}
+    for setting in SETTINGS:
+        if args.only and setting.name not in args.only:
+            continue
+        torch.manual_seed(0)
+        data = random_dataset(setting, fraction)
+        seq, eval_s = time_rounds(setting, data, batched=False, rounds=args.rounds, device=str(device))
+        bat, _ = time_rounds(setting, data, batched=True, rounds=args.rounds, device=str(device))
+        seq, bat = seq / fraction, bat / fraction
+        measured[setting.name] = (bat, eval_s)
+        print(f"{setting.name:22} {setting.per_round:>7} {seq:>19.3f} {bat:>16.3f} {seq / bat:>8.2f}x {1 / bat:>17.3f} {eval_s:>7.3f}")
+    if measured:
+        seconds, runs, approximated = project_paper(measured)
+        print(f"\nprojected wall time of the paper DAG ({runs} training runs, batched path, one device, runs back to back): "
+              f"{seconds / 3600:.1f} h")
+        for line in approximated:
+            print(f"  approximated: {line}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Bad input gets one clear error, before anything is built."""
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from fedmgda.config import ConfigError, RunConfig
+
+GOOD = dict(dataset="synthetic", algorithm="fedmgda_plus", hparams={"eta": 1.0, "decay": 0.1}, rounds=3)
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"algorithm": "fedsgd"}, "unknown algorithm 'fedsgd'"),
+        ({"hparams": {"epsilon": 1.5}}, "epsilon = 1.5 is out of range"),
+        ({"hparams": {"eta": -1}}, "eta = -1"),
+        ({"local_lr": -0.1}, "local_lr must be a positive number"),
+        ({"participation": 0.0}, r"participation p must be in \(0, 1\]"),
+        ({"participation": 1.5}, r"participation p must be in \(0, 1\]"),
+        ({"batch_size": 0}, "batch_size must be a positive integer or 'full'"),
+        ({"rounds": 0}, "rounds must be an integer >= 1"),
+        ({"momentum": 1.0}, r"momentum must be in \[0, 1\)"),
+        ({"attack": {"kind": "poison"}}, "unknown attack 'poison'"),
+        ({"attack": {"kind": "scaling", "value": -2}}, "scaling factor must be > 0"),
+        ({"attack": {"kind": "bias", "strength": 1}}, "unknown attack key"),
+        ({"device": "tpu"}, "device must be auto, cpu, cuda"),
+        ({"learning_rate": 0.1}, "unknown run config key"),
+    ],
+)
+def test_invalid_run_configs_are_rejected_with_one_clear_message(change, message):
+    with pytest.raises(ConfigError, match=message):
+        RunConfig.from_dict({**GOOD, **change})
+
+
+def test_a_valid_config_round_trips():
+    cfg = RunConfig.from_dict(GOOD)
+    assert RunConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def run_cli(tmp_path, text, *extra):
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    return subprocess.run([sys.executable, "-m", "fedmgda", "train", "--config", str(path), "--out", str(tmp_path / "out"), *extra],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_cli_reports_malformed_yaml_and_bad_keys_in_one_line(tmp_path):
+    bad_yaml = run_cli(tmp_path, "dataset: synthetic\nalgorithm: [fedavg\n")
+    assert bad_yaml.returncode == 2
+    assert "invalid configuration" in bad_yaml.stderr and "Traceback" not in bad_yaml.stderr
+    unknown_dataset = run_cli(tmp_path, yaml.safe_dump({**GOOD, "dataset": "imagenet"}))
+    assert unknown_dataset.returncode == 2 and "unknown dataset 'imagenet'" in unknown_dataset.stderr
+    assert not (tmp_path / "out" / "summary.json").exists()
+
+
+def test_cli_reports_missing_raw_files_with_where_to_put_them(tmp_path):
+    result = run_cli(tmp_path, yaml.safe_dump({**GOOD, "dataset": "adult", "raw_dir": str(tmp_path / "raw")}))
+    assert result.returncode == 3
+    assert "adult.data" in result.stderr and str(tmp_path / "raw" / "adult") in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_trains_and_overrides(tmp_path):
+    result = run_cli(tmp_path, yaml.safe_dump(GOOD), "--set", "rounds=2", "--set", "hparams={eta: 0.5}")
+    assert result.returncode == 0, result.stderr
+    summary = yaml.safe_load((tmp_path / "out" / "summary.json").read_text())
+    assert summary["rounds_completed"] == 2 and summary["config"]["hparams"] == {"eta": 0.5}
