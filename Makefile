@@ -15,6 +15,8 @@ SETUP_STAMP := .setup-stamp-env
 else
 PY := .venv/bin/python
 SETUP_STAMP := .venv/.setup-stamp
+# rules of the workflow call `python` / `fedmgda`: make them the venv's
+export PATH := $(abspath .venv/bin):$(PATH)
 endif
 
 .PHONY: setup quick paper test test-fast lint dry-run benchmark clean

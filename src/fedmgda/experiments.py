@@ -1,0 +1,526 @@
+"""The experiment registry: the paper as data, expanded into training runs, tables and figures.
+
+``config/config.yaml`` (the paper) and ``config/quick.yaml`` (offline) describe *settings*
+(dataset, partition, batch size, local lr, participation, rounds), *grids* (lists of algorithm
+entries with hyper-parameters), *experiments* (setting x grid x attacks x seeds), *tables* and
+*figures* (which experiments' rows they show, and how). :func:`expand` turns that into
+
+- ``runs``: one :class:`RunSpec` per distinct training run, keyed by its canonical, readable path
+  ``<setting>/<algorithm>/<hparams>/<attack>/seed<k>`` (under ``results/<profile>/runs/``). Two
+  experiments asking for the same run (e.g. Table 8's FedAvg, Figure 3 left, Figure 4 left) get
+  the same key, so Snakemake trains it once; two *different* configs mapping to one path is an
+  error.
+- ``rows``: per experiment, one :class:`Row` per (grid entry, attack) with its runs over seeds.
+- ``tables`` / ``figures``: the specs the table and figure rules receive (JSON-able dicts).
+
+Nothing here imports torch, so the Snakefile parses fast.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+ALGORITHMS = ("fedavg", "fedavg_n", "fedprox", "qfedavg", "afl", "fedmgda", "fedmgda_plus", "mgda_prox")
+DATASETS = ("cifar10", "fmnist", "femnist", "shakespeare", "adult", "synthetic", "digits")
+OFFLINE_DATASETS = ("synthetic", "digits")
+
+DISPLAY = {
+    "fedavg": "FedAvg",
+    "fedavg_n": "FedAvg-n",
+    "fedprox": "FedProx",
+    "qfedavg": "q-FedAvg",
+    "afl": "AFL",
+    "fedmgda": "FedMGDA",
+    "fedmgda_plus": "FedMGDA+",
+    "mgda_prox": "MGDA-Prox",
+}
+# label order follows the paper's tables: "η=1.5, decay=1/10", "q=0.5, L=1"
+HP_SYMBOL = {"eta": "η", "decay": "decay", "beta": "β", "epsilon": "ε", "mu": "μ", "q": "q", "L": "L",
+             "gamma_w": "γ_w", "gamma_lambda": "γ_λ", "local_lr": "lr", "momentum": "momentum"}
+
+# Hyper-parameters equal to the library's default are left out of paths and row keys, so that
+# "FedMGDA+ with epsilon 1" and "FedMGDA+" are one run. Only defaults that are part of the paper's
+# definition of the algorithm are listed (protocol.md §4.2); every other value stays explicit.
+IMPLIED_HPARAMS = {
+    "fedmgda": {"epsilon": 1.0},
+    "fedmgda_plus": {"epsilon": 1.0},
+    "mgda_prox": {"epsilon": 1.0, "mu": 0.1},
+}
+
+# RunConfig fields (src/fedmgda/config.py) and their defaults; fields that change results but
+# are not in the setting's standard name are appended to it when they differ from these.
+RUN_DEFAULTS: dict[str, Any] = {
+    "partition": None,
+    "dataset_options": {},
+    "local_epochs": 1,
+    "batch_size": 10,
+    "local_lr": 0.01,
+    "momentum": 0.5,
+    "rounds": 100,
+    "participation": 0.1,
+    "clients_per_round": None,
+    "eval_every": 1,
+    "per_user_every": 10,
+    "track_improvement": True,
+    "qffl_loss": "batch_sum",
+    "final_model": "last",
+    "batched": False,
+}
+# fields that do not change what a run computes: never part of its identity
+NON_IDENTITY_FIELDS = {"device", "checkpoint_every", "raw_dir", "partition_file"}
+RUN_FIELDS = set(RUN_DEFAULTS) | NON_IDENTITY_FIELDS | {"dataset", "algorithm", "hparams", "attack", "seed"}
+SHORT = {"local_epochs": "k", "momentum": "m", "eval_every": "ev", "per_user_every": "pu",
+         "track_improvement": "impr", "qffl_loss": "qloss", "final_model": "final", "batched": "batched"}
+
+
+class RegistryError(ValueError):
+    """An inconsistent experiment registry; the message names the experiment/entry."""
+
+
+# --------------------------------------------------------------------------- number formatting
+def to_number(value: Any) -> float:
+    """A float from a YAML value: numbers, or fraction strings such as ``"1/10"`` (paper notation)."""
+    if isinstance(value, bool):
+        raise RegistryError(f"expected a number, got {value!r}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(Fraction(value.strip()))
+        except (ValueError, ZeroDivisionError) as err:
+            raise RegistryError(f"expected a number or a fraction like 1/10, got {value!r}") from err
+    raise RegistryError(f"expected a number, got {value!r}")
+
+
+def fmt_num(x: float) -> str:
+    """Short, stable text of a number for paths and keys: 0.1 -> '0.1', 2.0 -> '2', 1/3 -> '0.333333'."""
+    return format(float(x), "g")
+
+
+def fmt_display(x: float, name: str = "") -> str:
+    """A number as the paper prints it: decay factors 1/k as fractions, others plainly."""
+    if name == "decay" and 0 < x < 1:
+        frac = Fraction(x).limit_denominator(100)
+        if frac.numerator == 1 and math.isclose(float(frac), x, rel_tol=1e-6):
+            return f"1/{frac.denominator}"
+    return fmt_num(x)
+
+
+def _fmt_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, (int, float)):
+        return fmt_num(v)
+    return str(v).replace("/", "-").replace(" ", "")
+
+
+# --------------------------------------------------------------------------- run identity
+def hparam_values(algorithm: str, hparams: dict[str, Any] | None) -> dict[str, float]:
+    """Hyper-parameters as floats, without the implied defaults (see IMPLIED_HPARAMS)."""
+    out = {}
+    implied = IMPLIED_HPARAMS.get(algorithm, {})
+    for k, v in sorted((hparams or {}).items()):
+        x = to_number(v)
+        if k in implied and math.isclose(x, implied[k]):
+            continue
+        out[k] = x
+    return out
+
+
+def hparam_dirname(hp: dict[str, float]) -> str:
+    return "_".join(f"{k}{fmt_num(v)}" for k, v in sorted(hp.items())) or "default"
+
+
+def attack_dirname(attack: dict[str, Any]) -> str:
+    kind = attack.get("kind", "none")
+    if kind == "none":
+        return "clean"
+    return f"{kind}{fmt_num(to_number(attack.get('value', 0)))}-u{int(attack.get('user', 0))}"
+
+
+def setting_dirname(cfg: dict[str, Any]) -> str:
+    """``<dataset>-<partition>_b<b>_lr<lr>_p<p>|n<clients>_T<rounds>[_<other non-default fields>]``."""
+    part = cfg.get("partition") or DEFAULT_PARTITION.get(cfg["dataset"], "default")
+    parts = [f"{cfg['dataset']}-{part}", f"b{cfg.get('batch_size', RUN_DEFAULTS['batch_size'])}",
+             f"lr{fmt_num(cfg.get('local_lr', RUN_DEFAULTS['local_lr']))}"]
+    if cfg.get("clients_per_round") is not None:
+        parts.append(f"n{cfg['clients_per_round']}")
+    else:
+        parts.append(f"p{fmt_num(cfg.get('participation', RUN_DEFAULTS['participation']))}")
+    parts.append(f"T{cfg.get('rounds', RUN_DEFAULTS['rounds'])}")
+    standard = {"dataset", "partition", "batch_size", "local_lr", "participation", "clients_per_round",
+                "rounds", "algorithm", "hparams", "attack", "seed", "dataset_options"}
+    for key in sorted(set(cfg) - standard - NON_IDENTITY_FIELDS):
+        if key in RUN_DEFAULTS and cfg[key] == RUN_DEFAULTS[key]:
+            continue
+        parts.append(f"{SHORT.get(key, key)}{_fmt_value(cfg[key])}")
+    for key, value in sorted((cfg.get("dataset_options") or {}).items()):
+        parts.append(f"{key}{_fmt_value(value)}")
+    return "_".join(parts)
+
+
+def run_key(cfg: dict[str, Any]) -> str:
+    """The run's path below ``results/<profile>/runs/``."""
+    hp = hparam_values(cfg["algorithm"], cfg.get("hparams"))
+    return "/".join([setting_dirname(cfg), cfg["algorithm"], hparam_dirname(hp),
+                     attack_dirname(cfg.get("attack") or {"kind": "none"}), f"seed{cfg['seed']}"])
+
+
+DEFAULT_PARTITION = {"cifar10": "shards", "fmnist": "shards", "femnist": "natural", "shakespeare": "natural",
+                     "adult": "domain", "synthetic": "natural", "digits": "shards"}
+SEEDED_SCHEMES = ("shards", "iid")  # other schemes (natural, domain) do not depend on the seed
+
+
+def partition_key(cfg: dict[str, Any]) -> str:
+    """Partition file stem: a partition depends on dataset, scheme, options and (maybe) the seed."""
+    options = cfg.get("dataset_options") or {}
+    opts = "_".join(f"{k}{_fmt_value(v)}" for k, v in sorted(options.items()))
+    scheme = cfg.get("partition") or DEFAULT_PARTITION.get(cfg["dataset"], "default")
+    name = f"{cfg['dataset']}-{scheme}" + (f"_{opts}" if opts else "")
+    seeded = scheme in SEEDED_SCHEMES or bool(options.get("shuffle"))
+    return f"{name}/seed{cfg['seed']}" if seeded else f"{name}/fixed"
+
+
+def row_key(algorithm: str, hparams: dict[str, Any] | None, entry_run: dict[str, Any] | None,
+            attack: dict[str, Any] | None) -> str:
+    """The row identity tables match paper rows with: ``"fedmgda_plus decay=0.1 eta=1.5"``.
+
+    Contains the algorithm, its hyper-parameters and the run fields the grid entry itself sets
+    (e.g. Table 14's local lr and momentum), sorted, then the attack (``bias=1000``).
+    """
+    items = {k: fmt_num(v) for k, v in hparam_values(algorithm, hparams).items()}
+    for k, v in (entry_run or {}).items():
+        items[k] = _fmt_value(v)
+    key = " ".join([algorithm] + [f"{k}={v}" for k, v in sorted(items.items())])
+    if attack and attack.get("kind", "none") != "none":
+        key += f" {attack['kind']}={fmt_num(to_number(attack.get('value', 0)))}"
+    return key
+
+
+def row_label(algorithm: str, hparams: dict[str, Any] | None, entry_run: dict[str, Any] | None,
+              attack: dict[str, Any] | None) -> str:
+    """Human-readable row label, paper notation: ``FedMGDA+ η=1.5, decay=1/10``."""
+    raw = dict(hparams or {})
+    bits = []
+    order = list(HP_SYMBOL)
+    for k, v in sorted(hparam_values(algorithm, hparams).items(),
+                       key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0])):
+        shown = raw[k] if isinstance(raw.get(k), str) else fmt_display(v, k)
+        bits.append(f"{HP_SYMBOL.get(k, k)}={shown}")
+    for k, v in sorted((entry_run or {}).items()):
+        bits.append(f"{HP_SYMBOL.get(k, k)}={_fmt_value(v)}")
+    label = DISPLAY.get(algorithm, algorithm) + (" " + ", ".join(bits) if bits else "")
+    if attack and attack.get("kind", "none") != "none":
+        label += f" [{attack['kind']} {fmt_num(to_number(attack.get('value', 0)))}]"
+    return label
+
+
+# --------------------------------------------------------------------------- expansion
+@dataclass
+class RunSpec:
+    key: str
+    config: dict[str, Any]  # the run config written to run.yaml (without partition_file)
+    partition: str | None  # partition key, or None when the library builds it itself
+    resources: dict[str, Any]
+    experiments: list[str] = field(default_factory=list)
+
+    @property
+    def dataset(self) -> str:
+        return self.config["dataset"]
+
+
+@dataclass
+class Row:
+    experiment: str
+    key: str
+    label: str
+    algorithm: str
+    hparams: dict[str, float]
+    attack: dict[str, Any]
+    seeds: list[int]
+    runs: list[str]  # run keys, in seed order
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"experiment": self.experiment, "key": self.key, "label": self.label,
+                "algorithm": self.algorithm, "hparams": self.hparams, "attack": self.attack,
+                "seeds": self.seeds, "runs": self.runs}
+
+
+@dataclass
+class Registry:
+    profile: str
+    runs: dict[str, RunSpec]
+    rows: dict[str, list[Row]]
+    tables: dict[str, dict[str, Any]]
+    figures: dict[str, dict[str, Any]]
+    partitions: dict[str, dict[str, Any]]
+    datasets: list[str]
+    experiments: dict[str, dict[str, Any]]
+
+    def rows_of(self, experiments: list[str], select: list[str] | None = None) -> list[Row]:
+        out = []
+        for name in experiments:
+            if name not in self.rows:
+                raise RegistryError(f"unknown experiment {name!r}; known: {', '.join(self.rows)}")
+            for row in self.rows[name]:
+                if select is None or any(fnmatch.fnmatchcase(row.key, pat) for pat in select):
+                    out.append(row)
+        return out
+
+    def runs_of(self, experiments: list[str], select: list[str] | None = None) -> list[str]:
+        seen: dict[str, None] = {}
+        for row in self.rows_of(experiments, select):
+            for r in row.runs:
+                seen[r] = None
+        return list(seen)
+
+
+def _resolve_named(value: Any, pool: dict[str, Any], what: str, owner: str) -> Any:
+    if isinstance(value, str):
+        if value not in pool:
+            raise RegistryError(f"{owner}: unknown {what} {value!r}; defined: {', '.join(pool) or 'none'}")
+        return copy.deepcopy(pool[value])
+    return copy.deepcopy(value)
+
+
+def _resources(config: dict[str, Any], dataset: str) -> dict[str, Any]:
+    res = dict((config.get("resources") or {}).get("default") or {})
+    res.update((config.get("resources") or {}).get(dataset) or {})
+    res.setdefault("gpu", 0)
+    res.setdefault("mem_mb", 2000)
+    res.setdefault("runtime", 30)
+    res.setdefault("threads", 1)
+    return res
+
+
+HPARAM_RANGES = {  # (low, high, low_open): checked before any job starts
+    "eta": (0.0, math.inf, True), "decay": (0.0, 1.0, False), "beta": (0.0, 1.0, True),
+    "epsilon": (0.0, 1.0, False), "mu": (0.0, math.inf, False), "q": (0.0, math.inf, False),
+    "L": (0.0, math.inf, True), "gamma_w": (0.0, math.inf, True), "gamma_lambda": (0.0, math.inf, False),
+}
+
+
+def check_hparams(owner: str, algorithm: str, hparams: dict[str, Any] | None) -> None:
+    if algorithm not in ALGORITHMS:
+        raise RegistryError(f"{owner}: unknown algorithm {algorithm!r}; known: {', '.join(ALGORITHMS)}")
+    for k, v in (hparams or {}).items():
+        x = to_number(v)
+        if k not in HPARAM_RANGES:
+            raise RegistryError(f"{owner}: unknown hyper-parameter {k!r} of {algorithm}")
+        low, high, low_open = HPARAM_RANGES[k]
+        if (x <= low if low_open else x < low) or x > high or math.isnan(x):
+            bracket = "(" if low_open else "["
+            raise RegistryError(f"{owner}: {algorithm} {k} = {v} is outside {bracket}{low}, {high}]")
+
+
+def _normalise_attack(attack: dict[str, Any] | None) -> dict[str, Any]:
+    attack = dict(attack or {"kind": "none"})
+    kind = attack.get("kind", "none")
+    if kind == "none":
+        return {"kind": "none"}
+    return {"kind": kind, "user": int(attack.get("user", 0)), "value": to_number(attack.get("value", 0))}
+
+
+def expand(config: dict[str, Any]) -> Registry:
+    """Expand a (schema-validated) registry config into runs, rows, tables and figures."""
+    settings = config.get("settings") or {}
+    grids = config.get("grids") or {}
+    only = config.get("only")
+    exp_over = config.get("experiment_overrides") or {}
+    unknown = sorted(set(exp_over) - set(config.get("experiments") or {}))
+    if unknown:
+        raise RegistryError(f"experiment_overrides names unknown experiment(s): {', '.join(unknown)}")
+
+    runs: dict[str, RunSpec] = {}
+    rows: dict[str, list[Row]] = {}
+    partitions: dict[str, dict[str, Any]] = {}
+    experiments: dict[str, dict[str, Any]] = {}
+    for name, exp in (config.get("experiments") or {}).items():
+        exp = copy.deepcopy(exp)
+        exp.update(copy.deepcopy(exp_over.get(name) or {}))
+        experiments[name] = exp
+        setting = _resolve_named(exp.get("setting"), settings, "setting", f"experiment {name}")
+        if not isinstance(setting, dict) or "dataset" not in setting:
+            raise RegistryError(f"experiment {name}: its setting must give at least a dataset")
+        grid = _resolve_named(exp.get("grid"), grids, "grid", f"experiment {name}")
+        if not grid:
+            raise RegistryError(f"experiment {name}: empty grid")
+        seeds = config.get("seeds") or exp.get("seeds") or [1]
+        base = dict(config.get("run_defaults") or {})
+        base.update(setting)
+        base.update(exp.get("run") or {})
+        if exp.get("rounds") is not None:
+            base["rounds"] = exp["rounds"]
+        if config.get("rounds") is not None:
+            base["rounds"] = config["rounds"]
+        base.update(config.get("run_overrides") or {})
+        exp_rows: list[Row] = []
+        for entry in grid:
+            algorithm = entry["algorithm"]
+            check_hparams(f"experiment {name}", algorithm, entry.get("hparams"))
+            entry_run = dict(entry.get("run") or {})
+            attacks = entry.get("attacks", exp.get("attacks")) or [{"kind": "none"}]
+            for attack in attacks:
+                attack = _normalise_attack(attack)
+                key = entry.get("row") or row_key(algorithm, entry.get("hparams"), entry_run, attack)
+                label = entry.get("label") or row_label(algorithm, entry.get("hparams"), entry_run, attack)
+                row_runs = []
+                for seed in seeds:
+                    cfg = dict(base)
+                    cfg.update(entry_run)
+                    cfg.update(config.get("run_overrides") or {})
+                    bad = sorted(set(cfg) - RUN_FIELDS)
+                    if bad:
+                        raise RegistryError(f"experiment {name}: unknown run field(s) {', '.join(bad)}")
+                    cfg["algorithm"] = algorithm
+                    # implied defaults dropped: "fedmgda, epsilon 1" and "fedmgda" are one run
+                    cfg["hparams"] = hparam_values(algorithm, entry.get("hparams"))
+                    cfg["attack"] = attack
+                    cfg["seed"] = int(seed)
+                    if config.get("device"):
+                        cfg["device"] = config["device"]
+                    cfg.setdefault("raw_dir", config.get("raw_dir", "resources/raw"))
+                    rk = run_key(cfg)
+                    pk = None
+                    if config.get("partition_jobs", True):
+                        pk = partition_key(cfg)
+                        partitions[pk] = {"dataset": cfg["dataset"], "partition": cfg.get("partition"),
+                                          "seed": int(seed), "options": cfg.get("dataset_options") or {},
+                                          "raw_dir": cfg["raw_dir"]}
+                    if rk in runs:
+                        if runs[rk].config != cfg:
+                            diff = sorted(k for k in set(cfg) | set(runs[rk].config)
+                                          if cfg.get(k) != runs[rk].config.get(k))
+                            raise RegistryError(
+                                f"run {rk} is requested by {runs[rk].experiments} and {name} with different "
+                                f"configs (fields {', '.join(diff)}); make the setting name them")
+                        if name not in runs[rk].experiments:
+                            runs[rk].experiments.append(name)
+                    else:
+                        runs[rk] = RunSpec(rk, cfg, pk, _resources(config, cfg["dataset"]), [name])
+                    row_runs.append(rk)
+                exp_rows.append(Row(name, key, label, algorithm,
+                                    hparam_values(algorithm, entry.get("hparams")), attack,
+                                    [int(s) for s in seeds], row_runs))
+        rows[name] = exp_rows
+
+    tables = {}
+    for name, spec in (config.get("tables") or {}).items():
+        spec = copy.deepcopy(spec)
+        spec.setdefault("experiments", [name])
+        spec["name"] = name
+        tables[name] = spec
+    figures = {}
+    for name, spec in (config.get("figures") or {}).items():
+        spec = copy.deepcopy(spec)
+        if "experiment" in spec:
+            spec["experiments"] = [spec.pop("experiment")]
+        spec["name"] = name
+        figures[name] = spec
+
+    # ``only``: keep the listed tables/figures/experiments and what they need
+    if only:
+        wanted = set(only)
+        unknown = sorted(wanted - set(tables) - set(figures) - set(rows))
+        if unknown:
+            raise RegistryError(f"only: unknown name(s) {', '.join(unknown)}")
+        tables = {k: v for k, v in tables.items() if k in wanted}
+        figures = {k: v for k, v in figures.items() if k in wanted}
+        keep_exps = {e for e in wanted if e in rows}
+        for spec in list(tables.values()) + list(figures.values()):
+            keep_exps.update(spec["experiments"])
+        rows = {k: v for k, v in rows.items() if k in keep_exps}
+        keep_runs = {r for rs in rows.values() for row in rs for r in row.runs}
+        runs = {k: v for k, v in runs.items() if k in keep_runs}
+        keep_parts = {r.partition for r in runs.values()}
+        partitions = {k: v for k, v in partitions.items() if k in keep_parts}
+
+    for kind, specs in (("table", tables), ("figure", figures)):
+        for name, spec in specs.items():
+            missing = [e for e in spec["experiments"] if e not in rows]
+            if missing:
+                raise RegistryError(f"{kind} {name}: unknown experiment(s) {', '.join(missing)}")
+            if spec.get("select") and not rows_selected(rows, spec):
+                raise RegistryError(f"{kind} {name}: select {spec['select']} matches no row")
+
+    datasets = sorted({r.dataset for r in runs.values()})
+    return Registry(str(config.get("profile", "paper")), runs, rows, tables, figures, partitions,
+                    datasets, experiments)
+
+
+def validate_runs(reg: Registry) -> None:
+    """Every run config through the library's own validation (RunConfig), before any job starts.
+
+    Skipped (silently) when the library's training modules cannot be imported here.
+    """
+    try:
+        from fedmgda.config import ConfigError, RunConfig
+    except ImportError:  # pragma: no cover
+        return
+    for key, spec in reg.runs.items():
+        try:
+            RunConfig.from_dict(dict(spec.config))
+        except ImportError:  # pragma: no cover
+            return
+        except ConfigError as err:
+            raise RegistryError(f"run {key} (experiments {', '.join(spec.experiments)}): {err}") from err
+
+
+def rows_selected(rows: dict[str, list[Row]], spec: dict[str, Any]) -> list[Row]:
+    sel = spec.get("select")
+    out = []
+    for e in spec["experiments"]:
+        for row in rows.get(e, []):
+            if sel is None or any(fnmatch.fnmatchcase(row.key, p) for p in sel):
+                out.append(row)
+    return out
+
+
+def item_spec(reg: Registry, spec: dict[str, Any]) -> dict[str, Any]:
+    """The JSON handed to a table or figure rule: its spec plus its rows (with run keys)."""
+    out = dict(spec)
+    out["rows"] = [r.to_dict() for r in rows_selected(reg.rows, spec)]
+    return out
+
+
+OVERRIDE_KEYS = ("profile", "device", "seeds", "rounds", "only", "run_overrides", "experiment_overrides",
+                 "partition_jobs", "allow_download")
+
+
+def _coerce(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _coerce(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_coerce(v) for v in value]
+    if isinstance(value, str):
+        import yaml
+
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value
+        if parsed is None or isinstance(parsed, (bool, int, float)):
+            return parsed
+    return value
+
+
+def coerce_overrides(config: dict[str, Any]) -> dict[str, Any]:
+    """Typed values for the override keys: ``snakemake --config seeds=[1]`` parses nested values
+    as strings (YAML BaseLoader), so ``['1']`` becomes ``[1]`` here. Only the override keys are
+    touched; strings such as ``"1/10"`` or ``"full"`` stay strings."""
+    for key in OVERRIDE_KEYS:
+        if key in config:
+            config[key] = _coerce(config[key])
+    return config
+
+
+def load_config(path: str) -> dict[str, Any]:
+    import yaml
+
+    with open(path) as fh:
+        return yaml.safe_load(fh)

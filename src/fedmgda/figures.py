@@ -1,0 +1,170 @@
+"""Figures 1-9: one panel per call, from the run folders the registry names.
+
+Kinds (the ``kind`` key of a figure spec in the config):
+
+- ``curves``: a ``metrics.csv`` column per round. Each seed's series is smoothed with an
+  exponentially weighted mean (pandas ``ewm(span)``, protocol §6.4), then the seeds' mean is drawn
+  with a band of ±1 std over seeds. Accuracy-like columns are shown in %. ``style_by: attack``
+  draws attacked runs dashed and clean ones solid, in the same colour per algorithm setting.
+- ``violin``: the per-user accuracies of the last stored per-user vector at round <= T-9 (the
+  table's round, summary.json ``protocol.round``), pooled over seeds (Figure 3); the legend gives
+  σ = mean over seeds of the per-user std.
+- ``bars``: summary values (``final.<stat>`` / ``protocol.<stat>`` sources as in tables) per row,
+  grouped by column, error bars = std over seeds (Figure 2 left).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from fedmgda.tables import read_summary, run_value  # noqa: E402
+
+PERCENT_PREFIXES = ("mean_acc", "std_acc", "worst5_acc", "best5_acc", "weighted_acc", "test_acc",
+                    "improved_")
+
+
+def is_percent(metric: str) -> bool:
+    return metric.startswith(PERCENT_PREFIXES)
+
+
+def _base_label(row: dict[str, Any]) -> str:
+    label = row["label"]
+    return label.split(" [")[0] if row["attack"].get("kind", "none") != "none" else label
+
+
+def seed_curves(row: dict[str, Any], runs_dir: Path, metric: str, ewm: int | None) -> pd.DataFrame:
+    """Rounds x seeds table of the (smoothed) metric; rounds where it was not evaluated dropped."""
+    series = {}
+    for seed, run in zip(row["seeds"], row["runs"], strict=True):
+        df = pd.read_csv(runs_dir / run / "metrics.csv")
+        if metric not in df.columns:
+            raise KeyError(f"{run}/metrics.csv has no column {metric!r}; columns: {list(df.columns)}")
+        s = df.set_index("round")[metric].astype(float).dropna()
+        if ewm:
+            s = s.ewm(span=ewm).mean()
+        series[seed] = s * (100.0 if is_percent(metric) else 1.0)
+    return pd.DataFrame(series)
+
+
+def plot_curves(spec: dict[str, Any], runs_dir: Path, ax: plt.Axes) -> None:
+    metric = spec["metric"]
+    colours: dict[str, Any] = {}
+    palette = plt.get_cmap("tab10").colors
+    for row in spec["rows"]:
+        table = seed_curves(row, runs_dir, metric, spec.get("ewm"))
+        if table.empty:
+            continue
+        mean, std = table.mean(axis=1), table.std(axis=1, ddof=0)
+        attacked = row["attack"].get("kind", "none") != "none"
+        if spec.get("style_by") == "attack":
+            base = _base_label(row)
+            colour = colours.setdefault(base, palette[len(colours) % len(palette)])
+            label = f"{base} ({'attacked' if attacked else 'no attack'})"
+            style = "--" if attacked else "-"
+        else:
+            colour = palette[len(colours) % len(palette)]
+            colours[row["label"]] = colour
+            label, style = row["label"], "-"
+        n = table.shape[1]
+        ax.plot(mean.index, mean.values, style, color=colour, lw=1.4, label=f"{label} (n={n})")
+        ax.fill_between(mean.index, (mean - std).values, (mean + std).values, color=colour, alpha=0.18,
+                        lw=0)
+    ax.set_xlabel("communication round")
+    ax.set_ylabel(spec.get("ylabel") or (metric + (" (%)" if is_percent(metric) else "")))
+    if spec.get("logy"):
+        ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+
+
+def protocol_user_accuracies(run_dir: Path) -> tuple[np.ndarray, int]:
+    """Per-user accuracies (%) at the protocol round of one run (summary.json protocol.round)."""
+    summary = read_summary(run_dir)
+    rnd = (summary.get("protocol") or {}).get("round")
+    users = pd.read_csv(run_dir / "per_user.csv")
+    if rnd is None or rnd not in set(users["round"]):
+        rnd = int(users["round"].max())
+    return users.loc[users["round"] == rnd, "accuracy"].to_numpy(dtype=float) * 100.0, int(rnd)
+
+
+def plot_violin(spec: dict[str, Any], runs_dir: Path, ax: plt.Axes) -> None:
+    import seaborn as sns
+
+    frames = []
+    order = []
+    for row in spec["rows"]:
+        stds = []
+        for run in row["runs"]:
+            acc, _ = protocol_user_accuracies(runs_dir / run)
+            stds.append(acc.std(ddof=0))
+            frames.append(pd.DataFrame({"row": row["label"], "accuracy": acc}))
+        name = f"{row['label']}\nσ={np.mean(stds):.1f}"
+        frames[-len(row["runs"]):] = [f.assign(row=name) for f in frames[-len(row["runs"]):]]
+        order.append(name)
+    data = pd.concat(frames, ignore_index=True)
+    sns.violinplot(data=data, x="row", y="accuracy", order=order, hue="row", legend=False, cut=0,
+                   inner="quartile", density_norm="width", ax=ax, palette="tab10")
+    ax.set_xlabel("")
+    ax.set_ylabel(spec.get("ylabel") or "per-user test accuracy (%)")
+    ax.tick_params(axis="x", labelrotation=30, labelsize=7)
+    for lab in ax.get_xticklabels():
+        lab.set_horizontalalignment("right")
+    ax.grid(axis="y", alpha=0.3)
+
+
+def plot_bars(spec: dict[str, Any], runs_dir: Path, ax: plt.Axes) -> None:
+    columns: dict[str, str] = spec["columns"]
+    rows = spec["rows"]
+    width = 0.8 / max(len(columns), 1)
+    x = np.arange(len(rows))
+    for j, (col, src) in enumerate(columns.items()):
+        means, stds = [], []
+        for row in rows:
+            vals = []
+            for run in row["runs"]:
+                s = read_summary(runs_dir / run)
+                if s.get("status") == "ok":
+                    vals.append(run_value(runs_dir / run, s, src) * 100.0)
+            vals = [v for v in vals if not math.isnan(v)]
+            means.append(np.mean(vals) if vals else np.nan)
+            stds.append(np.std(vals) if vals else np.nan)
+        ax.bar(x + (j - (len(columns) - 1) / 2) * width, means, width, yerr=stds, capsize=2, label=col)
+    ax.set_xticks(x, [r["label"] for r in rows], rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel(spec.get("ylabel") or "accuracy (%)")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+
+
+KINDS = {"curves": plot_curves, "violin": plot_violin, "bars": plot_bars}
+
+
+def make_figure(spec: dict[str, Any], runs_dir: str | Path, out_pdf: str | Path, out_png: str | Path) -> None:
+    kind = spec.get("kind", "curves")
+    if kind not in KINDS:
+        raise ValueError(f"figure {spec.get('name')}: unknown kind {kind!r}; known: {', '.join(KINDS)}")
+    wide = kind in ("violin", "bars") or len(spec["rows"]) > 6
+    fig, ax = plt.subplots(figsize=(8.0 if wide else 6.4, 4.8))
+    KINDS[kind](spec, Path(runs_dir), ax)
+    ax.set_title(spec.get("title") or spec.get("name", ""), fontsize=10)
+    fig.tight_layout()
+    for out in (out_pdf, out_png):
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=150)
+    plt.close(fig)
+
+
+def load_spec(text_or_path: str) -> dict[str, Any]:
+    p = Path(text_or_path)
+    if not text_or_path.lstrip().startswith("{") and p.is_file():
+        return json.loads(p.read_text())
+    return json.loads(text_or_path)

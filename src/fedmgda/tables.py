@@ -1,0 +1,214 @@
+"""Tables 6-14: reproduced statistics over seeds beside the paper's published numbers.
+
+A table spec (from the registry, see ``fedmgda.experiments.item_spec``) lists rows, each with the
+run folders of its seeds, and ``columns`` mapping a column name to a source in the runs'
+``summary.json``: ``final.<stat>`` (the final model) or ``protocol.<stat>`` (the last stored
+per-user vector at round <= T-9, protocol.md §6.3). Accuracies are fractions in the runs and
+percentages in the tables.
+
+Per row and column: reproduced mean and population std (ddof 0) over seeds (protocol §6.3), the
+paper's mean and std (from ``fedmgda/reference/paper_tables.csv``), the difference
+repro - paper, and a verdict: "within" when |difference| <= the paper's std (the paper's own
+seed spread), else "outside". Paper and reproduced numbers live in separate columns; a row the
+paper has but the registry does not run is listed as "not run", a row without a paper value
+says so, and a row with a diverged seed shows "diverged (k/n seeds)" instead of a number.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+PAPER_NA = "n/a (offline dataset)"
+NOT_IN_PAPER = "not in paper"
+
+
+def paper_reference() -> pd.DataFrame:
+    """The paper's Tables 6-14 as a long table: table, row, label, column, mean, std, note."""
+    with resources.files("fedmgda").joinpath("reference", "paper_tables.csv").open() as fh:
+        return pd.read_csv(fh, keep_default_na=False, dtype={"note": str})
+
+
+def read_summary(run_dir: str | Path) -> dict[str, Any]:
+    path = Path(run_dir) / "summary.json"
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def summary_value(summary: dict[str, Any], source: str) -> float:
+    """``final.mean_acc`` -> summary["final"]["mean_acc"]; NaN when absent."""
+    section, _, stat = source.partition(".")
+    value = (summary.get(section) or {}).get(stat)
+    if value is None:
+        return math.nan
+    return float(value)
+
+
+def run_value(run_dir: str | Path, summary: dict[str, Any], source: str) -> float:
+    """A source of one run: ``final.<stat>`` / ``protocol.<stat>`` from summary.json, or
+    ``final_user.<k>`` (user k's accuracy at the last stored round of per_user.csv) /
+    ``final_others.<k>`` (mean accuracy of every other user there), e.g. an attacker vs the rest."""
+    section, _, arg = source.partition(".")
+    if section in ("final_user", "final_others"):
+        users = pd.read_csv(Path(run_dir) / "per_user.csv")
+        last = users[users["round"] == users["round"].max()]
+        k = int(arg)
+        pick = last[last["user"] == k] if section == "final_user" else last[last["user"] != k]
+        return float(pick["accuracy"].mean()) if len(pick) else math.nan
+    return summary_value(summary, source)
+
+
+def seed_stats(values: list[float]) -> tuple[float, float]:
+    """Mean and population std (ddof 0) over seeds, as the paper's ± (protocol §6.3)."""
+    arr = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
+    if len(arr) == 0:
+        return math.nan, math.nan
+    return float(arr.mean()), float(arr.std(ddof=0))
+
+
+def verdict(repro_mean: float, paper_mean: float, paper_std: float, n_seeds: int) -> str:
+    """"within" if |repro - paper| <= paper std (the paper's ± band), else "outside"."""
+    if any(math.isnan(x) for x in (repro_mean, paper_mean, paper_std)):
+        return "n/a"
+    word = "within" if abs(repro_mean - paper_mean) <= paper_std + 1e-9 else "outside"
+    return f"{word} (1 seed)" if n_seeds == 1 else word
+
+
+def _row_values(row: dict[str, Any], columns: dict[str, str], runs_dir: Path, scale: float):
+    summaries = [read_summary(runs_dir / r) for r in row["runs"]]
+    diverged = sum(1 for s in summaries if s.get("status") != "ok")
+    values = {c: [run_value(runs_dir / r, s, src) * scale
+                  for r, s in zip(row["runs"], summaries, strict=True) if s.get("status") == "ok"]
+              for c, src in columns.items()}
+    return summaries, diverged, values
+
+
+def _paper_lookup(paper: pd.DataFrame | None, table: str | None):
+    if paper is None or table is None:
+        return None
+    return paper[paper["table"] == table]
+
+
+def _match(paper_rows: pd.DataFrame, key: str) -> pd.DataFrame:
+    hit = paper_rows[paper_rows["row"] == key]
+    if len(hit):
+        return hit
+    mask = [fnmatch.fnmatchcase(key, pat) for pat in paper_rows["row"]]
+    return paper_rows[mask]
+
+
+def build_table(spec: dict[str, Any], runs_dir: str | Path, paper: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The reproduced table (one row per registry row, plus paper rows not run)."""
+    runs_dir = Path(runs_dir)
+    columns: dict[str, str] = spec["columns"]
+    scale = float(spec.get("scale", 100.0))
+    paper_table = spec.get("paper")
+    paper_rows = _paper_lookup(paper if paper is not None else (paper_reference() if paper_table else None),
+                               paper_table)
+
+    computed = []
+    for row in spec["rows"]:
+        _, diverged, values = _row_values(row, columns, runs_dir, scale)
+        stats = {c: seed_stats(v) for c, v in values.items()}
+        computed.append((row, diverged, stats))
+
+    if spec.get("kind") == "best_of":
+        rank = spec.get("rank_by") or next(iter(columns))
+        best: dict[str, tuple] = {}
+        for item in computed:
+            row, diverged, stats = item
+            m = stats[rank][0]
+            score = -math.inf if (diverged or math.isnan(m)) else m
+            alg = row["algorithm"]
+            if alg not in best or score > best[alg][0]:
+                best[alg] = (score, item)
+        computed = [(dict(row, key=alg, label=f"{row['label']} (best {rank})"), d, s)
+                    for alg, (_, (row, d, s)) in best.items()]
+
+    records = []
+    matched: set[str] = set()
+    for row, diverged, stats in computed:
+        n = len(row["runs"])
+        rec: dict[str, Any] = {"table": spec["name"], "row": row["key"], "label": row["label"],
+                               "seeds": n, "status": "ok" if not diverged else f"diverged ({diverged}/{n} seeds)"}
+        hits = _match(paper_rows, row["key"]) if paper_rows is not None else None
+        if hits is not None and len(hits):
+            matched.update(hits["row"])
+        for c in columns:
+            mean, std = stats[c]
+            if paper_rows is None:
+                p_mean, p_std, p_text = math.nan, math.nan, PAPER_NA
+            else:
+                h = hits[hits["column"] == c] if hits is not None else hits
+                if h is None or not len(h):
+                    p_mean, p_std, p_text = math.nan, math.nan, NOT_IN_PAPER
+                else:
+                    p_mean, p_std = float(h["mean"].iloc[0]), float(h["std"].iloc[0])
+                    p_text = f"{p_mean:.2f}±{p_std:.2f}"
+            if diverged:
+                r_text, diff, verd = f"diverged ({diverged}/{n} seeds)", math.nan, "diverged"
+                mean = std = math.nan
+            else:
+                r_text = "n/a" if math.isnan(mean) else f"{mean:.2f}±{std:.2f}"
+                diff = mean - p_mean
+                verd = verdict(mean, p_mean, p_std, n) if paper_rows is not None else "n/a"
+            rec.update({f"{c} paper": p_text, f"{c} paper_mean": p_mean, f"{c} paper_std": p_std,
+                        f"{c} reproduced": r_text, f"{c} repro_mean": mean, f"{c} repro_std": std,
+                        f"{c} diff": diff, f"{c} verdict": verd})
+        records.append(rec)
+
+    if paper_rows is not None:  # rows the paper reports that this registry does not run
+        for key, grp in paper_rows.groupby("row", sort=False):
+            if key in matched:
+                continue
+            note = grp["note"].iloc[0]
+            rec = {"table": spec["name"], "row": key, "label": grp["label"].iloc[0], "seeds": 0,
+                   "status": "not run" + (f": {note}" if note else "")}
+            for c in columns:
+                h = grp[grp["column"] == c]
+                p_mean = float(h["mean"].iloc[0]) if len(h) else math.nan
+                p_std = float(h["std"].iloc[0]) if len(h) else math.nan
+                rec.update({f"{c} paper": f"{p_mean:.2f}±{p_std:.2f}", f"{c} paper_mean": p_mean,
+                            f"{c} paper_std": p_std, f"{c} reproduced": "not run", f"{c} repro_mean": math.nan,
+                            f"{c} repro_std": math.nan, f"{c} diff": math.nan, f"{c} verdict": "not run"})
+            records.append(rec)
+    return pd.DataFrame.from_records(records)
+
+
+def to_markdown(df: pd.DataFrame, spec: dict[str, Any]) -> str:
+    """A readable markdown rendering: per column paper | reproduced | Δ (verdict)."""
+    columns = list(spec["columns"])
+    head = ["Row", "Seeds"]
+    for c in columns:
+        head += [f"{c} paper", f"{c} reproduced", f"{c} Δ (verdict)"]
+    lines = [f"## {spec.get('title', spec['name'])}", ""]
+    if not spec.get("paper"):
+        lines += ["Paper values: " + PAPER_NA + " — this profile runs offline datasets, so only "
+                  "reproduced numbers are shown.", ""]
+    lines += ["Mean ± population std over seeds, in %. Verdict: *within* when |reproduced − paper| "
+              "≤ the paper's std.", ""]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "---|" * len(head))
+    for _, r in df.iterrows():
+        cells = [str(r["label"]) + ("" if r["status"] == "ok" else f" — {r['status']}"), str(r["seeds"])]
+        for c in columns:
+            diff = r[f"{c} diff"]
+            dtext = "" if pd.isna(diff) else f"{diff:+.2f} "
+            cells += [str(r[f"{c} paper"]), str(r[f"{c} reproduced"]), f"{dtext}({r[f'{c} verdict']})"]
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_table(spec: dict[str, Any], runs_dir: str | Path, out_csv: str | Path, out_md: str | Path) -> pd.DataFrame:
+    df = build_table(spec, runs_dir)
+    Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out_csv, index=False)
+    Path(out_md).write_text(to_markdown(df, spec))
+    return df

@@ -1,0 +1,137 @@
+"""The workflow's helper commands (the Snakemake rules call these):
+
+    fedmgda download   --dataset NAME --raw-dir DIR [--no-download] --done FILE
+    fedmgda partition  --dataset NAME --partition P --seed S --options JSON --raw-dir DIR --out FILE
+    fedmgda table      --spec JSON|FILE --runs-dir DIR --csv OUT.csv --md OUT.md
+    fedmgda figure     --spec JSON|FILE --runs-dir DIR --pdf OUT.pdf --png OUT.png
+    fedmgda runs-index --runs-dir DIR --registry JSON|FILE --out OUT.csv
+
+``fedmgda.cli`` adds them next to ``train`` through :func:`add_commands`; ``python -m
+fedmgda.workflow_cli ...`` runs them without the main CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _load_json(text: str):
+    p = Path(text)
+    if not text.lstrip().startswith(("{", "[")) and p.is_file():
+        return json.loads(p.read_text())
+    return json.loads(text)
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    from fedmgda.data import DATASETS, ensure_raw_files
+
+    if args.dataset not in DATASETS:
+        print(f"unknown dataset {args.dataset!r}; known: {', '.join(DATASETS)}", file=sys.stderr)
+        return 2
+    ensure_raw_files(args.dataset, args.raw_dir, allow_download=not args.no_download)
+    if args.done:
+        Path(args.done).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.done).write_text(f"{args.dataset}: raw files present in {args.raw_dir}\n")
+    print(f"{args.dataset}: raw files ready under {args.raw_dir}")
+    return 0
+
+
+def cmd_partition(args: argparse.Namespace) -> int:
+    from fedmgda.data import make_partition, save_partition
+
+    options = json.loads(args.options) if args.options else {}
+    part = make_partition(args.dataset, args.raw_dir, args.partition or None, args.seed, options)
+    save_partition(part, args.out)
+    print(f"{args.dataset}/{part.scheme} seed {part.seed}: {len(part.train)} users -> {args.out}")
+    return 0
+
+
+def cmd_table(args: argparse.Namespace) -> int:
+    from fedmgda.tables import write_table
+
+    spec = _load_json(args.spec)
+    df = write_table(spec, args.runs_dir, args.csv, args.md)
+    print(f"{spec['name']}: {len(df)} rows -> {args.csv}, {args.md}")
+    return 0
+
+
+def cmd_figure(args: argparse.Namespace) -> int:
+    from fedmgda.figures import make_figure
+
+    spec = _load_json(args.spec)
+    make_figure(spec, args.runs_dir, args.pdf, args.png)
+    print(f"{spec['name']}: {len(spec['rows'])} rows -> {args.pdf}, {args.png}")
+    return 0
+
+
+def cmd_runs_index(args: argparse.Namespace) -> int:
+    """One line per run: experiments, status, rounds, runtime, device (the report's run times)."""
+    import pandas as pd
+
+    registry = _load_json(args.registry)
+    records = []
+    for key, info in registry.items():
+        summary = json.loads((Path(args.runs_dir) / key / "summary.json").read_text())
+        records.append({"run": key, "experiments": " ".join(info["experiments"]),
+                        "dataset": info["dataset"], "algorithm": info["algorithm"],
+                        "seed": info["seed"], "status": summary.get("status"),
+                        "rounds_completed": summary.get("rounds_completed"),
+                        "runtime_s": summary.get("runtime_s"), "device": summary.get("device")})
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame.from_records(records).to_csv(args.out, index=False)
+    print(f"{len(records)} runs -> {args.out}")
+    return 0
+
+
+def add_commands(commands) -> None:
+    """Register the workflow commands on an ``argparse`` subparsers object."""
+    p = commands.add_parser("download", help="check (and fetch) a dataset's raw files")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--raw-dir", default="resources/raw")
+    p.add_argument("--no-download", action="store_true", help="only check; never fetch")
+    p.add_argument("--done", help="marker file written on success")
+    p.set_defaults(handler=cmd_download)
+
+    p = commands.add_parser("partition", help="build and save one seeded partition (.npz)")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--partition", default="")
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--options", default="{}", help="dataset options as JSON")
+    p.add_argument("--raw-dir", default="resources/raw")
+    p.add_argument("--out", required=True)
+    p.set_defaults(handler=cmd_partition)
+
+    p = commands.add_parser("table", help="one paper table from run folders (CSV + markdown)")
+    p.add_argument("--spec", required=True, help="table spec as JSON text or a JSON file")
+    p.add_argument("--runs-dir", required=True)
+    p.add_argument("--csv", required=True)
+    p.add_argument("--md", required=True)
+    p.set_defaults(handler=cmd_table)
+
+    p = commands.add_parser("figure", help="one figure panel from run folders (PDF + PNG)")
+    p.add_argument("--spec", required=True, help="figure spec as JSON text or a JSON file")
+    p.add_argument("--runs-dir", required=True)
+    p.add_argument("--pdf", required=True)
+    p.add_argument("--png", required=True)
+    p.set_defaults(handler=cmd_figure)
+
+    p = commands.add_parser("runs-index", help="collect every run's status and run time")
+    p.add_argument("--runs-dir", required=True)
+    p.add_argument("--registry", required=True, help="JSON {run: {experiments, dataset, ...}}")
+    p.add_argument("--out", required=True)
+    p.set_defaults(handler=cmd_runs_index)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fedmgda.workflow_cli", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

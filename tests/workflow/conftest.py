@@ -1,0 +1,47 @@
+"""Fixtures of the workflow tests: run folders in the exact format ``fedmgda train`` writes
+(metrics.csv, per_user.csv, summary.json) -- test data only, generated in tmp_path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_run(root: Path, key: str, accs: list[float], *, rounds: int = 10, status: str = "ok",
+              final: dict | None = None, seed: int = 0) -> Path:
+    """One fake run: per-user accuracies ``accs`` at every stored round, simple curves."""
+    d = root / key
+    d.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    acc = np.asarray(accs, dtype=float)
+    rows = []
+    for r in range(1, rounds + 1):
+        rows.append({"round": r, "eta": 1.0, "train_loss": 2.0 / r + 0.01 * rng.random(),
+                     "improved_loss": 0.5 + 0.05 * rng.random(), "improved_acc": 0.5,
+                     "mean_acc": acc.mean() * r / rounds, "std_acc": acc.std(),
+                     "worst5_acc": np.percentile(acc, 5), "best5_acc": np.percentile(acc, 95),
+                     "weighted_acc": acc.mean(), "test_acc_test": acc.mean() * r / rounds})
+    pd.DataFrame(rows).to_csv(d / "metrics.csv", index=False)
+    users = [{"round": r, "user": u, "n_test": 10, "accuracy": a, "loss": 1.0 - a}
+             for r in (1, rounds - 9 if rounds > 10 else 1, rounds) for u, a in enumerate(acc)]
+    pd.DataFrame(users).drop_duplicates(["round", "user"]).to_csv(d / "per_user.csv", index=False)
+    stats = {"mean_acc": float(acc.mean()), "std_acc": float(acc.std()),
+             "worst5_acc": float(np.percentile(acc, 5)), "best5_acc": float(np.percentile(acc, 95)),
+             "weighted_acc": float(acc.mean())}
+    summary = {"config": {}, "status": status, "diverged_round": 3 if status == "diverged" else None,
+               "rounds_completed": rounds, "runtime_s": 1.5, "device": "cpu",
+               "final": final if final is not None else dict(stats),
+               "protocol": {**stats, "round": 1}}
+    (d / "summary.json").write_text(json.dumps(summary))
+    return d
+
+
+@pytest.fixture
+def runs_dir(tmp_path: Path) -> Path:
+    return tmp_path / "runs"

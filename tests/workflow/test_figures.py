@@ -1,0 +1,45 @@
+"""Every figure kind renders a PDF and a PNG from fixture run folders."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedmgda.figures import make_figure, seed_curves
+
+from .conftest import write_run
+
+
+def _rows(runs_dir, attacked=False):
+    rows = []
+    for i, alg in enumerate(["fedavg", "fedmgda_plus"]):
+        runs = []
+        for seed in (1, 2):
+            key = f"s/{alg}/default/clean/seed{seed}"
+            write_run(runs_dir, key, list(np.linspace(0.3 + 0.1 * i, 0.9, 20)), rounds=12, seed=seed)
+            runs.append(key)
+        rows.append({"experiment": "e", "key": alg, "label": alg, "algorithm": alg, "hparams": {},
+                     "attack": {"kind": "scaling", "value": 10.0, "user": 0} if attacked and i else {"kind": "none"},
+                     "seeds": [1, 2], "runs": runs})
+    return rows
+
+
+@pytest.mark.parametrize("kind, extra", [
+    ("curves", {"metric": "mean_acc", "ewm": 3}),
+    ("curves", {"metric": "train_loss", "ewm": 3, "logy": True, "style_by": "attack"}),
+    ("violin", {}),
+    ("bars", {"columns": {"Average": "final.mean_acc", "Attacker": "final_user.0"}}),
+])
+def test_figure_kinds_write_pdf_and_png(tmp_path, runs_dir, kind, extra):
+    spec = {"name": "figX", "kind": kind, "title": "t", "rows": _rows(runs_dir, attacked=True), **extra}
+    make_figure(spec, runs_dir, tmp_path / "f.pdf", tmp_path / "f.png")
+    assert (tmp_path / "f.pdf").stat().st_size > 1000 and (tmp_path / "f.png").stat().st_size > 1000
+
+
+def test_curves_are_smoothed_per_seed_and_in_percent(runs_dir):
+    row = _rows(runs_dir)[0]
+    table = seed_curves(row, runs_dir, "mean_acc", ewm=None)
+    assert list(table.columns) == [1, 2] and len(table) == 12
+    assert table.max().max() <= 100.0 and table.max().max() > 1.0
+    smooth = seed_curves(row, runs_dir, "mean_acc", ewm=5)
+    assert smooth.iloc[-1, 0] < table.iloc[-1, 0]  # an increasing series lags when smoothed

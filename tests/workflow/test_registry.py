@@ -1,0 +1,143 @@
+"""The experiment registry: expansion counts, shared runs, overrides, readable run paths."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from fedmgda.experiments import RegistryError, expand, fmt_display, row_key, run_key
+
+from .conftest import REPO
+
+
+def load(name: str) -> dict:
+    return yaml.safe_load((REPO / "config" / name).read_text())
+
+
+@pytest.fixture(scope="module")
+def paper():
+    return load("config.yaml")
+
+
+def test_paper_registry_has_at_least_1000_distinct_training_runs(paper):
+    reg = expand(paper)
+    print(f"paper registry: {len(reg.runs)} distinct training runs, {len(reg.partitions)} partitions")
+    assert len(reg.runs) >= 1000
+    # Tables 8-11: 26 grid rows x 4 seeds each
+    for t in ("table8", "table9", "table10", "table11", "table12", "table13"):
+        assert len(reg.rows[t]) == 26 and all(len(r.runs) == 4 for r in reg.rows[t])
+    assert set(reg.tables) == {f"table{n}" for n in range(6, 15)}
+    assert {f[:4] for f in reg.figures} == {f"fig{n}" for n in range(1, 10)}
+
+
+def test_shared_runs_are_one_job(paper):
+    reg = expand(paper)
+    fedavg = reg.rows["table8"][[r.key for r in reg.rows["table8"]].index("fedavg")].runs[0]
+    assert fedavg == "cifar10-shards_b10_lr0.01_p0.1_T2000/fedavg/default/clean/seed1"
+    # Table 8 FedAvg is also Figure 4 (left)'s FedAvg and Figure 3's: one run
+    assert set(reg.runs[fedavg].experiments) == {"table8", "fig4_b10"}
+    # vanilla FedMGDA = FedMGDA with epsilon 1: Figure 1's epsilon=1 curve reuses Table 8's seed 1
+    assert "fig1_shards" in reg.runs["cifar10-shards_b10_lr0.01_p0.1_T2000/fedmgda/default/clean/seed1"].experiments
+    total_requested = sum(len(r.runs) for rows in reg.rows.values() for r in rows)
+    assert total_requested > len(reg.runs)
+
+
+def test_run_paths_are_readable(paper):
+    reg = expand(paper)
+    keys = set(reg.runs)
+    assert "cifar10-shards_b400_lr0.1_p0.2_T3000/fedmgda_plus/decay0.025_eta1.5/clean/seed9000" in keys
+    assert "cifar10-shards_b10_lr0.01_p0.2_T1500/fedavg_n/decay0.1_eta1/scaling10-u0/seed3" in keys
+    assert any(k.startswith("femnist-natural_bfull_lr0.1_n10_T1500_ev10/") for k in keys)
+    assert any("/qfedavg/L1_q5/bias10000-u0/" in k for k in keys)
+
+
+def test_seed_and_round_overrides(paper):
+    cfg = copy.deepcopy(paper)
+    cfg["seeds"] = [1]
+    cfg["rounds"] = 50
+    reg = expand(cfg)
+    assert all(s.config["seed"] == 1 and s.config["rounds"] == 50 for s in reg.runs.values())
+    assert len(reg.runs) < 300
+
+
+def test_only_keeps_just_what_the_named_outputs_need(paper):
+    cfg = dict(paper, only=["table8", "fig3a"])
+    reg = expand(cfg)
+    assert set(reg.tables) == {"table8"} and set(reg.figures) == {"fig3a"}
+    assert len(reg.runs) == 26 * 4
+
+
+def test_experiment_overrides(paper):
+    cfg = dict(paper, only=["table8"], experiment_overrides={"table8": {"seeds": [1, 5000], "rounds": 20}})
+    reg = expand(cfg)
+    assert len(reg.runs) == 26 * 2
+    assert all(s.config["rounds"] == 20 for s in reg.runs.values())
+    with pytest.raises(RegistryError, match="unknown experiment"):
+        expand(dict(paper, experiment_overrides={"nope": {"seeds": [1]}}))
+
+
+def test_conflicting_configs_on_one_path_are_an_error(paper):
+    cfg = copy.deepcopy(paper)
+    # a field outside the run identity (path) that differs between two requests of one run
+    cfg["experiments"]["fig4_b10"]["run"] = {"checkpoint_every": 5}
+    with pytest.raises(RegistryError, match="different configs"):
+        expand(cfg)
+    # a field that changes results is part of the setting name: two distinct runs, no clash
+    cfg["experiments"]["fig4_b10"]["run"] = {"qffl_loss": "batch_sum_per_sample"}
+    reg = expand(cfg)
+    assert any("qlossbatch_sum_per_sample" in k for k in reg.runs)
+
+
+def test_implied_defaults_and_fractions():
+    assert row_key("mgda_prox", {"eta": 1.0, "decay": "1/10", "mu": 0.1, "epsilon": 1}, None, None) == \
+        "mgda_prox decay=0.1 eta=1"
+    assert row_key("qfedavg", {"q": 5, "L": 1.0}, None, {"kind": "bias", "value": 1000}) == "qfedavg L=1 q=5 bias=1000"
+    assert fmt_display(1 / 40, "decay") == "1/40" and fmt_display(0.8, "decay") == "0.8"
+    cfg = {"dataset": "digits", "partition": "iid", "batch_size": "full", "local_lr": 0.5, "participation": 0.2,
+           "rounds": 20, "algorithm": "fedavg", "hparams": {}, "attack": {"kind": "none"}, "seed": 3,
+           "momentum": 0.0}
+    assert run_key(cfg) == "digits-iid_bfull_lr0.5_p0.2_T20_m0/fedavg/default/clean/seed3"
+
+
+@pytest.mark.parametrize("name", ["quick.yaml", "test.yaml"])
+def test_offline_profiles_expand(name):
+    reg = expand(load(name))
+    assert set(reg.datasets) <= {"digits", "synthetic"}
+    if name == "quick.yaml":
+        print(f"quick profile: {len(reg.runs)} runs")
+        assert len(reg.runs) <= 150
+        assert len(reg.tables) >= 9 and len({f[:4] for f in reg.figures}) >= 9
+        algos = {s.config["algorithm"] for s in reg.runs.values()}
+        assert algos == {"fedavg", "fedavg_n", "fedprox", "qfedavg", "afl", "fedmgda", "fedmgda_plus", "mgda_prox"}
+        kinds = {s.config["attack"]["kind"] for s in reg.runs.values()}
+        assert kinds == {"none", "bias", "scaling"}
+
+
+def test_every_paper_row_of_the_registry_has_published_values(paper):
+    from fedmgda.tables import paper_reference
+
+    ref = paper_reference()
+    reg = expand(paper)
+    import fnmatch
+
+    for name, spec in reg.tables.items():
+        if spec.get("kind") == "best_of":
+            continue
+        pats = set(ref[ref["table"] == spec["paper"]]["row"])
+        for row in reg.rows_of(spec["experiments"]):
+            assert any(fnmatch.fnmatchcase(row.key, p) for p in pats), (name, row.key)
+
+
+def test_command_line_overrides_are_typed():
+    from fedmgda.experiments import coerce_overrides
+
+    # what `snakemake --config seeds=[1] rounds=50 'experiment_overrides={table8: {seeds: [1, 5000]}}'` gives
+    cfg = {"seeds": ["1"], "rounds": 50, "only": ["table8"],
+           "experiment_overrides": {"table8": {"seeds": ["1", "5000"], "run": {"batch_size": "full"}}},
+           "grids": {"g": [{"algorithm": "fedmgda_plus", "hparams": {"decay": "1/10"}}]}}
+    coerce_overrides(cfg)
+    assert cfg["seeds"] == [1] and cfg["only"] == ["table8"]
+    assert cfg["experiment_overrides"]["table8"] == {"seeds": [1, 5000], "run": {"batch_size": "full"}}
+    assert cfg["grids"]["g"][0]["hparams"]["decay"] == "1/10"  # not an override key: untouched

@@ -1,0 +1,78 @@
+"""Registry -> run keys, partition keys, table / figure / report targets (fedmgda.experiments)."""
+
+import json
+from pathlib import Path
+
+import yaml
+
+from snakemake.exceptions import WorkflowError
+
+from fedmgda.experiments import OFFLINE_DATASETS, RegistryError, item_spec, validate_runs
+from fedmgda.experiments import expand as expand_registry
+
+try:
+    REG = expand_registry(config)
+    validate_runs(REG)
+except RegistryError as err:
+    raise WorkflowError(f"invalid experiment registry: {err}") from None
+
+PROFILE = REG.profile
+R = f"results/{PROFILE}"
+RUNS_DIR = f"{R}/runs"
+LOGS = f"logs/{PROFILE}"
+RAW_DIR = config.get("raw_dir", "resources/raw")
+PYTHON = "python"  # the interpreter Snakemake jobs use (an activated env / conda)
+WF = f"{PYTHON} -m fedmgda.workflow_cli"
+TRAIN = config.get("train_command", "fedmgda train")
+
+CONDA_ENV = "../envs/fedmgda.yaml"  # relative to workflow/rules/
+# jobs import the package from src/ (also inside a rule's conda env, where it is not installed)
+shell.prefix("set -euo pipefail; export PYTHONPATH=src${{PYTHONPATH:+:$PYTHONPATH}}; ")
+
+ALL_RUNS = [f"{RUNS_DIR}/{k}/summary.json" for k in REG.runs]
+TABLE_FILES = [f"{R}/tables/{t}.{ext}" for t in REG.tables for ext in ("csv", "md")]
+FIGURE_FILES = [f"{R}/figures/{f}.{ext}" for f in REG.figures for ext in ("pdf", "png")]
+REPORT_FILES = [f"{R}/report/report.ipynb", f"{R}/report/report.html"]
+
+
+def run_summaries(keys):
+    return [f"{RUNS_DIR}/{k}/summary.json" for k in keys]
+
+
+def download_marker(dataset):
+    return f"{RAW_DIR}/{dataset}/.fedmgda-download.done"
+
+
+wildcard_constraints:
+    run=r"[^/]+/[^/]+/[^/]+/[^/]+/seed\d+",
+    part=r"[^/]+/(seed\d+|fixed)",
+    dataset="|".join(d for d in ("cifar10", "fmnist", "femnist", "shakespeare", "adult")),
+
+
+def write_json(path, data):
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(data, indent=1, sort_keys=True))
+
+
+def partition_input(wildcards):
+    info = REG.partitions[wildcards.part]
+    if info["dataset"] in OFFLINE_DATASETS:
+        return []
+    return [download_marker(info["dataset"])]
+
+
+def train_inputs(wildcards):
+    spec = REG.runs[wildcards.run]
+    if spec.partition is not None:
+        return [f"{R}/partitions/{spec.partition}.npz"]
+    if spec.dataset not in OFFLINE_DATASETS:
+        return [download_marker(spec.dataset)]
+    return []
+
+
+def run_yaml(wildcards):
+    spec = REG.runs[wildcards.run]
+    cfg = dict(spec.config)
+    if spec.partition is not None:
+        cfg["partition_file"] = f"{R}/partitions/{spec.partition}.npz"
+    return yaml.safe_dump(cfg, sort_keys=True, allow_unicode=True)

@@ -1,0 +1,31 @@
+"""One rule per figure file (figure_<name>): results/<profile>/figures/<name>.pdf and .png, from
+exactly the runs the figure shows (fedmgda.figures). Delete one figure and ask for it: only its
+rule runs."""
+
+for _name, _spec in REG.figures.items():
+    _fig_spec = item_spec(REG, _spec)
+
+    rule:
+        name:
+            f"figure_{_name}"
+        input:
+            run_summaries([r for row in _fig_spec["rows"] for r in row["runs"]]),
+        output:
+            pdf=f"{R}/figures/{_name}.pdf",
+            png=f"{R}/figures/{_name}.png",
+        params:
+            spec=json.dumps(_fig_spec, ensure_ascii=False),
+            runs_dir=lambda w: RUNS_DIR,
+            wf=WF,
+        log:
+            f"{LOGS}/figures/{_name}.log",
+        benchmark:
+            f"{R}/benchmarks/figures/{_name}.tsv"
+        resources:
+            mem_mb=2000,
+            runtime=15,
+        conda:
+            CONDA_ENV
+        shell:
+            "MPLBACKEND=Agg {params.wf} figure --spec {params.spec:q} --runs-dir {params.runs_dir} "
+            "--pdf {output.pdf} --png {output.png} > {log} 2>&1"

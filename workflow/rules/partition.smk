@@ -1,0 +1,27 @@
+"""One partition file per (dataset, partition, options, seed) -- shared by every run that uses it.
+Partitions that do not depend on the seed (natural, domain) are built once ("fixed")."""
+
+
+rule partition:
+    input:
+        partition_input,
+    output:
+        f"{R}/partitions/{{part}}.npz",
+    params:
+        dataset=lambda w: REG.partitions[w.part]["dataset"],
+        scheme=lambda w: REG.partitions[w.part]["partition"] or "",
+        seed=lambda w: REG.partitions[w.part]["seed"],
+        options=lambda w: json.dumps(REG.partitions[w.part]["options"], sort_keys=True),
+        raw_dir=lambda w: RAW_DIR,
+        wf=WF,
+    log:
+        f"{LOGS}/partitions/{{part}}.log",
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    conda:
+        CONDA_ENV
+    shell:
+        "{params.wf} partition --dataset {params.dataset} --partition '{params.scheme}' --seed {params.seed} "
+        "--options {params.options:q} --raw-dir {params.raw_dir} --out {output} > {log} 2>&1"

@@ -1,0 +1,76 @@
+"""The report: notebooks/report.ipynb executed by papermill (a shell rule, so the executed
+notebook is a tracked output) into results/<profile>/report/report.ipynb, then nbconvert -> HTML."""
+
+
+localrules:
+    registry_json,
+
+
+rule registry_json:
+    output:
+        f"{R}/registry.json",
+    params:
+        runs={k: {"experiments": v.experiments, "dataset": v.dataset, "algorithm": v.config["algorithm"],
+                  "seed": v.config["seed"]} for k, v in REG.runs.items()},
+    log:
+        f"{LOGS}/registry.log",
+    run:
+        write_json(output[0], params.runs)
+
+
+rule runs_index:
+    input:
+        registry=f"{R}/registry.json",
+        summaries=ALL_RUNS,
+    output:
+        f"{R}/runs_index.csv",
+    params:
+        runs_dir=lambda w: RUNS_DIR,
+        wf=WF,
+    log:
+        f"{LOGS}/runs_index.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "{params.wf} runs-index --runs-dir {params.runs_dir} --registry {input.registry} --out {output} > {log} 2>&1"
+
+
+rule report_notebook:
+    input:
+        notebook=config.get("report", {}).get("notebook", "notebooks/report.ipynb"),
+        index=f"{R}/runs_index.csv",
+        tables=TABLE_FILES,
+        figures=FIGURE_FILES,
+    output:
+        f"{R}/report/report.ipynb",
+    params:
+        results_dir=lambda w: R,
+        profile=PROFILE,
+        tables=" ".join(REG.tables),
+        figures=" ".join(REG.figures),
+    log:
+        f"{LOGS}/report/papermill.log",
+    benchmark:
+        f"{R}/benchmarks/report/papermill.tsv"
+    conda:
+        CONDA_ENV
+    shell:
+        "MPLBACKEND=Agg papermill {input.notebook} {output} -k python3 --cwd . "
+        "-p results_dir {params.results_dir} -p profile {params.profile} "
+        "-p tables '{params.tables}' -p figures '{params.figures}' > {log} 2>&1"
+
+
+rule report_html:
+    input:
+        f"{R}/report/report.ipynb",
+    output:
+        f"{R}/report/report.html",
+    log:
+        f"{LOGS}/report/nbconvert.log",
+    benchmark:
+        f"{R}/benchmarks/report/nbconvert.tsv"
+    conda:
+        CONDA_ENV
+    shell:
+        "jupyter nbconvert --to html --output-dir $(dirname {output}) "
+        "--output $(basename {output} .html) {input} > {log} 2>&1"

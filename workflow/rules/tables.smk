@@ -1,0 +1,29 @@
+"""One rule per table (table_<name>): results/<profile>/tables/<name>.csv and .md, from exactly
+the runs of the table's rows (fedmgda.tables)."""
+
+for _name, _spec in REG.tables.items():
+
+    rule:
+        name:
+            f"table_{_name}"
+        input:
+            run_summaries(REG.runs_of(_spec["experiments"])),
+        output:
+            csv=f"{R}/tables/{_name}.csv",
+            md=f"{R}/tables/{_name}.md",
+        params:
+            spec=json.dumps(item_spec(REG, _spec), ensure_ascii=False),
+            runs_dir=lambda w: RUNS_DIR,
+            wf=WF,
+        log:
+            f"{LOGS}/tables/{_name}.log",
+        benchmark:
+            f"{R}/benchmarks/tables/{_name}.tsv"
+        resources:
+            mem_mb=2000,
+            runtime=15,
+        conda:
+            CONDA_ENV
+        shell:
+            "{params.wf} table --spec {params.spec:q} --runs-dir {params.runs_dir} "
+            "--csv {output.csv} --md {output.md} > {log} 2>&1"
