@@ -1,5 +1,5 @@
 import torch
-from conftest import make_toy_federated, toy_config
+from toy_federated import make_toy_federated, toy_config
 
 from fedmgda.attacks import force_attacker, loss_bias, loss_scale
 from fedmgda.config import AttackConfig

@@ -4,7 +4,7 @@ reference path."""
 import numpy as np
 import pytest
 import torch
-from conftest import make_toy_federated, toy_config
+from toy_federated import make_toy_federated, toy_config
 
 from fedmgda.client import FlatModel, LocalHParams, LocalTrainer
 from fedmgda.models import build_model

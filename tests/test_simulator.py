@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import make_toy_federated, toy_config
+from toy_federated import make_toy_federated, toy_config
 
 from fedmgda.config import ConfigError
 from fedmgda.simulator import CHECKPOINT, Simulation, run

@@ -54,12 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
     p.add_argument("--device", help="cpu, cuda, cuda:N or auto (overrides the config)")
     p.set_defaults(handler=train)
-    try:  # the workflow's helper commands (download, partition, ...), when present
-        from fedmgda.workflow_cli import add_commands
-    except ImportError:
-        pass
-    else:
-        add_commands(commands)
+    from fedmgda.workflow_cli import add_commands  # the workflow's download, partition, table, ...
+
+    add_commands(commands)
     return parser
 
 

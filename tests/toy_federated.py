@@ -1,9 +1,8 @@
-"""Shared fixtures: a small heterogeneous federated dataset generated in memory, so that the
-library's tests need neither files nor the dataset registry."""
+"""A small heterogeneous federated dataset generated in memory, and a run config for it, so
+that the library's tests need neither files nor the dataset registry."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from fedmgda.config import RunConfig
@@ -28,11 +27,6 @@ def make_toy_federated(num_users: int = 8, dim: int = 10, classes: int = 3, n_tr
         start += n
     return FederatedDataset("toy", torch.cat(xs), torch.cat(ys), train_idx, test_idx, classes,
                             global_test={"pooled": (torch.cat(xs)[:40], torch.cat(ys)[:40])})
-
-
-@pytest.fixture
-def toy_data() -> FederatedDataset:
-    return make_toy_federated()
 
 
 def toy_config(**overrides) -> RunConfig:
