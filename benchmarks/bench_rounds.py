@@ -141,11 +141,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--rounds", type=int, default=2, help="timed rounds per setting and path (median)")
-    parser.add_argument("--fraction", type=float, default=None, help="fraction of each client's samples (default: 1 on CUDA, 0.1 on CPU)")
+    parser.add_argument("--fraction", type=float, default=1.0, help="keep this fraction of each client's samples and scale round times by 1/fraction (approximate: fixed per-round costs are scaled too)")
     parser.add_argument("--only", nargs="*", help="setting names")
     args = parser.parse_args()
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device == "auto" else args.device))
-    fraction = args.fraction or (1.0 if device.type == "cuda" else 0.1)
+    fraction = args.fraction
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
     print(f"device: {name}; torch {torch.__version__}; client samples kept: {fraction:g}" + (" (times scaled by 1/fraction)" if fraction < 1 else ""))
     print(f"{'setting':22} {'clients':>7} {'sequential s/round':>19} {'batched s/round':>16} {'speed-up':>9} {'batched rounds/s':>17} {'eval s':>7}")

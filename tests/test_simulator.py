@@ -142,6 +142,22 @@ def test_afl_final_model_is_the_average_iterate():
     assert last.summary["final_model"] == "last iterate"
 
 
+def test_final_model_average_is_the_mean_of_the_iterates():
+    sim = Simulation(toy_config(algorithm="fedavg", rounds=4, final_model="average"), data=make_toy_federated(), model_name="logreg")
+    iterates = []
+    original = sim._round
+
+    def record(w, t, state):
+        row, w_next = original(w, t, state)
+        iterates.append(w_next)
+        return row, w_next
+
+    sim._round = record
+    result = sim.run()
+    assert result.summary["final_model"] == "average of all iterates"
+    assert torch.allclose(result.final_weights, torch.stack(iterates).mean(0), atol=1e-6)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 def test_runs_on_cuda():
     result = simulate(algorithm="fedmgda_plus", device="cuda")

@@ -73,7 +73,7 @@ class RunConfig:
     per_user_every: int = 10  # per-user accuracies are stored at rounds t with t % per_user_every == 0
     track_improvement: bool = True  # pre/post-round participant losses (Figures 4, 8, 9)
     qffl_loss: str = "batch_sum"  # q-FedAvg's F_i: "batch_sum" (main code) or "batch_sum_per_sample" (Adult code)
-    final_model: str = "last"  # "last" iterate, or "average" of all iterates (AFL's output)
+    final_model: str = "auto"  # "last" iterate, "average" of all iterates, or "auto": average for AFL (its output), else last
     device: str = "auto"
     checkpoint_every: int = 0  # 0: no checkpoints
     batched: bool = False  # train a round's clients as one batched computation (torch.func)
@@ -143,8 +143,8 @@ class RunConfig:
             raise ConfigError(f"checkpoint_every must be an integer >= 0, got {self.checkpoint_every!r}")
         if self.qffl_loss not in ("batch_sum", "batch_sum_per_sample"):
             raise ConfigError(f"qffl_loss must be batch_sum or batch_sum_per_sample, got {self.qffl_loss!r}")
-        if self.final_model not in ("last", "average"):
-            raise ConfigError(f"final_model must be last or average, got {self.final_model!r}")
+        if self.final_model not in ("auto", "last", "average"):
+            raise ConfigError(f"final_model must be auto, last or average, got {self.final_model!r}")
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
         self.attack.validate()

@@ -68,7 +68,7 @@ RUN_DEFAULTS: dict[str, Any] = {
     "per_user_every": 10,
     "track_improvement": True,
     "qffl_loss": "batch_sum",
-    "final_model": "last",
+    "final_model": "auto",
     "batched": False,
 }
 # fields that do not change what a run computes: never part of its identity

@@ -259,9 +259,10 @@ class Simulation:
             "final": None,
             "protocol": None,
         }
-        final_w = state.iterate_sum / cfg.rounds if self.aggregator.averages_iterates else w
+        average = cfg.final_model == "average" or (cfg.final_model == "auto" and self.aggregator.averages_iterates)
+        final_w = state.iterate_sum / cfg.rounds if average else w
         if not diverged:
-            summary["final_model"] = "average of all iterates" if self.aggregator.averages_iterates else "last iterate"
+            summary["final_model"] = "average of all iterates" if average else "last iterate"
             summary["final"] = self.model_stats(final_w)
             summary["protocol"] = protocol_stats(per_user, metrics, cfg.per_user_every)
         return RunResult(metrics, per_user, summary, final_w)
