@@ -8,6 +8,7 @@ TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 CORES ?= 2
 SNAKEMAKE_ARGS ?=
 PYTEST_ARGS ?=
+BENCH_ARGS ?= --only cifar10_b10_p0.1 fmnist_b10_p0.1 --rounds 1
 
 ifneq ($(VIRTUAL_ENV)$(CONDA_PREFIX),)
 PY := python
@@ -52,7 +53,7 @@ lint: setup
 	$(PY) -m snakemake --lint
 
 benchmark: setup
-	$(PY) benchmarks/bench_rounds.py
+	$(PY) benchmarks/bench_rounds.py $(BENCH_ARGS)
 
 clean:
 	rm -rf .venv .setup-stamp-env .snakemake
