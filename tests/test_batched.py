@@ -6,7 +6,7 @@ import pytest
 import torch
 from toy_federated import make_toy_federated, toy_config
 
-from fedmgda.client import FlatModel, LocalHParams, LocalTrainer
+from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, size_groups
 from fedmgda.models import build_model
 from fedmgda.simulator import run
 
@@ -64,6 +64,26 @@ def test_batched_dropout_masks_differ_per_client():
     without = LocalTrainer(flat, LocalHParams(batch_size=4, lr=0.1), dropout=False).train_batched(w0, x, y, same, gens(), torch.ones(2))
     assert not torch.allclose(with_dropout[0].update, with_dropout[1].update)
     assert torch.allclose(without[0].update, without[1].update)
+
+
+def test_size_groups_bound_the_padding():
+    assert size_groups([400] * 10) == [list(range(10))]  # equal clients: one batch
+    assert size_groups([330, 25718]) == [[1], [0]]  # Adult: trained apart
+    sizes = [20, 700, 650, 100, 90, 300, 25, 640, 95, 280]
+    groups = size_groups(sizes, max_padding=0.25)
+    assert sorted(i for g in groups for i in g) == list(range(10))
+    for g in groups:
+        assert len(g) * max(sizes[i] for i in g) <= 1.25 * sum(sizes[i] for i in g)
+
+
+def test_batched_simulation_with_unequal_clients_matches_the_sequential_one():
+    data = make_toy_federated(num_users=6)
+    data.train_idx[0] = data.train_idx[0][:5]  # very unequal sizes: several size groups
+    data.train_idx[1] = data.train_idx[1][:13]
+    common = dict(algorithm="qfedavg", hparams={"q": 0.5}, rounds=4, participation=1.0, batch_size=4)
+    seq = run(toy_config(**common), data=data, model_name="logreg")
+    bat = run(toy_config(batched=True, **common), data=data, model_name="logreg")
+    assert torch.allclose(seq.final_weights, bat.final_weights, atol=1e-5)
 
 
 def test_batched_simulation_matches_the_sequential_one():

@@ -178,6 +178,24 @@ class LocalTrainer:
         return results
 
 
+def size_groups(sizes: list[int], max_padding: float = 0.25) -> list[list[int]]:
+    """Client positions grouped for batched training so that padding every client of a group to
+    the group's largest one wastes at most ``max_padding`` of the group's real work. Equal-sized
+    clients (CIFAR-10, F-MNIST) form one group; very unequal ones (Adult) are trained apart."""
+    order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
+    groups: list[list[int]] = []
+    for i in order:
+        if groups:
+            group = groups[-1]
+            largest = sizes[group[0]]
+            real = sum(sizes[j] for j in group) + sizes[i]
+            if (len(group) + 1) * largest <= (1 + max_padding) * real:
+                group.append(i)
+                continue
+        groups.append([i])
+    return groups
+
+
 @torch.no_grad()
 def evaluate_samples(model: FlatModel, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor, chunk: int = 2048) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-sample NLL and correctness (1.0/0.0) of weights ``w`` on (x, y), in eval mode."""

@@ -23,7 +23,7 @@ import torch
 
 from fedmgda.aggregators import RoundContext, make_aggregator
 from fedmgda.attacks import force_attacker, loss_bias, loss_scale
-from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, evaluate_samples
+from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, evaluate_samples, size_groups
 from fedmgda.config import ConfigError, RunConfig
 from fedmgda.data.base import FederatedDataset
 from fedmgda.metrics import (
@@ -123,25 +123,27 @@ class Simulation:
             chosen = force_attacker(chosen, self.cfg.attack.user)
         return chosen
 
-    def client_train_data(self, user: int) -> tuple[torch.Tensor, torch.Tensor]:
-        idx = self.data.train_idx[user]
-        return self.data.x[idx], self.data.y[idx]
-
     def train_clients(self, w: torch.Tensor, t: int, users: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """Every participant's update (rows) and reported mean local training loss."""
         seeds = [derived_seed(self.cfg.seed, t, user) for user in users]
         scales = [loss_scale(self.cfg.attack, user) for user in users]
-        if self.cfg.batched:
-            torch.manual_seed(derived_seed(self.cfg.seed, t))  # dropout masks, drawn per client by vmap
-            generators = [torch.Generator().manual_seed(seed) for seed in seeds]
-            idx = [self.data.train_idx[user] for user in users]
-            results = self.trainer.train_batched(w, self.data.x, self.data.y, idx, generators, torch.tensor(scales))
-        else:
-            results = []
-            for user, seed, scale in zip(users, seeds, scales):
-                torch.manual_seed(seed)  # dropout masks
-                x, y = self.client_train_data(user)
-                results.append(self.trainer.train(w, x, y, torch.Generator().manual_seed(seed), scale))
+        idx = [self.data.train_idx[user] for user in users]
+        results = [None] * len(users)
+        # batched: clients of similar size are trained together (little padding); a client
+        # without a partner of similar size (Adult) takes the sequential path, which is cheaper
+        groups = size_groups([len(i) for i in idx]) if self.cfg.batched else [[k] for k in range(len(users))]
+        for group in groups:
+            if len(group) == 1:
+                k = group[0]
+                torch.manual_seed(seeds[k])  # dropout masks
+                generator = torch.Generator().manual_seed(seeds[k])
+                results[k] = self.trainer.train(w, self.data.x[idx[k]], self.data.y[idx[k]], generator, scales[k])
+                continue
+            torch.manual_seed(derived_seed(self.cfg.seed, t, *(users[k] for k in group)))  # dropout masks, per client by vmap
+            generators = [torch.Generator().manual_seed(seeds[k]) for k in group]
+            trained = self.trainer.train_batched(w, self.data.x, self.data.y, [idx[k] for k in group], generators, torch.tensor([scales[k] for k in group]))
+            for k, result in zip(group, trained):
+                results[k] = result
         return torch.stack([r.update for r in results]), torch.stack([r.train_loss for r in results])
 
     def participant_losses(self, w: torch.Tensor, users: list[int]) -> dict[str, torch.Tensor]:
