@@ -77,6 +77,7 @@ class RunConfig:
     device: str = "auto"
     checkpoint_every: int = 0  # 0: no checkpoints
     batched: bool = False  # train a round's clients as one batched computation (torch.func)
+    tf32: bool = False  # CUDA only: TF32 matmuls/convolutions (faster on Ampere+, ~1e-3 relative error)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> RunConfig:

@@ -19,11 +19,14 @@ Nothing here imports torch, so the Snakefile parses fast.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import fnmatch
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
+
+from fedmgda.config import RunConfig  # no torch import: the Snakefile parses fast
 
 ALGORITHMS = ("fedavg", "fedavg_n", "fedprox", "qfedavg", "afl", "fedmgda", "fedmgda_plus", "mgda_prox")
 DATASETS = ("cifar10", "fmnist", "femnist", "shakespeare", "adult", "synthetic", "digits")
@@ -54,28 +57,16 @@ IMPLIED_HPARAMS = {
 
 # RunConfig fields (src/fedmgda/config.py) and their defaults; fields that change results but
 # are not in the setting's standard name are appended to it when they differ from these.
-RUN_DEFAULTS: dict[str, Any] = {
-    "partition": None,
-    "dataset_options": {},
-    "local_epochs": 1,
-    "batch_size": 10,
-    "local_lr": 0.01,
-    "momentum": 0.5,
-    "rounds": 100,
-    "participation": 0.1,
-    "clients_per_round": None,
-    "eval_every": 1,
-    "per_user_every": 10,
-    "track_improvement": True,
-    "qffl_loss": "batch_sum",
-    "final_model": "auto",
-    "batched": False,
-}
 # fields that do not change what a run computes: never part of its identity
 NON_IDENTITY_FIELDS = {"device", "checkpoint_every", "raw_dir", "partition_file"}
+RUN_DEFAULTS: dict[str, Any] = {
+    f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    for f in dataclasses.fields(RunConfig)
+    if f.name not in NON_IDENTITY_FIELDS | {"dataset", "algorithm", "hparams", "attack", "seed"}
+}
 RUN_FIELDS = set(RUN_DEFAULTS) | NON_IDENTITY_FIELDS | {"dataset", "algorithm", "hparams", "attack", "seed"}
 SHORT = {"local_epochs": "k", "momentum": "m", "eval_every": "ev", "per_user_every": "pu",
-         "track_improvement": "impr", "qffl_loss": "qloss", "final_model": "final", "batched": "batched"}
+         "track_improvement": "impr", "qffl_loss": "qloss", "final_model": "final", "batched": "batched", "tf32": "tf32"}
 
 
 class RegistryError(ValueError):

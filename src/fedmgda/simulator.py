@@ -88,6 +88,9 @@ class Simulation:
     def __init__(self, cfg: RunConfig, data: FederatedDataset | None = None, model_name: str | None = None):
         self.cfg = cfg
         self.device = resolve_device(cfg.device)
+        if self.device.type == "cuda":  # explicit: PyTorch's default lets cuDNN use TF32
+            torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
+            torch.backends.cudnn.allow_tf32 = cfg.tf32
         if data is None:
             data, model_name = load_dataset(cfg)
         if model_name is None:
