@@ -10,7 +10,7 @@ import pandas as pd
 import yaml
 
 CONFIG = dict(dataset="synthetic", algorithm="afl", hparams={"gamma_w": 1.0, "gamma_lambda": 0.2},
-              rounds=60, participation=0.3, batch_size=10, local_lr=0.05, seed=2, device="cpu",
+              rounds=100, participation=0.3, batch_size=10, local_lr=0.05, seed=2, device="cpu",
               checkpoint_every=5)
 
 
@@ -30,7 +30,7 @@ def test_killed_run_resumes_to_identical_metrics(tmp_path):
     deadline = time.time() + 300
     while not (out / "checkpoint.pt").exists() and time.time() < deadline and first.poll() is None:
         time.sleep(0.05)
-    time.sleep(0.3)  # let it get past the checkpoint, into later rounds
+    time.sleep(0.1)  # let it get past the checkpoint, into later rounds
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=60)
     assert first.returncode == -signal.SIGKILL, "the run finished before it could be killed"
