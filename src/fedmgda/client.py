@@ -77,7 +77,7 @@ class LocalTrainer:
         self.hparams = hparams
         self.dropout = dropout  # False: train in eval mode (tests comparing the two paths exactly)
         self._grad_and_loss = grad_and_value(self._objective)
-        self._batched_step = vmap(self._masked_step, in_dims=(0, 0, 0, 0, 0, 0, 0, None), randomness="different")
+        self._batched_step = vmap(self.step, in_dims=(0, 0, 0, 0, 0, 0, None, 0), randomness="different")
 
     def _objective(self, w, w_start, x, y, scale, mask=None):
         nll = F.nll_loss(self.model(w, x), y, reduction="none")
@@ -87,9 +87,10 @@ class LocalTrainer:
             loss = loss + self.hparams.mu * ((w - w_start) ** 2).sum()
         return loss
 
-    def step(self, w, buf, w_start, x, y, scale, first: bool):
-        """One SGD-with-momentum step; pure, so that it can be vmap-ed over clients."""
-        grad, loss = self._grad_and_loss(w, w_start, x, y, scale)
+    def step(self, w, buf, w_start, x, y, scale, first: bool, mask=None):
+        """One SGD-with-momentum step; pure, so that it is vmap-ed over clients by the batched
+        path (there ``mask`` marks the real samples of a minibatch padded to a common width)."""
+        grad, loss = self._grad_and_loss(w, w_start, x, y, scale, mask)
         buf = grad if first else self.hparams.momentum * buf + grad
         return w - self.hparams.lr * buf, buf, loss
 
@@ -114,12 +115,6 @@ class LocalTrainer:
 
 
     # ------------------------------------------------------------------ batched over clients
-    def _masked_step(self, w, buf, w_start, x, y, mask, scale, first: bool):
-        """``step`` on a minibatch padded to a common width (``mask`` marks the real samples)."""
-        grad, loss = self._grad_and_loss(w, w_start, x, y, scale, mask)
-        buf = grad if first else self.hparams.momentum * buf + grad
-        return w - self.hparams.lr * buf, buf, loss
-
     def padded_batches(self, idx: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """``batch_order`` as a (steps, width) tensor of sample indices, -1 where a batch is short."""
         n = len(idx)
@@ -163,7 +158,7 @@ class LocalTrainer:
         for s in range(steps):
             k = active_rows[s]  # clients that still have a minibatch: a prefix of the rows
             pos = positions[:k, s]
-            w_k, buf_k, loss = self._batched_step(w[:k], buf[:k], starts[:k], data_x[pos], data_y[pos], mask[:k, s], scales[:k], s == 0)
+            w_k, buf_k, loss = self._batched_step(w[:k], buf[:k], starts[:k], data_x[pos], data_y[pos], scales[:k], s == 0, mask[:k, s])
             if k == n:
                 w, buf, loss_sum = w_k, buf_k, loss_sum + loss
             else:
