@@ -96,6 +96,8 @@ def time_rounds(setting: Setting, data: FederatedDataset, batched: bool, rounds:
     state = _State()
     w = sim.model.initial_vector().to(sim.device)
     sim._round(w, 1, state)  # warm-up (allocations, first calls)
+    if sim.trainer.graphs is not None:
+        sim._round(w, 1, state)  # a client group's second sight is captured as a CUDA graph
     times = []
     for t in range(2, 2 + rounds):
         sync(sim.device)
@@ -108,6 +110,32 @@ def time_rounds(setting: Setting, data: FederatedDataset, batched: bool, rounds:
     sim.evaluate_users(w)
     sync(sim.device)
     return statistics.median(times), time.perf_counter() - start
+
+
+def profile_round(setting: Setting, data: FederatedDataset, device: str, rows: int = 15) -> None:
+    """torch.profiler over one batched round after a warm-up: the costliest operators and the
+    number of kernel launches (a launch-bound round shows many cheap kernels)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cfg = RunConfig(dataset=setting.dataset, algorithm="fedmgda_plus", hparams={"eta": 1.0}, batch_size=setting.batch_size,
+                    local_lr=setting.lr, clients_per_round=setting.per_round, rounds=10**6, eval_every=10**9,
+                    per_user_every=10**9, device=device, batched=True)
+    sim = Simulation(cfg, data=data, model_name=DATASETS[setting.dataset].model)
+    from fedmgda.simulator import _State
+
+    state, w = _State(), sim.model.initial_vector().to(sim.device)
+    for _ in range(2 if sim.trainer.graphs is not None else 1):  # eager, then captured
+        sim._round(w, 1, state)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if sim.device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        sim._round(w, 2, state)
+        sync(sim.device)
+    key = "self_cuda_time_total" if sim.device.type == "cuda" else "self_cpu_time_total"
+    print(f"\nprofile of one batched round of {setting.name}:")
+    print(prof.key_averages().table(sort_by=key, row_limit=rows))
+    if sim.device.type == "cuda":
+        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        print(f"kernel launches in the round: {len(kernels)}")
 
 
 def project_paper(per_setting: dict[str, tuple[float, float]]) -> tuple[float, int, list[str]]:
@@ -125,9 +153,10 @@ def project_paper(per_setting: dict[str, tuple[float, float]]) -> tuple[float, i
         if not candidates:
             skipped += 1
             continue
-        exact = [s for s in candidates if (s.batch_size == "full") == (batch in ("full", 400)) and s.per_round == per_round]
-        chosen = exact[0] if exact else min(candidates, key=lambda s: abs(s.per_round - per_round))
-        if not exact:
+        full_batch = batch in ("full", 400)  # CIFAR-10's b = 400 is its clients' full batch
+        same_kind = [s for s in candidates if (s.batch_size == "full") == full_batch] or candidates
+        chosen = min(same_kind, key=lambda s: abs(s.per_round - per_round))
+        if (chosen.batch_size == "full") != full_batch or chosen.per_round != per_round:
             approximated.add(f"{dataset} b={batch} n={per_round} ~ {chosen.name} x {per_round}/{chosen.per_round}")
         round_s, eval_s = per_setting[chosen.name]
         round_s *= per_round / chosen.per_round
@@ -142,24 +171,34 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--rounds", type=int, default=2, help="timed rounds per setting and path (median)")
     parser.add_argument("--fraction", type=float, default=1.0, help="keep this fraction of each client's samples and scale round times by 1/fraction (approximate: fixed per-round costs are scaled too)")
+    parser.add_argument("--fraction-of", nargs="*", default=[], metavar="SETTING=F", help="a fraction for one setting (e.g. shakespeare_b10=0.05, whose sequential path is slow)")
     parser.add_argument("--only", nargs="*", help="setting names")
+    parser.add_argument("--profile", action="store_true", help="also profile one batched round of each setting")
     args = parser.parse_args()
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device == "auto" else args.device))
-    fraction = args.fraction
+    fractions = {name: float(f) for name, f in (item.split("=") for item in args.fraction_of)}
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
-    print(f"device: {name}; torch {torch.__version__}; client samples kept: {fraction:g}" + (" (times scaled by 1/fraction)" if fraction < 1 else ""))
-    print(f"{'setting':22} {'clients':>7} {'sequential s/round':>19} {'batched s/round':>16} {'speed-up':>9} {'batched rounds/s':>17} {'eval s':>7}")
+    print(f"device: {name}; torch {torch.__version__}; CUDA graphs: {device.type == 'cuda'}")
+    print(f"{'setting':22} {'clients':>7} {'samples kept':>12} {'sequential s/round':>19} {'batched s/round':>16} {'speed-up':>9} {'batched rounds/s':>17} {'eval s':>7}")
     measured: dict[str, tuple[float, float]] = {}
     for setting in SETTINGS:
         if args.only and setting.name not in args.only:
             continue
+        fraction = fractions.get(setting.name, args.fraction)
         torch.manual_seed(0)
         data = random_dataset(setting, fraction)
-        seq, eval_s = time_rounds(setting, data, batched=False, rounds=args.rounds, device=str(device))
-        bat, _ = time_rounds(setting, data, batched=True, rounds=args.rounds, device=str(device))
+        try:
+            seq, eval_s = time_rounds(setting, data, batched=False, rounds=args.rounds, device=str(device))
+            bat, _ = time_rounds(setting, data, batched=True, rounds=args.rounds, device=str(device))
+        except (RuntimeError, torch.cuda.OutOfMemoryError) as error:  # report it, measure the rest
+            print(f"{setting.name:22} failed: {type(error).__name__}: {str(error).splitlines()[0][:200]}", flush=True)
+            continue
         seq, bat = seq / fraction, bat / fraction
         measured[setting.name] = (bat, eval_s)
-        print(f"{setting.name:22} {setting.per_round:>7} {seq:>19.3f} {bat:>16.3f} {seq / bat:>8.2f}x {1 / bat:>17.3f} {eval_s:>7.3f}")
+        kept = "all" if fraction == 1 else f"{fraction:g} (x1/f)"
+        print(f"{setting.name:22} {setting.per_round:>7} {kept:>12} {seq:>19.3f} {bat:>16.3f} {seq / bat:>8.2f}x {1 / bat:>17.3f} {eval_s:>7.3f}", flush=True)
+        if args.profile:
+            profile_round(setting, data, str(device))
     if measured:
         seconds, runs, approximated = project_paper(measured)
         print(f"\nprojected wall time of the paper DAG ({runs} training runs, batched path, one device, runs back to back): "

@@ -2,11 +2,13 @@
 reference path."""
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from toy_federated import make_toy_federated, toy_config
 
-from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, size_groups
+from fedmgda.client import CudaGraphs, FlatModel, LocalHParams, LocalTrainer, size_groups
+from fedmgda.data.base import FederatedDataset
 from fedmgda.models import build_model
 from fedmgda.simulator import run
 
@@ -32,15 +34,20 @@ def pooled_clients(shape, classes, sizes, token_input, seed=0):
     return x, y, [torch.arange(starts[i], starts[i + 1]) for i in range(len(sizes))]
 
 
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name,shape,classes", MODELS)
-def test_batched_updates_equal_sequential_updates(name, shape, classes):
+def test_batched_updates_equal_sequential_updates(name, shape, classes, device):
     """Unequal client sizes and partial last batches exercise the padding masks. float64, and
     dropout off, so that the comparison is exact up to reduction order."""
     torch.manual_seed(0)
-    flat = FlatModel(build_model(name, shape, classes).double())
+    flat = FlatModel(build_model(name, shape, classes).double().to(device))
     large = name in ("lstm_shakespeare", "cnn_femnist", "cnn_cifar")  # keep the float64 run short
     sizes = [6, 3] if large else [23, 9, 16, 30]
     x, y, idx = pooled_clients(shape, classes, sizes, token_input=name == "lstm_shakespeare")
+    x, y = x.to(device), y.to(device)
     hparams = LocalHParams(epochs=1 if large else 2, batch_size=5, lr=0.05, momentum=0.5, mu=0.1)
     trainer = LocalTrainer(flat, hparams, dropout=False)
     w0 = flat.initial_vector()
@@ -81,14 +88,69 @@ def test_batched_simulation_with_unequal_clients_matches_the_sequential_one():
     data.train_idx[0] = data.train_idx[0][:5]  # very unequal sizes: several size groups
     data.train_idx[1] = data.train_idx[1][:13]
     common = dict(algorithm="qfedavg", hparams={"q": 0.5}, rounds=4, participation=1.0, batch_size=4)
-    seq = run(toy_config(**common), data=data, model_name="logreg")
+    seq = run(toy_config(batched=False, **common), data=data, model_name="logreg")
     bat = run(toy_config(batched=True, **common), data=data, model_name="logreg")
     assert torch.allclose(seq.final_weights, bat.final_weights, atol=1e-5)
 
 
 def test_batched_simulation_matches_the_sequential_one():
     common = dict(algorithm="mgda_prox", hparams={"eta": 1.0, "decay": 0.1}, rounds=5, batch_size=7)
-    seq = run(toy_config(**common), data=make_toy_federated(), model_name="logreg")
+    seq = run(toy_config(batched=False, **common), data=make_toy_federated(), model_name="logreg")
     bat = run(toy_config(batched=True, **common), data=make_toy_federated(), model_name="logreg")
     assert torch.allclose(seq.final_weights, bat.final_weights, atol=1e-5)
     assert np.allclose(seq.metrics["train_loss"], bat.metrics["train_loss"], atol=1e-5)
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+@needs_cuda
+def test_cuda_graph_replay_gives_the_eager_updates():
+    """First call eager, second captured and replayed, third replayed: with the same CUDA seed all
+    three give the same updates bit for bit, dropout included."""
+    torch.manual_seed(0)
+    flat = FlatModel(build_model("cnn_fmnist", (1, 28, 28), 10).cuda())
+    x, y, idx = pooled_clients((1, 28, 28), 10, [40, 33, 40], token_input=False)
+    x, y = x.float().cuda(), y.cuda()
+    graphs = CudaGraphs()
+    trainer = LocalTrainer(flat, LocalHParams(batch_size=10, lr=0.1), graphs=graphs)
+    w0 = flat.initial_vector()
+    runs = []
+    for _ in range(3):
+        torch.manual_seed(7)
+        runs.append(trainer.train_batched(w0, x, y, idx, [torch.Generator().manual_seed(k) for k in range(3)], torch.ones(3)))
+    assert len(graphs.graphs) == 1
+    for later in runs[1:]:
+        for a, b in zip(runs[0], later):
+            assert torch.equal(a.update, b.update) and torch.equal(a.train_loss, b.train_loss)
+    torch.manual_seed(8)  # another seed: other dropout masks through the same graph
+    other = trainer.train_batched(w0, x, y, idx, [torch.Generator().manual_seed(k) for k in range(3)], torch.ones(3))
+    assert not torch.equal(other[0].update, runs[0][0].update)
+
+
+@needs_cuda
+def test_cuda_batched_runs_are_deterministic_with_and_without_graphs():
+    common = dict(algorithm="fedmgda_plus", hparams={"eta": 1.0, "decay": 0.1}, rounds=5, participation=1.0, batched=True, device="cuda")
+    a = run(toy_config(**common), data=make_toy_federated(), model_name="logreg")
+    b = run(toy_config(**common), data=make_toy_federated(), model_name="logreg")
+    eager = run(toy_config(cuda_graphs=False, **common), data=make_toy_federated(), model_name="logreg")
+    pd.testing.assert_frame_equal(a.metrics, b.metrics)
+    assert torch.equal(a.final_weights, b.final_weights)
+    assert torch.equal(a.final_weights, eager.final_weights)
+
+
+@needs_cuda
+@pytest.mark.parametrize("batched", [True, False])
+def test_cuda_cnn_runs_are_reproducible(batched):
+    """Same config and seed on the same GPU: identical metrics and weights (cuDNN's deterministic
+    algorithms; convolution backward passes are where atomics would differ)."""
+    g = torch.Generator().manual_seed(0)
+    users, n_train, n_test = 6, 30, 10
+    x = torch.randn(users * (n_train + n_test), 3, 32, 32, generator=g)
+    y = torch.randint(0, 10, (len(x),), generator=g)
+    starts = [u * (n_train + n_test) for u in range(users)]
+    data = FederatedDataset("images", x, y, [torch.arange(s, s + n_train) for s in starts], [torch.arange(s + n_train, s + n_train + n_test) for s in starts], 10)
+    cfg = toy_config(algorithm="fedmgda_plus", hparams={"eta": 1.0, "decay": 0.1}, rounds=4, participation=1.0, batch_size=10, local_lr=0.05, batched=batched, device="cuda")
+    a, b = (run(cfg, data=data, model_name="cnn_cifar") for _ in range(2))
+    pd.testing.assert_frame_equal(a.metrics, b.metrics)
+    assert torch.equal(a.final_weights, b.final_weights)

@@ -76,7 +76,9 @@ class RunConfig:
     final_model: str = "auto"  # "last" iterate, "average" of all iterates, or "auto": average for AFL (its output), else last
     device: str = "auto"
     checkpoint_every: int = 0  # 0: no checkpoints
-    batched: bool = False  # train a round's clients as one batched computation (torch.func)
+    batched: bool = True  # train a round's clients as one vmap-ed computation; false: one after another (the reference path)
+    cuda_graphs: bool = True  # CUDA + batched: replay each round's client update as a CUDA graph (same numbers, fewer launches)
+    deterministic: bool = True  # CUDA: deterministic cuDNN algorithms, so a rerun on the same GPU gives identical metrics
     tf32: bool = False  # CUDA only: TF32 matmuls/convolutions (faster on Ampere+, ~1e-3 relative error)
 
     @classmethod

@@ -58,7 +58,7 @@ IMPLIED_HPARAMS = {
 # RunConfig fields (src/fedmgda/config.py) and their defaults; fields that change results but
 # are not in the setting's standard name are appended to it when they differ from these.
 # fields that do not change what a run computes: never part of its identity
-NON_IDENTITY_FIELDS = {"device", "checkpoint_every", "raw_dir", "partition_file"}
+NON_IDENTITY_FIELDS = {"device", "checkpoint_every", "raw_dir", "partition_file", "cuda_graphs", "deterministic"}
 RUN_DEFAULTS: dict[str, Any] = {
     f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
     for f in dataclasses.fields(RunConfig)

@@ -23,7 +23,7 @@ import torch
 
 from fedmgda.aggregators import RoundContext, make_aggregator
 from fedmgda.attacks import force_attacker, loss_bias, loss_scale
-from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, evaluate_samples, size_groups
+from fedmgda.client import CudaGraphs, FlatModel, LocalHParams, LocalTrainer, evaluate_samples, size_groups
 from fedmgda.config import ConfigError, RunConfig
 from fedmgda.data.base import FederatedDataset
 from fedmgda.metrics import (
@@ -91,10 +91,13 @@ class Simulation:
         if self.device.type == "cuda":  # explicit: PyTorch's default lets cuDNN use TF32
             torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
             torch.backends.cudnn.allow_tf32 = cfg.tf32
+            torch.backends.cudnn.deterministic = cfg.deterministic  # some conv backward algorithms use atomics
+            torch.backends.cudnn.benchmark = False
         if data is None:
             data, model_name = load_dataset(cfg)
         if model_name is None:
             raise ConfigError("model_name is required when a dataset is injected")
+        self.train_idx_cpu = [i.cpu() for i in data.train_idx]  # the batched path plans minibatches on the CPU
         self.data = data.to(self.device)
         self.num_users = data.num_users
         if cfg.attack.active and cfg.attack.user >= self.num_users:
@@ -106,7 +109,8 @@ class Simulation:
         self.aggregator = make_aggregator(cfg.algorithm, cfg.hparams, cfg.rounds, self.num_users)
         batch = None if cfg.batch_size == "full" else int(cfg.batch_size)
         self.local = LocalHParams(cfg.local_epochs, batch, cfg.local_lr, cfg.momentum, self.aggregator.prox_mu)
-        self.trainer = LocalTrainer(self.model, self.local)
+        graphs = CudaGraphs() if cfg.batched and cfg.cuda_graphs and self.device.type == "cuda" else None
+        self.trainer = LocalTrainer(self.model, self.local, graphs=graphs)
         self.per_round = cfg.clients_per_round or max(1, math.floor(cfg.participation * self.num_users + 1e-9))
         self.per_round = min(self.per_round, self.num_users)
         self.needs_pre_round_loss = cfg.track_improvement or cfg.algorithm == "qfedavg"
@@ -133,10 +137,11 @@ class Simulation:
         idx = [self.data.train_idx[user] for user in users]
         results = [None] * len(users)
         # batched: clients of similar size are trained together (little padding); a client
-        # without a partner of similar size (Adult) takes the sequential path, which is cheaper
+        # without a partner of similar size (Adult) takes the sequential path, which is cheaper,
+        # unless CUDA graphs make the batched path (a group of one) cheaper still
         groups = size_groups([len(i) for i in idx]) if self.cfg.batched else [[k] for k in range(len(users))]
         for group in groups:
-            if len(group) == 1:
+            if len(group) == 1 and self.trainer.graphs is None:
                 k = group[0]
                 torch.manual_seed(seeds[k])  # dropout masks
                 generator = torch.Generator().manual_seed(seeds[k])
@@ -144,7 +149,7 @@ class Simulation:
                 continue
             torch.manual_seed(derived_seed(self.cfg.seed, t, *(users[k] for k in group)))  # dropout masks, per client by vmap
             generators = [torch.Generator().manual_seed(seeds[k]) for k in group]
-            trained = self.trainer.train_batched(w, self.data.x, self.data.y, [idx[k] for k in group], generators, torch.tensor([scales[k] for k in group]))
+            trained = self.trainer.train_batched(w, self.data.x, self.data.y, [self.train_idx_cpu[users[k]] for k in group], generators, torch.tensor([scales[k] for k in group]))
             for k, result in zip(group, trained):
                 results[k] = result
         return torch.stack([r.update for r in results]), torch.stack([r.train_loss for r in results])
