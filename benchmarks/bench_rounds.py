@@ -138,13 +138,14 @@ def profile_round(setting: Setting, data: FederatedDataset, device: str, rows: i
         print(f"kernel launches in the round: {len(kernels)}")
 
 
-def project_paper(per_setting: dict[str, tuple[float, float]]) -> tuple[float, int, list[str]]:
-    """Projected seconds for every training run of config/config.yaml, the run count, and the
-    settings that had to be approximated by the nearest measured one."""
+def project_paper(per_setting: dict[str, tuple[float, float]]) -> tuple[dict[str, float], int, list[str]]:
+    """Projected seconds per dataset for every training run of config/config.yaml, the run count,
+    and the settings that had to be approximated by the nearest measured one."""
     from fedmgda.experiments import expand, load_config
 
     registry = expand(load_config("config/config.yaml"))
-    total, approximated, skipped = 0.0, set(), 0
+    seconds: dict[str, float] = {}
+    approximated, skipped = set(), 0
     for spec in registry.runs.values():
         cfg = spec.config
         dataset, batch = cfg["dataset"], cfg.get("batch_size", 10)
@@ -160,10 +161,10 @@ def project_paper(per_setting: dict[str, tuple[float, float]]) -> tuple[float, i
             approximated.add(f"{dataset} b={batch} n={per_round} ~ {chosen.name} x {per_round}/{chosen.per_round}")
         round_s, eval_s = per_setting[chosen.name]
         round_s *= per_round / chosen.per_round
-        total += cfg["rounds"] * (round_s + eval_s / cfg.get("eval_every", 1))
+        seconds[dataset] = seconds.get(dataset, 0.0) + cfg["rounds"] * (round_s + eval_s / cfg.get("eval_every", 1))
     if skipped:
         approximated.add(f"{skipped} runs of datasets not measured here are left out of the total")
-    return total, len(registry.runs), sorted(approximated)
+    return seconds, len(registry.runs), sorted(approximated)
 
 
 def main() -> None:
@@ -202,7 +203,8 @@ def main() -> None:
     if measured:
         seconds, runs, approximated = project_paper(measured)
         print(f"\nprojected wall time of the paper DAG ({runs} training runs, batched path, one device, runs back to back): "
-              f"{seconds / 3600:.1f} h")
+              f"{sum(seconds.values()) / 3600:.1f} h")
+        print("  by dataset: " + ", ".join(f"{name} {s / 3600:.1f} h" for name, s in sorted(seconds.items(), key=lambda kv: -kv[1])))
         for line in approximated:
             print(f"  approximated: {line}")
 
