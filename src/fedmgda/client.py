@@ -195,9 +195,10 @@ class CudaGraphs:
     A round's batched client update is thousands of small kernels, so on a GPU its time is the
     CPU's time to launch them; a graph launches them all at once. A key (shapes and everything
     else the function depends on) is captured the second time it is seen: the first call runs
-    eagerly (warming up cuDNN and cuBLAS) and keys seen only once (FEMNIST's changing client
-    groups) cost no capture. Random draws inside (dropout) follow the CUDA generator's seed at
-    replay time. At most ``capacity`` graphs are kept, least recently used evicted.
+    eagerly, so keys seen only once (FEMNIST's changing client groups) cost no capture. Replays
+    give the eager results bit for bit; random draws inside (dropout) follow the CUDA generator's
+    state at replay time. At most ``capacity`` graphs are kept, least recently used evicted; a key
+    whose capture fails (an operation that cannot be captured) runs eagerly, with a warning.
     """
 
     def __init__(self, capacity: int = 4):
