@@ -3,6 +3,7 @@
     python benchmarks/bench_rounds.py                  # every dataset setting, this machine's device
     python benchmarks/bench_rounds.py --device cuda --fraction 1 --rounds 3
     python benchmarks/bench_rounds.py --only cifar10_b10_p0.1 fmnist_b10_p0.1
+    python benchmarks/bench_rounds.py --device cuda --pack 8    # also 8 runs trained packed
 
 For each setting of the paper it builds a federated dataset of random tensors with the real shapes
 and per-user sizes (no download needed), runs a few rounds of the real simulator (client updates,
@@ -11,6 +12,8 @@ reference path and once batched, in the same process, and prints seconds per rou
 second and their ratio. ``--fraction f`` keeps only a fraction f of every client's training samples
 (so a CPU finishes in minutes) and scales the measured round time by 1/f; the table says when a
 time is extrapolated this way. The evaluation of every user's test split is timed separately.
+``--pack K`` also times K runs (seeds 1..K) trained packed (``fedmgda.simulator.run_packed``) and
+prints their throughput against the same K runs trained one after another.
 
 Finally the wall time of the whole paper DAG (config/config.yaml, every training run) is projected
 from the measured round times: sum over runs of T x (round time + evaluation time / eval_every).
@@ -19,6 +22,7 @@ from the measured round times: sum over runs of T x (round time + evaluation tim
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import statistics
 import time
@@ -30,7 +34,7 @@ import torch
 from fedmgda.config import RunConfig
 from fedmgda.data import DATASETS
 from fedmgda.data.base import FederatedDataset
-from fedmgda.simulator import Simulation
+from fedmgda.simulator import Simulation, _State, check_packable, train_packed
 
 
 @dataclass(frozen=True)
@@ -85,30 +89,46 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_rounds(setting: Setting, data: FederatedDataset, batched: bool, rounds: int, device: str) -> tuple[float, float]:
-    """Median seconds per round (training part) and seconds for one evaluation of every user."""
-    cfg = RunConfig(dataset=setting.dataset, algorithm="fedmgda_plus", hparams={"eta": 1.0}, batch_size=setting.batch_size,
-                    local_lr=setting.lr, clients_per_round=setting.per_round, rounds=10**6, eval_every=10**9,
-                    per_user_every=10**9, device=device, batched=batched)
-    sim = Simulation(cfg, data=data, model_name=DATASETS[setting.dataset].model)
-    from fedmgda.simulator import _State
+def bench_config(setting: Setting, device: str, batched: bool, seed: int = 1) -> RunConfig:
+    return RunConfig(dataset=setting.dataset, algorithm="fedmgda_plus", hparams={"eta": 1.0}, batch_size=setting.batch_size,
+                     local_lr=setting.lr, clients_per_round=setting.per_round, rounds=10**6, eval_every=10**9,
+                     per_user_every=10**9, device=device, batched=batched, seed=seed)
 
-    state = _State()
-    w = sim.model.initial_vector().to(sim.device)
-    sim._round(w, 1, state)  # warm-up (allocations, first calls)
-    if sim.trainer.graphs is not None:
-        sim._round(w, 1, state)  # a client group's second sight is captured as a CUDA graph
+
+def packed_rounds(setting: Setting, data: FederatedDataset, batched: bool, device: str, pack: int = 1):
+    """``pack`` runs of the setting (seeds 1..pack), their start models, and a function that
+    trains one round of all of them, packed (the real simulator's round, less per-user evaluation)."""
+    sims = [Simulation(bench_config(setting, device, batched, seed), data=data, model_name=DATASETS[setting.dataset].model) for seed in range(1, pack + 1)]
+    check_packable(sims)
+    states = [_State() for _ in sims]
+    ws = [sim.model.initial_vector().to(sim.device) for sim in sims]
+
+    def one_round(t: int) -> None:
+        steps = [sim._round(w, t, state) for sim, w, state in zip(sims, ws, states)]
+        for step, trained in zip(steps, train_packed(sims, [next(step) for step in steps])):
+            with contextlib.suppress(StopIteration):  # the round's end: metrics row, next model
+                step.send(trained)
+
+    one_round(1)  # warm-up (allocations, first calls)
+    if sims[0].trainer.graphs is not None:
+        one_round(1)  # a client group's second sight is captured as a CUDA graph
+    return sims, ws, one_round
+
+
+def time_rounds(setting: Setting, data: FederatedDataset, batched: bool, rounds: int, device: str, pack: int = 1) -> tuple[float, float]:
+    """Median seconds per round (training part, of all ``pack`` runs together) and seconds for one
+    evaluation of every user."""
+    sims, ws, one_round = packed_rounds(setting, data, batched, device, pack)
     times = []
     for t in range(2, 2 + rounds):
-        sync(sim.device)
+        sync(sims[0].device)
         start = time.perf_counter()
-        sim._round(w, t, state)
-        sync(sim.device)
+        one_round(t)
+        sync(sims[0].device)
         times.append(time.perf_counter() - start)
-    sync(sim.device)
     start = time.perf_counter()
-    sim.evaluate_users(w)
-    sync(sim.device)
+    sims[0].evaluate_users(ws[0])
+    sync(sims[0].device)
     return statistics.median(times), time.perf_counter() - start
 
 
@@ -117,23 +137,15 @@ def profile_round(setting: Setting, data: FederatedDataset, device: str, rows: i
     number of kernel launches (a launch-bound round shows many cheap kernels)."""
     from torch.profiler import ProfilerActivity, profile
 
-    cfg = RunConfig(dataset=setting.dataset, algorithm="fedmgda_plus", hparams={"eta": 1.0}, batch_size=setting.batch_size,
-                    local_lr=setting.lr, clients_per_round=setting.per_round, rounds=10**6, eval_every=10**9,
-                    per_user_every=10**9, device=device, batched=True)
-    sim = Simulation(cfg, data=data, model_name=DATASETS[setting.dataset].model)
-    from fedmgda.simulator import _State
-
-    state, w = _State(), sim.model.initial_vector().to(sim.device)
-    for _ in range(2 if sim.trainer.graphs is not None else 1):  # eager, then captured
-        sim._round(w, 1, state)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if sim.device.type == "cuda" else [])
+    sims, _, one_round = packed_rounds(setting, data, True, device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if sims[0].device.type == "cuda" else [])
     with profile(activities=activities) as prof:
-        sim._round(w, 2, state)
-        sync(sim.device)
-    key = "self_cuda_time_total" if sim.device.type == "cuda" else "self_cpu_time_total"
+        one_round(2)
+        sync(sims[0].device)
+    key = "self_cuda_time_total" if sims[0].device.type == "cuda" else "self_cpu_time_total"
     print(f"\nprofile of one batched round of {setting.name}:")
     print(prof.key_averages().table(sort_by=key, row_limit=rows))
-    if sim.device.type == "cuda":
+    if sims[0].device.type == "cuda":
         kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
         print(f"kernel launches in the round: {len(kernels)}")
 
@@ -175,6 +187,7 @@ def main() -> None:
     parser.add_argument("--fraction-of", nargs="*", default=[], metavar="SETTING=F", help="a fraction for one setting (e.g. shakespeare_b10=0.05, whose sequential path is slow)")
     parser.add_argument("--only", nargs="*", help="setting names")
     parser.add_argument("--profile", action="store_true", help="also profile one batched round of each setting")
+    parser.add_argument("--pack", type=int, default=1, help="also time K runs (seeds 1..K) trained packed, and print their throughput against K batched runs one after another")
     args = parser.parse_args()
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device == "auto" else args.device))
     fractions = {name: float(f) for name, f in (item.split("=") for item in args.fraction_of)}
@@ -198,6 +211,10 @@ def main() -> None:
         measured[setting.name] = (bat, eval_s)
         kept = "all" if fraction == 1 else f"{fraction:g} (x1/f)"
         print(f"{setting.name:22} {setting.per_round:>7} {kept:>12} {seq:>19.3f} {bat:>16.3f} {seq / bat:>8.2f}x {1 / bat:>17.3f} {eval_s:>7.3f}", flush=True)
+        if args.pack > 1:
+            packed = time_rounds(setting, data, batched=True, rounds=args.rounds, device=str(device), pack=args.pack)[0] / fraction
+            print(f"{'':22} {args.pack} runs packed: {packed:.3f} s per round of all {args.pack} "
+                  f"(throughput {args.pack * bat / packed:.2f}x that of the runs one after another)", flush=True)
         if args.profile:
             profile_round(setting, data, str(device))
     if measured:

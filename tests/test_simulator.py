@@ -105,7 +105,7 @@ def test_resume_after_a_crash_gives_identical_results(tmp_path, monkeypatch):
     def crash_at_round_7(self, w, t, state):
         if t == 7:
             raise KeyboardInterrupt("killed")
-        return original(self, w, t, state)
+        return (yield from original(self, w, t, state))
 
     monkeypatch.setattr(Simulation, "_round", crash_at_round_7)
     with pytest.raises(KeyboardInterrupt):
@@ -125,7 +125,7 @@ def test_checkpoint_of_another_config_is_refused(tmp_path, monkeypatch):
     def crash(self, w, t, state):
         if t == 4:
             raise KeyboardInterrupt
-        return original(self, w, t, state)
+        return (yield from original(self, w, t, state))
 
     monkeypatch.setattr(Simulation, "_round", crash)
     with pytest.raises(KeyboardInterrupt):
@@ -148,7 +148,7 @@ def test_final_model_average_is_the_mean_of_the_iterates():
     original = sim._round
 
     def record(w, t, state):
-        row, w_next = original(w, t, state)
+        row, w_next = yield from original(w, t, state)
         iterates.append(w_next)
         return row, w_next
 

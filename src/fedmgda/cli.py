@@ -1,4 +1,5 @@
-"""Command-line entry point: ``fedmgda train --config RUN.yaml --out DIR``."""
+"""Command-line entry point: ``fedmgda train --config RUN.yaml --out DIR`` (several configs and
+folders: the runs are trained packed)."""
 
 from __future__ import annotations
 
@@ -19,38 +20,45 @@ def parse_override(text: str) -> tuple[str, object]:
     return key, yaml.safe_load(value)
 
 
-def train(args: argparse.Namespace) -> int:
-    from fedmgda.simulator import run
-
+def read_run_config(path: str, overrides: list[str], device: str | None) -> RunConfig:
     try:
-        raw = yaml.safe_load(Path(args.config).read_text())
+        raw = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as err:
-        raise ConfigError(f"cannot read run config {args.config}: {err}") from err
+        raise ConfigError(f"cannot read run config {path}: {err}") from err
     if not isinstance(raw, dict):
-        raise ConfigError(f"{args.config}: a run config must be a mapping")
-    for text in args.set or []:
+        raise ConfigError(f"{path}: a run config must be a mapping")
+    for text in overrides:
         key, value = parse_override(text)
         raw[key] = value
-    if args.device:
-        raw["device"] = args.device
-    cfg = RunConfig.from_dict(raw)
-    result = run(cfg, args.out)
-    summary = result.summary
-    final = summary["final"] or {}
-    if summary["status"] == "diverged":
-        print(f"diverged at round {summary['diverged_round']} (recorded in {args.out}/summary.json)")
-    else:
-        print(f"done: {summary['rounds_completed']} rounds in {summary['runtime_s']:.1f} s on {summary['device']}; "
-              f"mean user accuracy {100 * final['mean_acc']:.2f} %")
+    if device:
+        raw["device"] = device
+    return RunConfig.from_dict(raw)
+
+
+def train(args: argparse.Namespace) -> int:
+    from fedmgda.simulator import Simulation, run_packed
+
+    if len(args.config) != len(args.out):
+        raise ConfigError(f"--config names {len(args.config)} run(s) but --out {len(args.out)} folder(s)")
+    configs = [read_run_config(path, args.set or [], args.device) for path in args.config]
+    results = run_packed([Simulation(cfg) for cfg in configs], args.out)  # one run, or several packed
+    for out, result in zip(args.out, results):
+        summary = result.summary
+        final = summary["final"] or {}
+        if summary["status"] == "diverged":
+            print(f"{out}: diverged at round {summary['diverged_round']} (recorded in {out}/summary.json)")
+        else:
+            print(f"{out}: done, {summary['rounds_completed']} rounds in {summary['runtime_s']:.1f} s on {summary['device']}; "
+                  f"mean user accuracy {100 * final['mean_acc']:.2f} %")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedmgda", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    p = commands.add_parser("train", help="train one run and write metrics.csv, per_user.csv, summary.json")
-    p.add_argument("--config", required=True, help="run config (YAML): see fedmgda.config.RunConfig")
-    p.add_argument("--out", required=True, help="output folder")
+    p = commands.add_parser("train", help="train a run and write metrics.csv, per_user.csv, summary.json; several runs are packed")
+    p.add_argument("--config", required=True, nargs="+", help="run config (YAML): see fedmgda.config.RunConfig; several: trained packed, in lockstep")
+    p.add_argument("--out", required=True, nargs="+", help="output folder, one per config")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
     p.add_argument("--device", help="cpu, cuda, cuda:N or auto (overrides the config)")
     p.set_defaults(handler=train)

@@ -138,6 +138,7 @@ class LocalTrainer:
         Clients are ordered by their number of steps, so that once a client is done the step runs
         on the still-active prefix only (Adult: 33 steps for one client, 2 572 for the other).
 
+        w_start: the start (P,), or one per client (clients, P) when several runs are packed.
         data_x, data_y: the pooled samples; client_idx[i]: client i's sample indices into them
         (best on the CPU: the minibatch plan is built there and sent to the device in one copy).
         """
@@ -173,7 +174,7 @@ class LocalTrainer:
         real = positions >= 0
         mask = real.to(w_start.dtype)
         positions = torch.where(real, positions, positions.amax(dim=2, keepdim=True).clamp(min=0))
-        w = w_start.unsqueeze(0).expand(n, -1).contiguous()
+        w = w_start.expand(n, -1).contiguous()  # one start for all, or one row per client (packed runs)
         starts = w.clone()
         buf = torch.zeros_like(w)
         loss_sum = torch.zeros(n, device=w.device, dtype=w.dtype)

@@ -5,6 +5,9 @@ come from a generator seeded by (seed, t), and client i's minibatch order and dr
 round t from (seed, t, i). Hence every algorithm run with the same seed sees the same initial model
 and the same participants (paired comparisons, protocol.md §6.1), and a run resumed from a
 checkpoint continues exactly as if it had never stopped, without saving any RNG state.
+
+A run is a generator (``Simulation.steps``) that yields whenever a round's clients must be trained;
+``run_packed`` drives several such runs in lockstep and trains all their clients together.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +26,7 @@ import torch
 
 from fedmgda.aggregators import RoundContext, make_aggregator
 from fedmgda.attacks import force_attacker, loss_bias, loss_scale
-from fedmgda.client import CudaGraphs, FlatModel, LocalHParams, LocalTrainer, evaluate_samples, size_groups
+from fedmgda.client import ClientResult, CudaGraphs, FlatModel, LocalHParams, LocalTrainer, evaluate_samples, size_groups
 from fedmgda.config import ConfigError, RunConfig
 from fedmgda.data.base import FederatedDataset
 from fedmgda.metrics import (
@@ -132,27 +135,7 @@ class Simulation:
 
     def train_clients(self, w: torch.Tensor, t: int, users: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """Every participant's update (rows) and reported mean local training loss."""
-        seeds = [derived_seed(self.cfg.seed, t, user) for user in users]
-        scales = [loss_scale(self.cfg.attack, user) for user in users]
-        idx = [self.data.train_idx[user] for user in users]
-        results = [None] * len(users)
-        # batched: clients of similar size are trained together (little padding); a client
-        # without a partner of similar size (Adult) takes the sequential path, which is cheaper,
-        # unless CUDA graphs make the batched path (a group of one) cheaper still
-        groups = size_groups([len(i) for i in idx]) if self.cfg.batched else [[k] for k in range(len(users))]
-        for group in groups:
-            if len(group) == 1 and self.trainer.graphs is None:
-                k = group[0]
-                torch.manual_seed(seeds[k])  # dropout masks
-                generator = torch.Generator().manual_seed(seeds[k])
-                results[k] = self.trainer.train(w, self.data.x[idx[k]], self.data.y[idx[k]], generator, scales[k])
-                continue
-            torch.manual_seed(derived_seed(self.cfg.seed, t, *(users[k] for k in group)))  # dropout masks, per client by vmap
-            generators = [torch.Generator().manual_seed(seeds[k]) for k in group]
-            trained = self.trainer.train_batched(w, self.data.x, self.data.y, [self.train_idx_cpu[users[k]] for k in group], generators, torch.tensor([scales[k] for k in group]))
-            for k, result in zip(group, trained):
-                results[k] = result
-        return torch.stack([r.update for r in results]), torch.stack([r.train_loss for r in results])
+        return train_packed([self], [(w, t, users)])[0]
 
     def participant_losses(self, w: torch.Tensor, users: list[int]) -> dict[str, torch.Tensor]:
         """Loss and accuracy of ``w`` on each participant's train split (eval mode), evaluated
@@ -192,6 +175,13 @@ class Simulation:
 
     # ------------------------------------------------------------------ the run
     def run(self, out_dir: str | Path | None = None) -> RunResult:
+        """Train the run; with ``out_dir``, resume from its checkpoint and write the outputs there."""
+        return run_packed([self], [out_dir])[0]
+
+    def steps(self, out_dir: str | Path | None = None):
+        """The run as a generator: it yields (w, t, users) whenever a round's clients must be
+        trained, is sent back their (updates, train losses), and returns the RunResult. Driving
+        several runs' generators together is what ``run_packed`` does."""
         cfg = self.cfg
         out = Path(out_dir) if out_dir is not None else None
         state = self._resume(out) if out is not None else None
@@ -201,7 +191,7 @@ class Simulation:
         started = time.perf_counter() - state.elapsed
         w = state.w
         for t in range(state.next_round, cfg.rounds):
-            row, w_next = self._round(w, t, state)
+            row, w_next = yield from self._round(w, t, state)
             state.rows.append(row)
             if state.diverged_round is not None:
                 break
@@ -218,11 +208,13 @@ class Simulation:
             (out / CHECKPOINT).unlink(missing_ok=True)
         return result
 
-    def _round(self, w: torch.Tensor, t: int, state: _State) -> tuple[dict[str, float], torch.Tensor]:
+    def _round(self, w: torch.Tensor, t: int, state: _State):
+        """One round (a generator: it yields for the clients' training, then returns the metrics
+        row and the next global model)."""
         cfg, attack = self.cfg, self.cfg.attack
         users = self.participants(t)
         pre = self.participant_losses(w, users) if self.needs_pre_round_loss else None
-        updates, train_losses = self.train_clients(w, t, users)
+        updates, train_losses = yield w, t, users
         scales = torch.tensor([loss_scale(attack, u) for u in users], device=self.device)
         biases = torch.tensor([loss_bias(attack, u) for u in users], device=self.device)
         reported_total = pre["total"] * scales + biases if pre is not None else torch.full((len(users),), float("nan"), device=self.device)
@@ -310,6 +302,98 @@ class Simulation:
             per_user_rows=payload["per_user_rows"],
             elapsed=payload["elapsed"],
         )
+
+
+def check_packable(sims: list[Simulation]) -> None:
+    """Runs can be packed when they share the device, the model, the local hyper-parameters, the
+    batched setting and the pooled samples (seeds, algorithms, their hyper-parameters, attacks and
+    partitions may differ). The packed runs then share one copy of the samples."""
+    lead = sims[0]
+    for sim in sims[1:]:
+        differ = [name for name, same in [
+            ("device", sim.device == lead.device),
+            ("model", type(sim.model.module) is type(lead.model.module) and sim.model.shapes == lead.model.shapes),
+            ("local training (epochs, batch size, local lr, momentum, proximal mu)", sim.local == lead.local),
+            ("batched", sim.cfg.batched == lead.cfg.batched),
+            ("pooled samples", sim.data.x is lead.data.x or (sim.data.x.shape == lead.data.x.shape and torch.equal(sim.data.x, lead.data.x) and torch.equal(sim.data.y, lead.data.y))),
+        ] if not same]
+        if differ:
+            raise ConfigError(f"runs {lead.cfg.dataset}/{lead.cfg.algorithm}/seed{lead.cfg.seed} and {sim.cfg.dataset}/{sim.cfg.algorithm}/seed{sim.cfg.seed} cannot be packed: they differ in {'; '.join(differ)}")
+        sim.data = replace(sim.data, x=lead.data.x, y=lead.data.y)
+
+
+def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None]) -> list[RunResult]:
+    """Train several runs in lockstep ("run packing"): every round, the participants of all of them
+    are trained as one batched computation (``train_packed``), which keeps a large GPU busy; each
+    run keeps its own sampling, aggregation, evaluation, checkpoints and outputs. A finished or
+    diverged run leaves the pack. Models without dropout get the updates of unpacked runs (up to
+    float rounding); with dropout, the masks differ. With one run this is ``Simulation.run``."""
+    if len(sims) != len(out_dirs):
+        raise ValueError("run_packed needs one output folder (or None) per run")
+    check_packable(sims)
+    runs = [sim.steps(out) for sim, out in zip(sims, out_dirs)]
+    results: list[RunResult | None] = [None] * len(sims)
+    pending: dict[int, tuple[torch.Tensor, int, list[int]]] = {}
+
+    def advance(i: int, trained: tuple[torch.Tensor, torch.Tensor] | None) -> None:
+        try:
+            pending[i] = runs[i].send(trained)
+        except StopIteration as done:
+            results[i] = done.value
+            pending.pop(i, None)
+
+    for i in range(len(runs)):
+        advance(i, None)
+    while pending:
+        order = list(pending)
+        for i, trained in zip(order, train_packed([sims[i] for i in order], [pending[i] for i in order])):
+            advance(i, trained)
+    return results
+
+
+def train_packed(sims: list[Simulation], requests: list[tuple[torch.Tensor, int, list[int]]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """One round's client updates of one or more runs: requests[j] = (w, t, users) of sims[j];
+    returns, per run, the updates (rows, in ``users`` order) and reported mean local losses.
+
+    Client k of run j draws its minibatch order from (seed_j, t, user). With ``batched``, clients
+    of similar size, of every run, are trained together (one vmap-ed step per local step; their
+    dropout masks are drawn per client from the group's seed); a client without a partner of
+    similar size (Adult) takes the sequential path, which is cheaper, unless CUDA graphs make the
+    batched path (a group of one) cheaper still."""
+    lead = sims[0]
+    clients = [(j, k) for j, (_, _, users) in enumerate(requests) for k in range(len(users))]
+
+    def client_key(j: int, k: int) -> tuple[int, int, int]:
+        _, t, users = requests[j]
+        return sims[j].cfg.seed, t, users[k]
+
+    def user(j: int, k: int) -> int:
+        return requests[j][2][k]
+
+    sizes = [len(sims[j].train_idx_cpu[user(j, k)]) for j, k in clients]
+    groups = size_groups(sizes) if lead.cfg.batched else [[c] for c in range(len(clients))]
+    results: list[list[ClientResult | None]] = [[None] * len(users) for _, _, users in requests]
+    for group in groups:
+        members = [clients[c] for c in group]
+        if len(members) == 1 and lead.trainer.graphs is None:
+            (j, k), sim = members[0], sims[members[0][0]]
+            seed = derived_seed(*client_key(j, k))
+            torch.manual_seed(seed)  # dropout masks
+            idx = sim.data.train_idx[user(j, k)]
+            results[j][k] = sim.trainer.train(requests[j][0], sim.data.x[idx], sim.data.y[idx], torch.Generator().manual_seed(seed), loss_scale(sim.cfg.attack, user(j, k)))
+            continue
+        torch.manual_seed(derived_seed(*(key for j, k in members for key in client_key(j, k))))  # dropout, per client by vmap
+        trained = lead.trainer.train_batched(
+            torch.stack([requests[j][0] for j, _ in members]),
+            lead.data.x,
+            lead.data.y,
+            [sims[j].train_idx_cpu[user(j, k)] for j, k in members],
+            [torch.Generator().manual_seed(derived_seed(*client_key(j, k))) for j, k in members],
+            torch.tensor([loss_scale(sims[j].cfg.attack, user(j, k)) for j, k in members]),
+        )
+        for (j, k), result in zip(members, trained):
+            results[j][k] = result
+    return [(torch.stack([r.update for r in rows]), torch.stack([r.train_loss for r in rows])) for rows in results]
 
 
 def protocol_stats(per_user: pd.DataFrame, metrics: pd.DataFrame, per_user_every: int) -> dict[str, float] | None:

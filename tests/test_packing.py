@@ -1,0 +1,78 @@
+"""Run packing: several runs trained in lockstep, their clients as one batched computation."""
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+from toy_federated import make_toy_federated, toy_config
+
+from fedmgda.config import ConfigError
+from fedmgda.simulator import Simulation, run, run_packed
+
+RUNS = [  # different algorithms, seeds, rounds and partitions; the same samples and local training
+    dict(algorithm="fedavg", rounds=5, seed=3),
+    dict(algorithm="fedmgda_plus", hparams={"eta": 1.0, "decay": 0.1}, rounds=7, seed=4),
+    dict(algorithm="qfedavg", hparams={"q": 0.5}, rounds=6, seed=3, attack={"kind": "scaling", "user": 0, "value": 10.0}),
+]
+
+
+def datasets():
+    base = make_toy_federated()
+    other_partition = replace(base, train_idx=base.train_idx[::-1], test_idx=base.test_idx[::-1])
+    return [base, make_toy_federated(), other_partition]
+
+
+def test_packed_runs_give_the_results_of_the_runs_alone(tmp_path):
+    alone = [run(toy_config(**cfg), data=data, model_name="logreg") for cfg, data in zip(RUNS, datasets())]
+    sims = [Simulation(toy_config(**cfg), data=data, model_name="logreg") for cfg, data in zip(RUNS, datasets())]
+    packed = run_packed(sims, [tmp_path / str(i) for i in range(len(sims))])
+    for i, (a, p) in enumerate(zip(alone, packed)):
+        assert len(p.metrics) == RUNS[i]["rounds"]
+        assert torch.allclose(a.final_weights, p.final_weights, atol=1e-5)
+        pd.testing.assert_frame_equal(a.metrics, p.metrics, atol=1e-5)
+        summary = json.loads((tmp_path / str(i) / "summary.json").read_text())
+        assert summary["status"] == "ok" and summary["config"]["algorithm"] == RUNS[i]["algorithm"]
+    assert sims[1].data.x is sims[0].data.x  # one copy of the samples for the pack
+
+
+def test_a_diverged_run_leaves_the_pack_and_the_others_finish():
+    diverging = toy_config(algorithm="fedavg_n", hparams={"eta": 1e38}, rounds=10)
+    healthy = toy_config(algorithm="fedavg", rounds=10, seed=4)
+    results = run_packed([Simulation(cfg, data=make_toy_federated(), model_name="logreg") for cfg in (diverging, healthy)], [None, None])
+    assert results[0].summary["status"] == "diverged"
+    assert results[1].summary["status"] == "ok" and results[1].summary["rounds_completed"] == 10
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"batch_size": 4}, "local training"),
+    ({"batched": False}, "batched"),
+])
+def test_runs_that_cannot_share_a_batch_are_refused(change, message):
+    sims = [Simulation(toy_config(**cfg), data=make_toy_federated(), model_name="logreg") for cfg in ({}, change)]
+    with pytest.raises(ConfigError, match=message):
+        run_packed(sims, [None, None])
+    other_samples = Simulation(toy_config(), data=make_toy_federated(seed=5), model_name="logreg")
+    with pytest.raises(ConfigError, match="pooled samples"):
+        run_packed([sims[0], other_samples], [None, None])
+
+
+def test_cli_packs_several_configs(tmp_path):
+    paths, outs = [], []
+    for i, algorithm in enumerate(("fedavg", "fedmgda_plus")):
+        paths.append(tmp_path / f"run{i}.yaml")
+        paths[-1].write_text(yaml.safe_dump({"dataset": "synthetic", "algorithm": algorithm, "rounds": 2, "seed": i + 1, "device": "cpu"}))
+        outs.append(tmp_path / f"out{i}")
+    result = subprocess.run([sys.executable, "-m", "fedmgda", "train", "--config", *map(str, paths), "--out", *map(str, outs)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    for i, out in enumerate(outs):
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["rounds_completed"] == 2 and summary["config"]["seed"] == i + 1
+    mismatched = subprocess.run([sys.executable, "-m", "fedmgda", "train", "--config", *map(str, paths), "--out", str(outs[0])],
+                                capture_output=True, text=True, timeout=300)
+    assert mismatched.returncode == 2 and "2 run(s) but --out 1 folder(s)" in mismatched.stderr
