@@ -76,3 +76,25 @@ def test_cli_packs_several_configs(tmp_path):
     mismatched = subprocess.run([sys.executable, "-m", "fedmgda", "train", "--config", *map(str, paths), "--out", str(outs[0])],
                                 capture_output=True, text=True, timeout=300)
     assert mismatched.returncode == 2 and "2 run(s) but --out 1 folder(s)" in mismatched.stderr
+
+
+def test_a_killed_pack_resumes_each_run_from_its_checkpoint(tmp_path, monkeypatch):
+    configs = [toy_config(**cfg, checkpoint_every=2) for cfg in RUNS[:2]]
+    alone = [run(cfg, data=make_toy_federated(), model_name="logreg") for cfg in configs]
+    outs = [tmp_path / "a", tmp_path / "b"]
+    original = Simulation._round
+
+    def killed_at_round_5(self, w, t, state):  # the 5th round (t = 4): both runs have a checkpoint at 4
+        if t == 4:
+            raise KeyboardInterrupt("killed")
+        return (yield from original(self, w, t, state))
+
+    monkeypatch.setattr(Simulation, "_round", killed_at_round_5)
+    with pytest.raises(KeyboardInterrupt):
+        run_packed([Simulation(cfg, data=make_toy_federated(), model_name="logreg") for cfg in configs], outs)
+    assert all((out / "checkpoint.pt").exists() for out in outs)
+    monkeypatch.setattr(Simulation, "_round", original)
+    resumed = run_packed([Simulation(cfg, data=make_toy_federated(), model_name="logreg") for cfg in configs], outs)
+    for a, r in zip(alone, resumed):
+        pd.testing.assert_frame_equal(a.metrics, r.metrics, atol=1e-5)
+        assert torch.allclose(a.final_weights, r.final_weights, atol=1e-5)
