@@ -133,10 +133,6 @@ class Simulation:
             chosen = force_attacker(chosen, self.cfg.attack.user)
         return chosen
 
-    def train_clients(self, w: torch.Tensor, t: int, users: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every participant's update (rows) and reported mean local training loss."""
-        return train_packed([self], [(w, t, users)])[0]
-
     def participant_losses(self, w: torch.Tensor, users: list[int]) -> dict[str, torch.Tensor]:
         """Loss and accuracy of ``w`` on each participant's train split (eval mode), evaluated
         in one pass over the participants' pooled samples.
