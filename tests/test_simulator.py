@@ -163,3 +163,15 @@ def test_runs_on_cuda():
     result = simulate(algorithm="fedmgda_plus", device="cuda")
     assert result.final_weights.is_cuda
     assert np.isfinite(result.summary["final"]["mean_acc"])
+
+
+def test_afl_gamma_w_as_local_lr_is_a_server_step_of_one():
+    """afl_gamma_w: local_lr (protocol §8.11): gamma_w is the clients' lr, the server step is 1."""
+    as_lr = simulate(algorithm="afl", participation=1.0, local_lr=0.05, afl_gamma_w="local_lr",
+                     hparams={"gamma_w": 0.05, "gamma_lambda": 0.3})
+    literal = simulate(algorithm="afl", participation=1.0, local_lr=0.05,
+                       hparams={"gamma_w": 1.0, "gamma_lambda": 0.3})
+    assert torch.equal(as_lr.final_weights, literal.final_weights)
+    multiplier = simulate(algorithm="afl", participation=1.0, local_lr=0.05,
+                          hparams={"gamma_w": 0.05, "gamma_lambda": 0.3})
+    assert not torch.allclose(multiplier.final_weights, literal.final_weights)

@@ -73,6 +73,7 @@ class RunConfig:
     per_user_every: int = 10  # per-user accuracies are stored at rounds t with t % per_user_every == 0
     track_improvement: bool = True  # pre/post-round participant losses (Figures 4, 8, 9)
     qffl_loss: str = "batch_sum"  # q-FedAvg's F_i: "batch_sum" (main code) or "batch_sum_per_sample" (Adult code)
+    afl_gamma_w: str = "server_step"  # AFL's gamma_w: the server's step ("server_step") or the clients' lr ("local_lr"), protocol §8.11
     final_model: str = "auto"  # "last" iterate, "average" of all iterates, or "auto": average for AFL (its output), else last
     device: str = "auto"
     checkpoint_every: int = 0  # 0: no checkpoints
@@ -146,6 +147,13 @@ class RunConfig:
             raise ConfigError(f"checkpoint_every must be an integer >= 0, got {self.checkpoint_every!r}")
         if self.qffl_loss not in ("batch_sum", "batch_sum_per_sample"):
             raise ConfigError(f"qffl_loss must be batch_sum or batch_sum_per_sample, got {self.qffl_loss!r}")
+        if self.afl_gamma_w not in ("server_step", "local_lr"):
+            raise ConfigError(f"afl_gamma_w must be server_step or local_lr, got {self.afl_gamma_w!r}")
+        if self.algorithm == "afl" and self.afl_gamma_w == "local_lr":
+            gamma_w = self.hparams.get("gamma_w", 1.0)
+            if not math.isclose(float(gamma_w), float(self.local_lr)):
+                raise ConfigError(f"afl_gamma_w: local_lr reads AFL's gamma_w as the clients' learning rate, so local_lr "
+                                  f"must equal gamma_w (got local_lr {self.local_lr}, gamma_w {gamma_w})")
         if self.final_model not in ("auto", "last", "average"):
             raise ConfigError(f"final_model must be auto, last or average, got {self.final_model!r}")
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):

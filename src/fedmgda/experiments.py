@@ -27,6 +27,7 @@ from fractions import Fraction
 from typing import Any
 
 from fedmgda.config import RunConfig  # no torch import: the Snakefile parses fast
+from fedmgda.variants import VariantError, apply_readings, check_readings, get_variant
 
 ALGORITHMS = ("fedavg", "fedavg_n", "fedprox", "qfedavg", "afl", "fedmgda", "fedmgda_plus", "mgda_prox")
 DATASETS = ("cifar10", "fmnist", "femnist", "shakespeare", "adult", "synthetic", "digits")
@@ -66,7 +67,8 @@ RUN_DEFAULTS: dict[str, Any] = {
 }
 RUN_FIELDS = set(RUN_DEFAULTS) | NON_IDENTITY_FIELDS | {"dataset", "algorithm", "hparams", "attack", "seed"}
 SHORT = {"local_epochs": "k", "momentum": "m", "eval_every": "ev", "per_user_every": "pu",
-         "track_improvement": "impr", "qffl_loss": "qloss", "final_model": "final", "batched": "batched", "tf32": "tf32"}
+         "track_improvement": "impr", "qffl_loss": "qloss", "final_model": "final", "batched": "batched", "tf32": "tf32",
+         "afl_gamma_w": "gammaw"}
 
 
 class RegistryError(ValueError):
@@ -235,11 +237,13 @@ class Row:
     attack: dict[str, Any]
     seeds: list[int]
     runs: list[str]  # run keys, in seed order
+    variant: str | None = None  # a sensitivity experiment's row: the variant varied and its reading
+    reading: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"experiment": self.experiment, "key": self.key, "label": self.label,
                 "algorithm": self.algorithm, "hparams": self.hparams, "attack": self.attack,
-                "seeds": self.seeds, "runs": self.runs}
+                "seeds": self.seeds, "runs": self.runs, "variant": self.variant, "reading": self.reading}
 
 
 @dataclass
@@ -317,6 +321,44 @@ def _normalise_attack(attack: dict[str, Any] | None) -> dict[str, Any]:
     return {"kind": kind, "user": int(attack.get("user", 0)), "value": to_number(attack.get("value", 0))}
 
 
+def _readings_to_run(name: str, exp: dict[str, Any], experiments: dict[str, dict[str, Any]]):
+    """The experiment to expand and the protocol readings to expand it under, as
+    (varied variant or None, its reading or None, every chosen reading) triples.
+
+    A plain experiment: its own ``variants`` choices, once. A sensitivity experiment
+    (``variants_of: <experiment>``, ``vary: [variant, ...]``): the named experiment (its own
+    ``seeds``/``rounds`` may replace the base's) once per reading of each varied variant, the
+    base's other choices kept; the base must choose a reading of every varied variant, so that
+    its rows are the sensitivity experiment's rows under the base's reading (the same runs)."""
+    owner = f"experiment {name}"
+    base_name = exp.get("variants_of")
+    try:
+        if base_name is None:
+            check_readings(exp.get("variants") or {})
+            return exp, [(None, None, dict(exp.get("variants") or {}))]
+        base = experiments.get(base_name)
+        if base is None or base.get("variants_of") is not None:
+            raise RegistryError(f"{owner}: variants_of names {base_name!r}, which is not a plain experiment")
+        chosen = dict(base.get("variants") or {})
+        check_readings(chosen)
+        vary = exp.get("vary") or []
+        if not vary:
+            raise RegistryError(f"{owner}: vary lists no variant")
+        combos = []
+        for variant in vary:
+            if variant not in chosen:
+                get_variant(variant)  # unknown -> VariantError
+                raise RegistryError(f"{owner}: varies {variant}, but {base_name} chooses no reading of it "
+                                    f"(add it to {base_name}'s variants)")
+            combos += [(variant, reading, {**chosen, variant: reading}) for reading in get_variant(variant).readings]
+    except VariantError as err:
+        raise RegistryError(f"{owner}: {err}") from None
+    merged = copy.deepcopy(base)
+    merged.update({k: v for k, v in exp.items() if k not in ("variants_of", "vary", "description")})
+    merged["variants_of"] = base_name
+    return merged, combos
+
+
 def expand(config: dict[str, Any]) -> Registry:
     """Expand a (schema-validated) registry config into runs, rows, tables and figures."""
     settings = config.get("settings") or {}
@@ -330,11 +372,10 @@ def expand(config: dict[str, Any]) -> Registry:
     runs: dict[str, RunSpec] = {}
     rows: dict[str, list[Row]] = {}
     partitions: dict[str, dict[str, Any]] = {}
-    experiments: dict[str, dict[str, Any]] = {}
-    for name, exp in (config.get("experiments") or {}).items():
-        exp = copy.deepcopy(exp)
-        exp.update(copy.deepcopy(exp_over.get(name) or {}))
-        experiments[name] = exp
+    experiments = {name: {**copy.deepcopy(exp), **copy.deepcopy(exp_over.get(name) or {})}
+                   for name, exp in (config.get("experiments") or {}).items()}
+    for name, exp in experiments.items():
+        exp, readings = _readings_to_run(name, exp, experiments)
         setting = _resolve_named(exp.get("setting"), settings, "setting", f"experiment {name}")
         if not isinstance(setting, dict) or "dataset" not in setting:
             raise RegistryError(f"experiment {name}: its setting must give at least a dataset")
@@ -351,53 +392,66 @@ def expand(config: dict[str, Any]) -> Registry:
             base["rounds"] = config["rounds"]
         base.update(config.get("run_overrides") or {})
         exp_rows: list[Row] = []
-        for entry in grid:
-            algorithm = entry["algorithm"]
-            check_hparams(f"experiment {name}", algorithm, entry.get("hparams"))
-            entry_run = dict(entry.get("run") or {})
-            attacks = entry.get("attacks", exp.get("attacks")) or [{"kind": "none"}]
-            for attack in attacks:
-                attack = _normalise_attack(attack)
-                key = entry.get("row") or row_key(algorithm, entry.get("hparams"), entry_run, attack)
-                label = entry.get("label") or row_label(algorithm, entry.get("hparams"), entry_run, attack)
-                row_runs = []
-                for seed in seeds:
-                    cfg = dict(base)
-                    cfg.update(entry_run)
-                    cfg.update(config.get("run_overrides") or {})
-                    bad = sorted(set(cfg) - RUN_FIELDS)
-                    if bad:
-                        raise RegistryError(f"experiment {name}: unknown run field(s) {', '.join(bad)}")
-                    cfg["algorithm"] = algorithm
-                    # implied defaults dropped: "fedmgda, epsilon 1" and "fedmgda" are one run
-                    cfg["hparams"] = hparam_values(algorithm, entry.get("hparams"))
-                    cfg["attack"] = attack
-                    cfg["seed"] = int(seed)
-                    if config.get("device"):
-                        cfg["device"] = config["device"]
-                    cfg.setdefault("raw_dir", config.get("raw_dir", "resources/raw"))
-                    rk = run_key(cfg)
-                    pk = None
-                    if config.get("partition_jobs", True):
-                        pk = partition_key(cfg)
-                        partitions[pk] = {"dataset": cfg["dataset"], "partition": cfg.get("partition"),
-                                          "seed": int(seed), "options": cfg.get("dataset_options") or {},
-                                          "raw_dir": cfg["raw_dir"]}
-                    if rk in runs:
-                        if runs[rk].config != cfg:
-                            diff = sorted(k for k in set(cfg) | set(runs[rk].config)
-                                          if cfg.get(k) != runs[rk].config.get(k))
-                            raise RegistryError(
-                                f"run {rk} is requested by {runs[rk].experiments} and {name} with different "
-                                f"configs (fields {', '.join(diff)}); make the setting name them")
-                        if name not in runs[rk].experiments:
-                            runs[rk].experiments.append(name)
-                    else:
-                        runs[rk] = RunSpec(rk, cfg, pk, _resources(config, cfg["dataset"]), [name])
-                    row_runs.append(rk)
-                exp_rows.append(Row(name, key, label, algorithm,
-                                    hparam_values(algorithm, entry.get("hparams")), attack,
-                                    [int(s) for s in seeds], row_runs))
+        changed: dict[str, bool] = {}  # per varied variant: whether it changed any run
+        for variant, reading, chosen in readings:
+            for entry in grid:
+                algorithm = entry["algorithm"]
+                check_hparams(f"experiment {name}", algorithm, entry.get("hparams"))
+                entry_run = dict(entry.get("run") or {})
+                attacks = entry.get("attacks", exp.get("attacks")) or [{"kind": "none"}]
+                for attack in attacks:
+                    attack = _normalise_attack(attack)
+                    key = entry.get("row") or row_key(algorithm, entry.get("hparams"), entry_run, attack)
+                    label = entry.get("label") or row_label(algorithm, entry.get("hparams"), entry_run, attack)
+                    row_runs = []
+                    for seed in seeds:
+                        cfg = dict(base)
+                        cfg.update(entry_run)
+                        cfg["dataset_options"] = {**(base.get("dataset_options") or {}), **(entry_run.get("dataset_options") or {})}
+                        if not cfg["dataset_options"]:
+                            del cfg["dataset_options"]
+                        cfg["algorithm"] = algorithm
+                        before = dict(cfg)
+                        cfg = apply_readings(cfg, chosen)
+                        if variant is not None:
+                            changed[variant] = changed.get(variant, False) or get_variant(variant).concerns(before)
+                        cfg.update(config.get("run_overrides") or {})
+                        bad = sorted(set(cfg) - RUN_FIELDS)
+                        if bad:
+                            raise RegistryError(f"experiment {name}: unknown run field(s) {', '.join(bad)}")
+                        # implied defaults dropped: "fedmgda, epsilon 1" and "fedmgda" are one run
+                        cfg["hparams"] = hparam_values(algorithm, entry.get("hparams"))
+                        cfg["attack"] = attack
+                        cfg["seed"] = int(seed)
+                        if config.get("device"):
+                            cfg["device"] = config["device"]
+                        cfg.setdefault("raw_dir", config.get("raw_dir", "resources/raw"))
+                        rk = run_key(cfg)
+                        pk = None
+                        if config.get("partition_jobs", True):
+                            pk = partition_key(cfg)
+                            partitions[pk] = {"dataset": cfg["dataset"], "partition": cfg.get("partition"),
+                                              "seed": int(seed), "options": cfg.get("dataset_options") or {},
+                                              "raw_dir": cfg["raw_dir"]}
+                        if rk in runs:
+                            if runs[rk].config != cfg:
+                                diff = sorted(k for k in set(cfg) | set(runs[rk].config)
+                                              if cfg.get(k) != runs[rk].config.get(k))
+                                raise RegistryError(
+                                    f"run {rk} is requested by {runs[rk].experiments} and {name} with different "
+                                    f"configs (fields {', '.join(diff)}); make the setting name them")
+                            if name not in runs[rk].experiments:
+                                runs[rk].experiments.append(name)
+                        else:
+                            runs[rk] = RunSpec(rk, cfg, pk, _resources(config, cfg["dataset"]), [name])
+                        row_runs.append(rk)
+                    exp_rows.append(Row(name, key, label, algorithm,
+                                        hparam_values(algorithm, entry.get("hparams")), attack,
+                                        [int(s) for s in seeds], row_runs, variant, reading))
+        idle = [v for v, hit in changed.items() if not hit]
+        if idle:
+            raise RegistryError(f"experiment {name}: variant(s) {', '.join(idle)} change no run of "
+                                f"{exp['variants_of']}")
         rows[name] = exp_rows
 
     tables = {}
@@ -438,6 +492,13 @@ def expand(config: dict[str, Any]) -> Registry:
                 raise RegistryError(f"{kind} {name}: unknown experiment(s) {', '.join(missing)}")
             if spec.get("select") and not rows_selected(rows, spec):
                 raise RegistryError(f"{kind} {name}: select {spec['select']} matches no row")
+            plain = [e for e in spec["experiments"] if not experiments[e].get("variants_of")]
+            if spec.get("kind") == "variants" and plain:
+                raise RegistryError(f"{kind} {name}: kind variants shows a sensitivity experiment "
+                                    f"(variants_of), but {', '.join(plain)} is a plain one")
+            if spec.get("kind") != "variants" and len(plain) < len(spec["experiments"]):
+                raise RegistryError(f"{kind} {name}: a sensitivity experiment repeats its rows once per "
+                                    f"reading; show it with a table of kind variants")
 
     datasets = sorted({r.dataset for r in runs.values()})
     return Registry(str(config.get("profile", "paper")), runs, rows, tables, figures, partitions,
@@ -476,6 +537,11 @@ def item_spec(reg: Registry, spec: dict[str, Any]) -> dict[str, Any]:
     """The JSON handed to a table or figure rule: its spec plus its rows (with run keys)."""
     out = dict(spec)
     out["rows"] = [r.to_dict() for r in rows_selected(reg.rows, spec)]
+    if spec.get("kind") == "variants":  # the readings the varied experiment itself uses
+        out["chosen"] = {}
+        for name in spec["experiments"]:
+            base = reg.experiments[name]["variants_of"]
+            out["chosen"].update(reg.experiments[base].get("variants") or {})
     return out
 
 

@@ -54,6 +54,15 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def server_hparams(cfg: RunConfig) -> dict[str, Any]:
+    """The aggregator's hyper-parameters. With ``afl_gamma_w: local_lr`` AFL's gamma_w is the
+    clients' learning rate (the config checks local_lr equals it) and the server adds the weighted
+    updates with step 1, as the authors' example command does (protocol.md §4.5, §8.11)."""
+    if cfg.algorithm == "afl" and cfg.afl_gamma_w == "local_lr":
+        return {**cfg.hparams, "gamma_w": 1.0}
+    return cfg.hparams
+
+
 def load_dataset(cfg: RunConfig) -> tuple[FederatedDataset, str]:
     """The run's federated dataset and its model name, from the dataset registry."""
     from fedmgda.data import DATASETS, load_federated
@@ -109,7 +118,7 @@ class Simulation:
         torch.manual_seed(cfg.seed)  # the same initial model for every algorithm of a seed
         module = build_model(model_name, tuple(data.x.shape[1:]), data.num_classes).to(self.device)
         self.model = FlatModel(module)
-        self.aggregator = make_aggregator(cfg.algorithm, cfg.hparams, cfg.rounds, self.num_users)
+        self.aggregator = make_aggregator(cfg.algorithm, server_hparams(cfg), cfg.rounds, self.num_users)
         batch = None if cfg.batch_size == "full" else int(cfg.batch_size)
         self.local = LocalHParams(cfg.local_epochs, batch, cfg.local_lr, cfg.momentum, self.aggregator.prox_mu)
         graphs = CudaGraphs() if cfg.batched and cfg.cuda_graphs and self.device.type == "cuda" else None

@@ -70,3 +70,16 @@ def test_labels_and_missing_values_in_the_uci_format(tmp_path, fmt, pin):
     assert fd.global_test["uniform"][1].tolist() == [1, 0, 0]  # ">50K." counts as >50K
     row_sums = fd.x.sum(1)
     assert row_sums[3].item() == 7 and row_sums[0].item() == 8  # row 3 has country "?"
+
+
+def test_clients_phd_keeps_the_phd_client_alone(tmp_path, fmt, pin):
+    """Table 7's Baseline_PhD trains on client 0 only, whichever rows that client is built from."""
+    edu = ["Bachelors", "Doctorate", "HS-grad", "Doctorate", "Doctorate", "HS-grad"] * 5
+    fmt.write_adult(tmp_path, edu, ["Doctorate", "HS-grad"])
+    pin("adult", tmp_path)
+    for shift in (False, True):
+        both = make_partition("adult", tmp_path, "domain", 1, {"shift_by_one": shift})
+        alone = make_partition("adult", tmp_path, "domain", 1, {"shift_by_one": shift, "clients": "phd"})
+        assert alone.num_users == 1 and alone.users == ["phd"]
+        assert alone.user_indices(0).tolist() == both.user_indices(0).tolist()
+        assert alone.train[0].tolist() == both.train[0].tolist()

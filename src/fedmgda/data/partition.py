@@ -182,11 +182,14 @@ def build_partition(raw: RawData, scheme: str, seed: int, options: dict[str, Any
         for idxs in iid_partition(n, int(options.get("num_users", 100)), seed):
             add(idxs)
     elif scheme == "domain":  # adult
-        users = ["phd", "non_phd"]
         is_phd = np.zeros(n, dtype=bool)
         is_phd[raw.user_idx[0]] = True
         shift = bool(options.get("shift_by_one", False))
-        for idxs in adult_domain_clients(is_phd, shift):
+        clients = adult_domain_clients(is_phd, shift)
+        users = ["phd", "non_phd"]
+        if options.get("clients", "both") == "phd":  # Table 7's Baseline_PhD: the PhD client alone
+            clients, users = clients[:1], users[:1]
+        for idxs in clients:
             a, b, c = split_user(idxs)
             if shift:
                 a, b, c = _drop_out_of_range((a, b, c), n)

@@ -91,8 +91,8 @@ DATASETS: dict[str, DatasetSpec] = {
     "adult": _spec(
         name="adult", model="logreg", num_classes=2, input_shape=(99,),
         default_partition="domain", partitions=("domain", "iid"), raw_files=adult.RAW_FILES,
-        options={"shift_by_one": False, "num_users": 2},
-        option_values={"shift_by_one": (False, True)}, load=adult.load,
+        options={"shift_by_one": False, "num_users": 2, "clients": "both"},
+        option_values={"shift_by_one": (False, True), "clients": ("both", "phd")}, load=adult.load,
         global_tests=("uniform", "phd", "non_phd"),
         description="UCI Adult, 99 binary features; client 0 = PhD, client 1 = non-PhD"),
     "synthetic": _spec(
