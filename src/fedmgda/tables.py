@@ -256,7 +256,9 @@ def variants_markdown(df: pd.DataFrame, spec: dict[str, Any]) -> str:
         lines += [f"### {variant} — {info.question} (protocol {info.protocol})", ""]
         for r in readings:
             mark = " ✓" if vdf[vdf["reading"] == r]["chosen"].any() else ""
-            lines.append(f"- **{r}**{mark} (`{info.field}: {info.readings[r].value}`): {info.readings[r].source}")
+            value = info.readings[r].value
+            value = str(value).lower() if isinstance(value, bool) else value
+            lines.append(f"- **{r}**{mark} (`{info.field}: {value}`): {info.readings[r].source}")
         lines.append("")
         head = ["Row", "paper"] + [r + (" ✓" if vdf[vdf["reading"] == r]["chosen"].any() else "") for r in readings]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
