@@ -146,3 +146,11 @@ def test_variants_table_on_fixture_runs(tmp_path):
     assert "### adult_client_rows" in md and "| shifted_ids ✓ | domain_rows |" in md
     assert "| AFL [bias 0] | 83.26 / 77.90 / 83.32 | 83.26 / 77.90 / 83.32 *within* | 76.90 / 77.90 / 83.32 |" in md
     assert "| rows within the band | | 1/1 | 0/1 |" in md
+
+
+def test_docs_list_every_variant_and_reading():
+    text = (REPO / "docs/protocol-variants.md").read_text()
+    for variant in catalog().values():
+        assert f"`{variant.name}`" in text
+        for reading in variant.readings:
+            assert f"`{reading}`" in text, (variant.name, reading)
