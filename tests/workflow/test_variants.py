@@ -154,3 +154,15 @@ def test_docs_list_every_variant_and_reading():
         assert f"`{variant.name}`" in text
         for reading in variant.readings:
             assert f"`{reading}`" in text, (variant.name, reading)
+
+
+def test_dataset_option_readings_are_values_the_dataset_accepts():
+    from fedmgda.data.registry import DATASETS, resolve_options
+
+    for variant in catalog().values():
+        section, _, option = variant.field.partition(".")
+        if section != "dataset_options":
+            continue
+        for dataset in variant.datasets:
+            for reading in variant.readings.values():
+                resolve_options(DATASETS[dataset], {option: reading.value})  # DataError if not
