@@ -46,7 +46,7 @@ test: setup
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow and not slurm" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not slow and not slurm and not realdata" $(PYTEST_ARGS)
 
 lint: setup
 	$(PY) -m ruff check src tests
