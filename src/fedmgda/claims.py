@@ -18,8 +18,8 @@ A claim names the paper's sentence (``paper``, ``source``), the runs it is judge
     * ``at_least``: A - B >= ``margin`` (default 0).
     * ``close``: |A - B| <= ``tolerance``.
     * ``monotone``: ``direction`` increasing | decreasing along ``by``, every step allowed to go the
-      wrong way by at most ``tolerance`` (default 0), and, when ``margin`` is given, the total
-      change first -> last in that direction at least ``margin``.
+      wrong way by at most ``tolerance`` (default 0), and the total change first -> last in that
+      direction positive (a flat series is no trend), or at least ``margin`` when given.
 - ``seeds``: ``paired`` (default: the claim is judged per seed -- runs of one seed share the
   initial model and the participants -- on the seeds every row has) or ``mean`` (judged once on
   the means over each row's seeds).
@@ -27,7 +27,7 @@ A claim names the paper's sentence (``paper``, ``source``), the runs it is judge
 Verdict. Each judged unit (a seed when paired, the means otherwise) gets a score s whose sign says
 whether the claim holds there (at_least: s = A - B - margin; close / identical: s = tolerance -
 |A - B|; monotone: the smallest step in the claimed direction + tolerance, or the total change -
-margin if smaller). Paired, over n seeds with mean m and sample std sd (ddof 1) of s:
+margin if smaller, margin defaulting to a hair above 0). Paired, over n seeds with mean m and sample std sd (ddof 1) of s:
 
 - ``holds``: every s >= 0 and (n = 1 or m >= sd);
 - ``fails``: every s < 0 and (n = 1 or -m >= sd);
@@ -61,6 +61,7 @@ SERIES_KINDS = ("identical", "monotone")
 KINDS = ("identical", "at_least", "close", "monotone")
 SOURCE_RE = re.compile(r"^(final|protocol)\.[A-Za-z0-9_]+$|^final_(user|others)\.[0-9]+$|^metrics\.[A-Za-z0-9_]+$")
 VERDICTS = ("holds", "fails", "inconclusive", "not run")
+FLAT = 1e-9  # monotone without a margin: the total change first -> last must exceed this
 
 
 class ClaimError(RegistryError):
@@ -278,10 +279,9 @@ def _score_series(vals: list[float], claim: dict[str, Any]) -> float:
         return claim["tolerance"] - (max(vals) - min(vals))
     sign = 1.0 if claim["direction"] == "increasing" else -1.0
     steps = [sign * (b - a) for a, b in zip(vals, vals[1:], strict=False)]
-    score = min(steps) + claim["tolerance"]
-    if claim.get("margin") is not None:
-        score = min(score, sign * (vals[-1] - vals[0]) - claim["margin"])
-    return score
+    # a flat series is not a trend: the total change must be positive (or >= margin when given)
+    margin = claim["margin"] if claim.get("margin") is not None else FLAT
+    return min(min(steps) + claim["tolerance"], sign * (vals[-1] - vals[0]) - margin)
 
 
 def decide(scores: list[float], kind: str, spread: float | None = None) -> tuple[str, str]:
@@ -379,6 +379,8 @@ def evaluate_claim(c: dict[str, Any], runs_dir: str | Path) -> dict[str, Any]:
             rec.update(diff_mean=float(d.mean()), diff_std=float(d.std(ddof=1)) if len(d) > 1 else 0.0,
                        diff_min=float(d.min()), diff_max=float(d.max()))
         measured = f"A {am:.2f}±{asd:.2f}, B {bm:.2f}±{bsd:.2f}"
+        if diffs and c["compare"] == "at_least" and all(d == 0 for d in diffs):
+            note_extra = "; ".join(x for x in (note_extra, "A equals B at every seed (a tie)") if x)
         if c["seeds"] == "mean":
             spread = math.sqrt(asd ** 2 + bsd ** 2)
             scores = [_score_pair(am, bm, c)] if not (math.isnan(am) or math.isnan(bm)) else []

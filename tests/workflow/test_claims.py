@@ -164,6 +164,15 @@ def test_monotone_in_epsilon_with_implied_default(tmp_path):
     assert verdict_of(tmp_path / "margin2", {"m": bigger}, vals, loss=lambda v: [9.0] * 7 + [v] * 3)["m"] == "fails"
 
 
+def test_a_flat_series_is_not_a_trend(tmp_path):
+    mono = {"source": "T7", "paper": "drops", "experiment": "bias", "select": "afl * bias=*", "by": "attack",
+            "direction": "decreasing", "quantity": "final.mean_acc", "compare": "monotone"}
+    keys = [f"afl gamma_lambda=0.5 gamma_w=0.01 bias={b}" for b in (0, 1, 10)]
+    assert verdict_of(tmp_path / "flat", {"m": mono}, {k: [1.0, 1.0, 1.0] for k in keys})["m"] == "fails"
+    falling = dict(zip(keys, ([0.9, 0.8, 0.9], [0.85, 0.75, 0.88], [0.8, 0.7, 0.85]), strict=True))
+    assert verdict_of(tmp_path / "down", {"m": mono}, falling)["m"] == "holds"
+
+
 def test_metrics_window_and_constant_threshold(tmp_path):
     c = claim(quantity="metrics.improved_loss", window={"last": 2}, b=90)
     improved = lambda v: [0.2] * 8 + [v, v]  # noqa: E731
