@@ -323,12 +323,14 @@ def expected_text(c: dict[str, Any]) -> str:
         return (f"{q} {c['direction']} in {c['by']} over [{names}] (steps may go back "
                 f"<= {fmt_num(c['tolerance'])}{unit}{extra})")
     a, b = _label(c["a"]), _label(c["b"])
+    if "constant" in c["b"]:
+        b = f"{b}{unit}"
     if c["compare"] == "at_least":
         m = c["margin"] or 0.0
         rel = f">= {b}" if m == 0 else f"- {b} >= {fmt_num(m)}{unit}"
         return f"{q}: {a} {rel}"
     word = "identical to" if c["compare"] == "identical" else "close to"
-    return f"{q}: {a} {word} {b} (|diff| <= {fmt_num(c['tolerance'])}{unit})"
+    return f"{q}: {a} {word} {b} (difference within ±{fmt_num(c['tolerance'])}{unit})"
 
 
 def _short(row: dict[str, Any]) -> str:
@@ -378,7 +380,8 @@ def evaluate_claim(c: dict[str, Any], runs_dir: str | Path) -> dict[str, Any]:
             d = np.asarray(diffs)
             rec.update(diff_mean=float(d.mean()), diff_std=float(d.std(ddof=1)) if len(d) > 1 else 0.0,
                        diff_min=float(d.min()), diff_max=float(d.max()))
-        measured = f"A {am:.2f}±{asd:.2f}, B {bm:.2f}±{bsd:.2f}"
+        b_text = f"threshold {bm:g}" if const is not None else f"B {bm:.2f}±{bsd:.2f}"
+        measured = f"A {am:.2f}±{asd:.2f}, {b_text}"
         if diffs and c["compare"] == "at_least" and all(d == 0 for d in diffs):
             note_extra = "; ".join(x for x in (note_extra, "A equals B at every seed (a tie)") if x)
         if c["seeds"] == "mean":
