@@ -11,6 +11,7 @@ rule all:
     input:
         TABLE_FILES,
         FIGURE_FILES,
+        CLAIM_FILES,
         REPORT_FILES,
 
 
@@ -27,6 +28,11 @@ rule tables:
 rule figures:
     input:
         FIGURE_FILES,
+
+
+rule claims:
+    input:
+        CLAIM_FILES,
 
 
 rule report:

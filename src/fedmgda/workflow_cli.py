@@ -5,6 +5,7 @@
     fedmgda table      --spec JSON|FILE --runs-dir DIR --csv OUT.csv --md OUT.md
     fedmgda figure     --spec JSON|FILE --runs-dir DIR --pdf OUT.pdf --png OUT.png
     fedmgda runs-index --runs-dir DIR --registry JSON|FILE --out OUT.csv
+    fedmgda claims     --spec JSON|FILE --runs-dir DIR --csv OUT.csv --md OUT.md [--profile P]
 
 ``fedmgda.cli`` adds them next to ``train`` through :func:`add_commands`; ``python -m
 fedmgda.workflow_cli ...`` runs them without the main CLI.
@@ -86,6 +87,16 @@ def cmd_runs_index(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_claims(args: argparse.Namespace) -> int:
+    from fedmgda.claims import write_claims
+
+    claims = _load_json(args.spec)
+    df = write_claims(claims, args.runs_dir, args.csv, args.md, args.profile)
+    counts = ", ".join(f"{v} {k}" for k, v in df["verdict"].value_counts().items())
+    print(f"{len(df)} claims ({counts}) -> {args.csv}, {args.md}")
+    return 0
+
+
 def add_commands(commands) -> None:
     """Register the workflow commands on an ``argparse`` subparsers object."""
     p = commands.add_parser("download", help="check (and fetch) a dataset's raw files")
@@ -123,6 +134,14 @@ def add_commands(commands) -> None:
     p.add_argument("--registry", required=True, help="JSON {run: {experiments, dataset, ...}}")
     p.add_argument("--out", required=True)
     p.set_defaults(handler=cmd_runs_index)
+
+    p = commands.add_parser("claims", help="the paper's claims checked on the runs (CSV + markdown)")
+    p.add_argument("--spec", required=True, help="resolved claims (fedmgda.claims.parse_claims) as JSON text or file")
+    p.add_argument("--runs-dir", required=True)
+    p.add_argument("--csv", required=True)
+    p.add_argument("--md", required=True)
+    p.add_argument("--profile", default="")
+    p.set_defaults(handler=cmd_claims)
 
 
 def main(argv: list[str] | None = None) -> int:

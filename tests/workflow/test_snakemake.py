@@ -34,6 +34,17 @@ def test_paper_dag_resolves_with_at_least_1000_training_jobs():
         assert counts[f"table_table{n}"] == 1
     assert sum(v for k, v in counts.items() if k.startswith("figure_fig")) >= 9
     assert counts["report_html"] == 1
+    assert counts["check_claims"] == 1
+
+
+def test_claims_target_builds_only_the_runs_the_claims_need():
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "results/paper/claims.md", "-n", "--quiet", "rules"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = _job_counts(proc.stdout)
+    assert counts["check_claims"] == 1 and "report_html" not in counts
+    assert not any(k.startswith(("table_", "figure_")) for k in counts)
+    assert 0 < counts["train"] < 400, counts
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +72,10 @@ def test_tiny_config_end_to_end(workdir):
     assert (out / "tables/table8.csv").is_file() and (out / "tables/table8.md").is_file()
     for fig in ("fig1a", "fig3a"):
         assert (out / f"figures/{fig}.pdf").is_file() and (out / f"figures/{fig}.png").is_file()
+    claims = (out / "claims.csv").read_text()
+    assert "fairness_worst5" in claims and "improved_participants" in claims
     html = (out / "report/report.html").read_text()
-    assert "Tiny table" in html and "Run time" in html
+    assert "Tiny table" in html and "Run time" in html and "claims, checked" in html
 
 
 @pytest.mark.slow

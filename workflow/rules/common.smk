@@ -7,12 +7,14 @@ import yaml
 
 from snakemake.exceptions import WorkflowError
 
+from fedmgda.claims import parse_claims
 from fedmgda.experiments import OFFLINE_DATASETS, RegistryError, item_spec, validate_runs
 from fedmgda.experiments import expand as expand_registry
 
 try:
     REG = expand_registry(config)
     validate_runs(REG)
+    CLAIMS = parse_claims(config, REG)  # claims checked before any job starts
 except RegistryError as err:
     raise WorkflowError(f"invalid experiment registry: {err}") from None
 
@@ -32,6 +34,7 @@ shell.prefix("set -euo pipefail; export PYTHONPATH=src${{PYTHONPATH:+:$PYTHONPAT
 ALL_RUNS = [f"{RUNS_DIR}/{k}/summary.json" for k in REG.runs]
 TABLE_FILES = [f"{R}/tables/{t}.{ext}" for t in REG.tables for ext in ("csv", "md")]
 FIGURE_FILES = [f"{R}/figures/{f}.{ext}" for f in REG.figures for ext in ("pdf", "png")]
+CLAIM_FILES = [f"{R}/claims.csv", f"{R}/claims.md"] if CLAIMS else []
 REPORT_FILES = [f"{R}/report/report.ipynb", f"{R}/report/report.html"]
 
 

@@ -41,6 +41,7 @@ rule report_notebook:
         index=f"{R}/runs_index.csv",
         tables=TABLE_FILES,
         figures=FIGURE_FILES,
+        claims=CLAIM_FILES,
     output:
         f"{R}/report/report.ipynb",
     params:

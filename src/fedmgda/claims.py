@@ -1,0 +1,453 @@
+"""The paper's claims, checked: a ``claims:`` section of the registry config, evaluated on the runs.
+
+A claim names the paper's sentence (``paper``, ``source``), the runs it is judged on and how:
+
+- ``quantity``: a summary statistic as tables use it (``final.<stat>``, ``protocol.<stat>``,
+  ``final_user.<k>``, ``final_others.<k>``), or a per-round column of metrics.csv
+  (``metrics.<column>``) aggregated (``agg``: mean | min | max | last) over a ``window`` of rounds
+  (``{last: N}`` or ``{first: N}``; all rounds when omitted). Shown, and compared, x ``scale``
+  (default 100 for accuracy-like quantities, i.e. percentage points, else 1).
+- the rows: ``a`` and ``b`` (pairwise kinds) -- an fnmatch pattern on the row keys of
+  ``experiment`` that must match exactly one row, or ``{experiment: E, select: PATTERN}``; ``b``
+  may also be a number (a fixed threshold) -- or ``select`` + ``by`` (series kinds): rows
+  ordered by a hyper-parameter (``epsilon``; implied defaults such as FedMGDA's epsilon = 1 count)
+  or by ``attack`` (the attack's value, e.g. the bias).
+- ``compare``:
+    * ``identical``: |A - B| <= ``tolerance`` (default 1e-6) at every seed; with ``select``, every
+      row equals every other within it. A deterministic claim: any seed off means "fails".
+    * ``at_least``: A - B >= ``margin`` (default 0).
+    * ``close``: |A - B| <= ``tolerance``.
+    * ``monotone``: ``direction`` increasing | decreasing along ``by``, every step allowed to go the
+      wrong way by at most ``tolerance`` (default 0), and the total change first -> last in that
+      direction positive (a flat series is no trend), or at least ``margin`` when given.
+- ``seeds``: ``paired`` (default: the claim is judged per seed -- runs of one seed share the
+  initial model and the participants -- on the seeds every row has) or ``mean`` (judged once on
+  the means over each row's seeds).
+
+Verdict. Each judged unit (a seed when paired, the means otherwise) gets a score s whose sign says
+whether the claim holds there (at_least: s = A - B - margin; close / identical: s = tolerance -
+|A - B|; monotone: the smallest step in the claimed direction + tolerance, or the total change -
+margin if smaller, margin defaulting to a hair above 0). Paired, over n seeds with mean m and sample std sd (ddof 1) of s:
+
+- ``holds``: every s >= 0 and (n = 1 or m >= sd);
+- ``fails``: every s < 0 and (n = 1 or -m >= sd);
+- ``inconclusive``: otherwise -- the seeds straddle the threshold, or the mean margin is smaller
+  than its spread over seeds; more seeds would decide it;
+- ``not run``: a run the claim needs has no summary.json.
+
+With ``seeds: mean`` the single score uses spread = sqrt(sum of the rows' population variances over
+seeds) in place of sd. ``identical`` is never inconclusive. Diverged runs (status != ok) give no
+value; a seed without a value is left out of the pairing (noted).
+
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fedmgda.experiments import IMPLIED_HPARAMS, Registry, RegistryError, fmt_num
+
+PAIR_KINDS = ("identical", "at_least", "close")
+SERIES_KINDS = ("identical", "monotone")
+KINDS = ("identical", "at_least", "close", "monotone")
+SOURCE_RE = re.compile(r"^(final|protocol)\.[A-Za-z0-9_]+$|^final_(user|others)\.[0-9]+$|^metrics\.[A-Za-z0-9_]+$")
+VERDICTS = ("holds", "fails", "inconclusive", "not run")
+FLAT = 1e-9  # monotone without a margin: the total change first -> last must exceed this
+
+
+class ClaimError(RegistryError):
+    """A malformed claim; the message names it."""
+
+
+# --------------------------------------------------------------------------- parsing
+def default_scale(quantity: str) -> float:
+    stat = quantity.partition(".")[2]
+    if quantity.startswith(("final_user", "final_others")) or "acc" in stat or stat.startswith("improved"):
+        return 100.0
+    return 1.0
+
+
+def _param(row, by: str) -> float:
+    if by == "attack":
+        return float(row.attack.get("value", 0.0)) if row.attack.get("kind", "none") != "none" else 0.0
+    if by in row.hparams:
+        return float(row.hparams[by])
+    implied = IMPLIED_HPARAMS.get(row.algorithm, {})
+    if by in implied:
+        return float(implied[by])
+    raise KeyError(by)
+
+
+def _row_dict(row, param: float | None = None) -> dict[str, Any]:
+    out = {"experiment": row.experiment, "key": row.key, "label": row.label,
+           "seeds": list(row.seeds), "runs": list(row.runs)}
+    if param is not None:
+        out["param"] = param
+    return out
+
+
+def _pick(reg: Registry, cid: str, side: str, value: Any, experiment: str | None):
+    if isinstance(value, dict):
+        experiment = value.get("experiment", experiment)
+        pattern = value.get("select")
+    else:
+        pattern = value
+    if not isinstance(pattern, str):
+        raise ClaimError(f"claim {cid}: {side} must be a row pattern, {{experiment, select}} or (b) a number")
+    if experiment is None:
+        raise ClaimError(f"claim {cid}: {side} names no experiment")
+    hits = [r for r in reg.rows[experiment] if fnmatch.fnmatchcase(r.key, pattern)]
+    if len(hits) != 1:
+        keys = ", ".join(r.key for r in reg.rows[experiment])
+        what = "matches no row" if not hits else f"matches {len(hits)} rows ({', '.join(r.key for r in hits)})"
+        raise ClaimError(f"claim {cid}: {side} {pattern!r} {what} of experiment {experiment}; it must "
+                         f"match exactly one. Rows: {keys}")
+    return hits[0]
+
+
+def _experiments_of(claim: dict[str, Any]) -> list[str]:
+    names = [claim["experiment"]] if claim.get("experiment") else []
+    for side in ("a", "b"):
+        v = claim.get(side)
+        if isinstance(v, dict) and v.get("experiment"):
+            names.append(v["experiment"])
+    return names
+
+
+def parse_claims(config: dict[str, Any], reg: Registry) -> list[dict[str, Any]]:
+    """The claims of a (schema-validated) config, checked against the registry and resolved to
+    rows and run keys (JSON-able). Raises :class:`ClaimError` naming the claim on any problem.
+    Claims on experiments that ``only`` left out are skipped; unknown experiments are errors."""
+    known = set(config.get("experiments") or {})
+    out = []
+    for cid, raw in (config.get("claims") or {}).items():
+        claim = dict(raw)
+        kind = claim.get("compare")
+        if kind not in KINDS:
+            raise ClaimError(f"claim {cid}: unknown comparison {kind!r}; known: {', '.join(KINDS)}")
+        quantity = claim.get("quantity", "")
+        if not isinstance(quantity, str) or not SOURCE_RE.match(quantity):
+            raise ClaimError(f"claim {cid}: quantity {quantity!r} is not final.<stat>, protocol.<stat>, "
+                             f"final_user.<k>, final_others.<k> or metrics.<column>")
+        if "window" in claim and not quantity.startswith("metrics."):
+            raise ClaimError(f"claim {cid}: a window applies to metrics.<column> quantities only")
+        window = claim.get("window") or {}
+        if set(window) - {"last", "first"} or len(window) > 1:
+            raise ClaimError(f"claim {cid}: window must be {{last: N}} or {{first: N}}, got {window}")
+        exps = _experiments_of(claim)
+        if not exps:
+            raise ClaimError(f"claim {cid}: names no experiment")
+        unknown = sorted(set(exps) - known)
+        if unknown:
+            raise ClaimError(f"claim {cid}: unknown experiment(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        if any(e not in reg.rows for e in exps):  # left out by `only`
+            continue
+        seeds_mode = claim.get("seeds", "paired")
+        if seeds_mode not in ("paired", "mean"):
+            raise ClaimError(f"claim {cid}: seeds must be paired or mean, got {seeds_mode!r}")
+        spec: dict[str, Any] = {
+            "id": cid, "source": claim.get("source", ""), "paper": claim.get("paper", ""),
+            "quantity": quantity, "window": window, "agg": claim.get("agg", "mean"),
+            "compare": kind, "seeds": seeds_mode,
+            "scale": float(claim.get("scale", default_scale(quantity))),
+            "tolerance": float(claim.get("tolerance", 1e-6 if kind == "identical" else 0.0)),
+            "margin": claim.get("margin"),
+        }
+        if spec["agg"] not in ("mean", "min", "max", "last"):
+            raise ClaimError(f"claim {cid}: agg must be mean, min, max or last")
+        if "select" in claim:
+            if kind not in SERIES_KINDS:
+                raise ClaimError(f"claim {cid}: {kind} compares two rows a and b, not a select")
+            if "a" in claim or "b" in claim:
+                raise ClaimError(f"claim {cid}: give either select (+ by) or a and b, not both")
+            by = claim.get("by")
+            if kind == "monotone" and not by:
+                raise ClaimError(f"claim {cid}: monotone needs by (a hyper-parameter or attack)")
+            if kind == "monotone" and claim.get("direction") not in ("increasing", "decreasing"):
+                raise ClaimError(f"claim {cid}: monotone needs direction increasing or decreasing")
+            select = claim["select"] if isinstance(claim["select"], list) else [claim["select"]]
+            rows = reg.rows_of([claim["experiment"]], select)
+            if len(rows) < 2:
+                raise ClaimError(f"claim {cid}: select {select} matches {len(rows)} row(s) of "
+                                 f"{claim['experiment']}; a series needs at least two. Rows: "
+                                 f"{', '.join(r.key for r in reg.rows[claim['experiment']])}")
+            params = []
+            for r in rows:
+                try:
+                    params.append(_param(r, by) if by else None)
+                except KeyError:
+                    raise ClaimError(f"claim {cid}: row {r.key!r} has no parameter {by!r}") from None
+            if by and len(set(params)) != len(params):
+                raise ClaimError(f"claim {cid}: several selected rows share one value of {by}")
+            order = sorted(range(len(rows)), key=lambda i: params[i] if by else i)
+            spec.update(by=by, direction=claim.get("direction"),
+                        rows=[_row_dict(rows[i], params[i]) for i in order])
+        else:
+            if kind not in PAIR_KINDS:
+                raise ClaimError(f"claim {cid}: {kind} needs select and by, not a and b")
+            if "a" not in claim or "b" not in claim:
+                raise ClaimError(f"claim {cid}: {kind} needs rows a and b")
+            a = _pick(reg, cid, "a", claim["a"], claim.get("experiment"))
+            spec["a"] = _row_dict(a)
+            if isinstance(claim["b"], (int, float)) and not isinstance(claim["b"], bool):
+                spec["b"] = {"constant": float(claim["b"])}
+            else:
+                b = _pick(reg, cid, "b", claim["b"], claim.get("experiment"))
+                if a.key == b.key and a.experiment == b.experiment:
+                    raise ClaimError(f"claim {cid}: a and b are the same row {a.key!r}")
+                spec["b"] = _row_dict(b)
+                if seeds_mode == "paired" and not set(a.seeds) & set(b.seeds):
+                    raise ClaimError(f"claim {cid}: a and b share no seed; use seeds: mean")
+        if spec["margin"] is not None:
+            spec["margin"] = float(spec["margin"])
+        out.append(spec)
+    return out
+
+
+def claim_runs(claims: list[dict[str, Any]]) -> list[str]:
+    """Every run key the claims read, once, in order."""
+    seen: dict[str, None] = {}
+    for c in claims:
+        for row in c.get("rows") or [c["a"], c["b"]]:
+            for r in row.get("runs", []):
+                seen[r] = None
+    return list(seen)
+
+
+# --------------------------------------------------------------------------- values
+def run_quantity(run_dir: Path, claim: dict[str, Any]) -> float:
+    """The claim's quantity of one run (unscaled); NaN when the run diverged or lacks it."""
+    from fedmgda.tables import read_summary, run_value
+
+    summary = read_summary(run_dir)
+    if summary.get("status", "ok") != "ok":
+        return math.nan
+    quantity = claim["quantity"]
+    if not quantity.startswith("metrics."):
+        return run_value(run_dir, summary, quantity)
+    column = quantity.partition(".")[2]
+    df = pd.read_csv(run_dir / "metrics.csv")
+    if column not in df.columns:
+        return math.nan
+    s = df.sort_values("round").set_index("round")[column].astype(float).dropna()
+    window = claim.get("window") or {}
+    if "last" in window:
+        s = s[s.index > s.index.max() - int(window["last"])] if len(s) else s
+    elif "first" in window:
+        s = s[s.index <= s.index.min() + int(window["first"]) - 1] if len(s) else s
+    if not len(s):
+        return math.nan
+    agg = claim.get("agg", "mean")
+    return float(s.iloc[-1]) if agg == "last" else float(getattr(s, agg)())
+
+
+def row_values(row: dict[str, Any], claim: dict[str, Any], runs_dir: Path) -> tuple[dict[int, float], int]:
+    """{seed: scaled value} of a row and the number of its runs without summary.json."""
+    values, missing = {}, 0
+    for seed, run in zip(row["seeds"], row["runs"], strict=True):
+        d = runs_dir / run
+        if not (d / "summary.json").exists():
+            missing += 1
+            continue
+        values[int(seed)] = run_quantity(d, claim) * claim["scale"]
+    return values, missing
+
+
+def _stats(values) -> tuple[float, float]:
+    arr = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
+    return (float(arr.mean()), float(arr.std(ddof=0))) if len(arr) else (math.nan, math.nan)
+
+
+def _score_pair(a: float, b: float, claim: dict[str, Any]) -> float:
+    d = a - b
+    if claim["compare"] == "at_least":
+        return d - (claim["margin"] or 0.0)
+    return claim["tolerance"] - abs(d)
+
+
+def _score_series(vals: list[float], claim: dict[str, Any]) -> float:
+    if claim["compare"] == "identical":
+        return claim["tolerance"] - (max(vals) - min(vals))
+    sign = 1.0 if claim["direction"] == "increasing" else -1.0
+    steps = [sign * (b - a) for a, b in zip(vals, vals[1:], strict=False)]
+    # a flat series is not a trend: the total change must be positive (or >= margin when given)
+    margin = claim["margin"] if claim.get("margin") is not None else FLAT
+    return min(min(steps) + claim["tolerance"], sign * (vals[-1] - vals[0]) - margin)
+
+
+def decide(scores: list[float], kind: str, spread: float | None = None) -> tuple[str, str]:
+    """Verdict and a note from the judged units' scores (see the module docstring)."""
+    s = np.asarray(scores, dtype=float)
+    n = len(s)
+    if n == 0:
+        return "inconclusive", "no seed with a value for every row (diverged?)"
+    if kind == "identical":
+        bad = int((s < 0).sum())
+        return ("holds", "") if not bad else ("fails", f"{bad}/{n} seed(s) differ beyond the tolerance")
+    m = float(s.mean())
+    sd = spread if spread is not None else (float(s.std(ddof=1)) if n > 1 else 0.0)
+    if (s >= 0).all() and m >= sd:
+        return "holds", "1 seed" if n == 1 and spread is None else ""
+    if (s < 0).all() and -m >= sd:
+        return "fails", "1 seed" if n == 1 and spread is None else ""
+    if (s >= 0).any() and (s < 0).any():
+        return "inconclusive", (f"seeds straddle the threshold ({int((s >= 0).sum())}/{n} on the claimed side); "
+                                "more seeds would decide")
+    return "inconclusive", (f"mean margin {m:+.3g} is smaller than its spread over seeds {sd:.3g}; "
+                            "more seeds would decide")
+
+
+# --------------------------------------------------------------------------- evaluation
+def _label(row: dict[str, Any]) -> str:
+    return row["label"] if "label" in row else f"{row['constant']:g}"
+
+
+def expected_text(c: dict[str, Any]) -> str:
+    q = c["quantity"] + (f" ({c['agg']} over {next(iter(c['window']))} {next(iter(c['window'].values()))} rounds)"
+                         if c.get("window") else "")
+    unit = " pp" if c["scale"] == 100.0 else ""
+    if "rows" in c:
+        names = ", ".join(_short(r) for r in c["rows"])
+        if c["compare"] == "identical":
+            return f"{q} identical across [{names}] (spread <= {fmt_num(c['tolerance'])}{unit})"
+        extra = f", total change >= {fmt_num(c['margin'])}{unit}" if c.get("margin") is not None else ""
+        return (f"{q} {c['direction']} in {c['by']} over [{names}] (steps may go back "
+                f"<= {fmt_num(c['tolerance'])}{unit}{extra})")
+    a, b = _label(c["a"]), _label(c["b"])
+    if "constant" in c["b"]:
+        b = f"{b}{unit}"
+    if c["compare"] == "at_least":
+        m = c["margin"] or 0.0
+        rel = f">= {b}" if m == 0 else f"- {b} >= {fmt_num(m)}{unit}"
+        return f"{q}: {a} {rel}"
+    word = "identical to" if c["compare"] == "identical" else "close to"
+    return f"{q}: {a} {word} {b} (difference within ±{fmt_num(c['tolerance'])}{unit})"
+
+
+def _short(row: dict[str, Any]) -> str:
+    p = row.get("param")
+    return f"{fmt_num(p)}" if p is not None else row["label"]
+
+
+def evaluate_claim(c: dict[str, Any], runs_dir: str | Path) -> dict[str, Any]:
+    runs_dir = Path(runs_dir)
+    rows = c.get("rows") or [r for r in (c["a"], c["b"]) if "runs" in r]
+    per_row, missing = [], 0
+    for r in rows:
+        vals, miss = row_values(r, c, runs_dir)
+        per_row.append(vals)
+        missing += miss
+    rec: dict[str, Any] = {"claim": c["id"], "source": c["source"], "paper": c["paper"],
+                           "expected": expected_text(c), "compare": c["compare"], "seeds_mode": c["seeds"]}
+    if missing:
+        total = sum(len(r["runs"]) for r in rows)
+        rec.update(measured=f"{missing}/{total} runs missing", verdict="not run", note="build the runs first",
+                   n_seeds=0)
+        return rec
+    series = "rows" in c
+    const = None if series or "runs" in c["b"] else c["b"]["constant"]
+    if const is not None:
+        per_row.append({s: const for s in per_row[0]})
+    means = [_stats(v.values()) for v in per_row]
+    common = sorted(set.intersection(*(set(v) for v in per_row)))
+    complete = [s for s in common if all(not math.isnan(v[s]) for v in per_row)]
+    dropped = sorted(set().union(*(set(v) for v in per_row)) - set(complete))
+    note_extra = f"seed(s) {', '.join(map(str, dropped))} left out (no value or not shared)" if dropped else ""
+
+    if series:
+        scores = [_score_series([v[s] for v in per_row], c) for s in complete]
+        rec["values"] = json.dumps({_short(r): round(m, 4) for r, (m, _) in zip(rows, means, strict=True)})
+        measured = ", ".join(f"{_short(r)}: {m:.2f}±{sd:.2f}" for r, (m, sd) in zip(rows, means, strict=True))
+        if c["seeds"] == "mean":
+            spread = math.sqrt(sum(sd ** 2 for _, sd in means))
+            scores = [_score_series([m for m, _ in means], c)]
+        else:
+            spread = None
+    else:
+        (am, asd), (bm, bsd) = means
+        diffs = [per_row[0][s] - per_row[1][s] for s in complete]
+        rec.update(a=_label(c["a"]), b=_label(c["b"]), a_mean=am, a_std=asd, b_mean=bm, b_std=bsd)
+        if diffs:
+            d = np.asarray(diffs)
+            rec.update(diff_mean=float(d.mean()), diff_std=float(d.std(ddof=1)) if len(d) > 1 else 0.0,
+                       diff_min=float(d.min()), diff_max=float(d.max()))
+        b_text = f"threshold {bm:g}" if const is not None else f"B {bm:.2f}±{bsd:.2f}"
+        measured = f"A {am:.2f}±{asd:.2f}, {b_text}"
+        if diffs and c["compare"] == "at_least" and all(d == 0 for d in diffs):
+            note_extra = "; ".join(x for x in (note_extra, "A equals B at every seed (a tie)") if x)
+        if c["seeds"] == "mean":
+            spread = math.sqrt(asd ** 2 + bsd ** 2)
+            scores = [_score_pair(am, bm, c)] if not (math.isnan(am) or math.isnan(bm)) else []
+            measured += f"; A−B {am - bm:+.3g}"
+        else:
+            spread = None
+            scores = [_score_pair(per_row[0][s], per_row[1][s], c) for s in complete]
+            if diffs:
+                measured += (f"; paired A−B {rec['diff_mean']:+.3g} (min {rec['diff_min']:+.3g}, "
+                             f"max {rec['diff_max']:+.3g})")
+    if scores:
+        rec.update(score_mean=float(np.mean(scores)), score_min=float(np.min(scores)),
+                   score_max=float(np.max(scores)))
+    verdict, note = decide(scores, c["compare"], spread if c["seeds"] == "mean" else None)
+    n = len(complete) if c["seeds"] == "paired" else max(len(v) for v in per_row)
+    rec.update(measured=measured + f" (n={n} seed{'s' if n != 1 else ''})", verdict=verdict,
+               note="; ".join(x for x in (note, note_extra) if x), n_seeds=n)
+    return rec
+
+
+COLUMNS = ["claim", "source", "paper", "expected", "measured", "verdict", "note", "compare", "seeds_mode",
+           "n_seeds", "a", "b", "a_mean", "a_std", "b_mean", "b_std", "diff_mean", "diff_std", "diff_min",
+           "diff_max", "score_mean", "score_min", "score_max", "values"]
+
+
+def evaluate(claims: list[dict[str, Any]], runs_dir: str | Path) -> pd.DataFrame:
+    df = pd.DataFrame.from_records([evaluate_claim(c, runs_dir) for c in claims])
+    for col in COLUMNS:
+        if col not in df.columns:
+            df[col] = np.nan if col not in ("a", "b", "values", "note") else ""
+    return df[COLUMNS] if len(df) else pd.DataFrame(columns=COLUMNS)
+
+
+def to_markdown(df: pd.DataFrame, profile: str = "") -> str:
+    counts = df["verdict"].value_counts().to_dict() if len(df) else {}
+    summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS)
+    lines = [f"## The paper's claims, checked{f' ({profile})' if profile else ''}", "",
+             f"{len(df)} claims: {summary}.", "",
+             "A = first row, B = second (or a threshold); values in % (pp) for accuracies. Paired "
+             "differences are per seed (shared initial model and participants). *inconclusive*: the "
+             "seeds straddle the threshold or the mean margin is below its seed std (more seeds would "
+             "decide). See docs/workflow.md.", "",
+             "| Claim | Paper source | Expected | Measured (mean ± std over seeds) | Verdict |",
+             "|---|---|---|---|---|"]
+    for _, r in df.iterrows():
+        verdict = f"**{r['verdict']}**" + (f" ({r['note']})" if isinstance(r["note"], str) and r["note"] else "")
+        paper = f"{r['source']}: “{r['paper']}”" if r["paper"] else r["source"]
+        cells = [str(r["claim"]), paper, str(r["expected"]), str(r["measured"]), verdict]
+        lines.append("| " + " | ".join(c.replace("|", "/").replace("\n", " ") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_claims(claims: list[dict[str, Any]], runs_dir: str | Path, out_csv: str | Path, out_md: str | Path,
+                 profile: str = "") -> pd.DataFrame:
+    df = evaluate(claims, runs_dir)
+    Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out_csv, index=False)
+    Path(out_md).write_text(to_markdown(df, profile))
+    return df
+
+
+def table_verdicts(csv_path: str | Path) -> dict[str, int]:
+    """Count of the verdict words (within, outside, not run, n/a, ...) over a table csv's cells."""
+    df = pd.read_csv(csv_path, keep_default_na=False)
+    cols = [c for c in df.columns if c.endswith(" verdict")]
+    words = df[cols].stack().astype(str).str.split(" (", regex=False).str[0] if cols else pd.Series([], dtype=str)
+    return {k: int(v) for k, v in words.value_counts().items()}

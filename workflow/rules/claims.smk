@@ -1,0 +1,31 @@
+"""The paper's claims checked on the runs (fedmgda.claims): results/<profile>/claims.csv and
+claims.md, from exactly the runs the claims read, so `snakemake results/<profile>/claims.md`
+builds only those."""
+
+from fedmgda.claims import claim_runs
+
+if CLAIMS:
+
+    rule check_claims:
+        input:
+            run_summaries(claim_runs(CLAIMS)),
+        output:
+            csv=f"{R}/claims.csv",
+            md=f"{R}/claims.md",
+        params:
+            spec=json.dumps(CLAIMS, ensure_ascii=False),
+            runs_dir=lambda w: RUNS_DIR,
+            profile=PROFILE,
+            wf=WF,
+        log:
+            f"{LOGS}/claims.log",
+        benchmark:
+            f"{R}/benchmarks/claims.tsv"
+        resources:
+            mem_mb=2000,
+            runtime=15,
+        conda:
+            CONDA_ENV
+        shell:
+            "{params.wf} claims --spec {params.spec:q} --runs-dir {params.runs_dir} "
+            "--profile {params.profile} --csv {output.csv} --md {output.md} > {log} 2>&1"
