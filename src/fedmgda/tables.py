@@ -263,7 +263,7 @@ def variants_markdown(df: pd.DataFrame, spec: dict[str, Any]) -> str:
         head = ["Row", "paper"] + [r + (" ✓" if vdf[vdf["reading"] == r]["chosen"].any() else "") for r in readings]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         within = dict.fromkeys(readings, 0)
-        for key, rdf in vdf.groupby("row", sort=False):
+        for _, rdf in vdf.groupby("row", sort=False):
             first = rdf.iloc[0]
             cells = [str(first["label"]), " / ".join(_num(first[f"{c} paper_mean"]) for c in columns)]
             for r in readings:
