@@ -158,6 +158,8 @@ class LocalTrainer:
             positions[row, : batches[i].shape[0], : batches[i].shape[1]] = batches[i]
         steps = torch.tensor([len(b) for b in batches])
         active = tuple((steps[:, None] > torch.arange(positions.shape[1])).sum(dim=0).tolist())
+        if w_start.dim() == 2:  # one start per client: in the rows' order, like the positions
+            w_start = w_start[torch.tensor(order, device=w_start.device)]
         inputs = (w_start, positions.to(device), scales.to(device=device, dtype=w_start.dtype)[order])
 
         def local_steps(w_start, positions, scales):

@@ -137,6 +137,8 @@ class Simulation:
         self.per_round = cfg.clients_per_round or max(1, math.floor(cfg.participation * self.num_users + 1e-9))
         self.per_round = min(self.per_round, self.num_users)
         self.needs_pre_round_loss = cfg.track_improvement or cfg.algorithm == "qfedavg"
+        self.rounds_started = self.rounds_done = 0  # in this process (for progress lines)
+        self.mean_acc = math.nan  # the latest evaluated mean user accuracy
         self._last_losses: tuple | None = None  # (w, its version, users, losses): round t's post is round t+1's pre
         # runs whose partitions match can have their participant losses evaluated together
         self.partition_key = hashlib.sha1(b"".join(i.numpy().tobytes() + b"|" for i in self.train_idx_cpu)).hexdigest()
@@ -220,9 +222,13 @@ class Simulation:
             state.iterate_sum = torch.zeros_like(state.w)
         started = time.perf_counter() - state.elapsed
         w = state.w
+        self.rounds_done = self.rounds_started = state.next_round
         for t in range(state.next_round, cfg.rounds):
             row, w_next = yield from self._round(w, t, state)
             state.rows.append(row)
+            self.rounds_done = t + 1
+            if math.isfinite(row.get("mean_acc", math.nan)):
+                self.mean_acc = row["mean_acc"]
             if state.diverged_round is not None:
                 break
             w = w_next
@@ -352,12 +358,43 @@ def check_packable(sims: list[Simulation]) -> None:
         sim.data = replace(sim.data, x=lead.data.x, y=lead.data.y)
 
 
-def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None]) -> list[RunResult]:
+class Progress:
+    """Progress lines of a run or a pack, printed (flushed, for ``tail -f``) at most every
+    ``every`` seconds, and after the first and the last round: round t/T, seconds per round, ETA,
+    the mean user accuracy of the run (of a pack: min/mean/max over its runs, and how many are
+    still training)."""
+
+    def __init__(self, sims: list[Simulation], every: float):
+        self.sims, self.every = sims, every
+        self.start = self.last = time.perf_counter()
+        self.printed_round = -1
+
+    def __call__(self, active: int) -> None:
+        now = time.perf_counter()
+        total = max(sim.cfg.rounds for sim in self.sims)
+        round_ = min((sim.rounds_done for sim in self.sims if sim.rounds_done < sim.cfg.rounds), default=total)
+        done = sum(sim.rounds_done - sim.rounds_started for sim in self.sims) / len(self.sims)
+        due = round_ != self.printed_round and (now - self.last >= self.every or round_ in (1, total))
+        if not due or done <= 0:
+            return
+        self.last, self.printed_round = now, round_
+        per_round = (now - self.start) / done
+        eta = per_round * (total - round_)
+        acc = np.array([sim.mean_acc for sim in self.sims if math.isfinite(sim.mean_acc)]) * 100
+        if len(self.sims) == 1:
+            accuracy = f"mean user acc {acc[0]:.2f} %" if len(acc) else "mean user acc n/a"
+        else:
+            accuracy = f"{active}/{len(self.sims)} runs active; mean user acc min {acc.min():.2f} / mean {acc.mean():.2f} / max {acc.max():.2f} %" if len(acc) else f"{active}/{len(self.sims)} runs active"
+        print(f"[progress] round {round_}/{total} | {per_round:.3f} s/round | ETA {eta / 60:.1f} min | {accuracy}", flush=True)
+
+
+def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None], progress_every: float | None = None) -> list[RunResult]:
     """Train several runs in lockstep ("run packing"): every round, the participants of all of them
     are trained as one batched computation (``train_packed``), which keeps a large GPU busy; each
     run keeps its own sampling, aggregation, evaluation, checkpoints and outputs. A finished or
     diverged run leaves the pack. Models without dropout get the updates of unpacked runs (up to
-    float rounding); with dropout, the masks differ. With one run this is ``Simulation.run``."""
+    float rounding); with dropout, the masks differ. With one run this is ``Simulation.run``.
+    ``progress_every`` (seconds): print progress lines (``Progress``); None: none."""
     if len(sims) != len(out_dirs):
         raise ValueError("run_packed needs one output folder (or None) per run")
     check_packable(sims)
@@ -376,10 +413,13 @@ def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None]) -> lis
     with single_thread_on_cpu(sims[0].device, sims[0].trainer.analytic is not None):
         for i in range(len(runs)):
             advance(i, None)
+        progress = Progress(sims, progress_every) if progress_every is not None else None
         while pending:
             order = list(pending)
             for i, answer in zip(order, serve_packed([sims[i] for i in order], [pending[i] for i in order])):
                 advance(i, answer)
+            if progress is not None:
+                progress(len(pending))
     return results
 
 
