@@ -22,7 +22,6 @@ from the measured round times: sum over runs of T x (round time + evaluation tim
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import statistics
 import time
@@ -34,7 +33,7 @@ import torch
 from fedmgda.config import RunConfig
 from fedmgda.data import DATASETS
 from fedmgda.data.base import FederatedDataset
-from fedmgda.simulator import Simulation, _State, check_packable, train_packed
+from fedmgda.simulator import Simulation, _State, check_packable, serve_packed
 
 
 @dataclass(frozen=True)
@@ -105,9 +104,14 @@ def packed_rounds(setting: Setting, data: FederatedDataset, batched: bool, devic
 
     def one_round(t: int) -> None:
         steps = [sim._round(w, t, state) for sim, w, state in zip(sims, ws, states)]
-        for step, trained in zip(steps, train_packed(sims, [next(step) for step in steps])):
-            with contextlib.suppress(StopIteration):  # the round's end: metrics row, next model
-                step.send(trained)
+        pending = {i: next(step) for i, step in enumerate(steps)}
+        while pending:  # training and participant-loss requests, until the round's end
+            order = list(pending)
+            for i, answer in zip(order, serve_packed([sims[i] for i in order], [pending[i] for i in order])):
+                try:
+                    pending[i] = steps[i].send(answer)
+                except StopIteration:  # the round's end: metrics row, next model
+                    del pending[i]
 
     one_round(1)  # warm-up (allocations, first calls)
     if sims[0].trainer.graphs is not None:

@@ -41,7 +41,7 @@ def train(args: argparse.Namespace) -> int:
     if len(args.config) != len(args.out):
         raise ConfigError(f"--config names {len(args.config)} run(s) but --out {len(args.out)} folder(s)")
     configs = [read_run_config(path, args.set or [], args.device) for path in args.config]
-    results = run_packed([Simulation(cfg) for cfg in configs], args.out)  # one run, or several packed
+    results = run_packed([Simulation(cfg) for cfg in configs], args.out, progress_every=args.progress_every)  # one run, or several packed
     for out, result in zip(args.out, results):
         summary = result.summary
         final = summary["final"] or {}
@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, nargs="+", help="output folder, one per config")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
     p.add_argument("--device", help="cpu, cuda, cuda:N or auto (overrides the config)")
+    p.add_argument("--progress-every", type=float, default=30.0, metavar="SECONDS",
+                   help="print a progress line (round, s/round, ETA, mean user accuracy) at most this often, and after the first and last rounds (default 30; 0: every round)")
     p.set_defaults(handler=train)
     from fedmgda.workflow_cli import add_commands  # the workflow's download, partition, table, ...
 

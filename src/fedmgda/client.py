@@ -11,7 +11,11 @@ attacker). It returns the update u = w_new - w_start and the mean minibatch obje
 local epochs (what q-FedAvg and AFL consume; it includes the proximal term, as in the code).
 
 The single SGD step (``LocalTrainer.step``) is written with ``torch.func`` so that the same step
-can be ``vmap``-ed over a round's clients for batched training.
+can be ``vmap``-ed over a round's clients for batched training. Models that are one linear layer
+followed by log_softmax (``linear_softmax = True``: the Adult logistic regression) take
+``LinearSoftmaxSteps`` instead in batched training: the same steps with the gradient written out
+as batched matrix products, since their steps are too small for anything but per-operation
+overhead to matter.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -81,6 +86,7 @@ class LocalTrainer:
         self.graphs = graphs  # CUDA only: replay the batched client update as CUDA graphs
         self._grad_and_loss = grad_and_value(self._objective)
         self._batched_step = vmap(self.step, in_dims=(0, 0, 0, 0, 0, 0, None, 0), randomness="different")
+        self.analytic = LinearSoftmaxSteps(model, hparams) if LinearSoftmaxSteps.eligible(model) else None
 
     def _objective(self, w, w_start, x, y, scale, mask=None):
         nll = F.nll_loss(self.model(w, x), y, reduction="none")
@@ -150,14 +156,20 @@ class LocalTrainer:
         positions = torch.full((len(batches), len(batches[order[0]]), width), -1, dtype=torch.long)
         for row, i in enumerate(order):
             positions[row, : batches[i].shape[0], : batches[i].shape[1]] = batches[i]
-        active = tuple(sum(len(b) > s for b in batches) for s in range(positions.shape[1]))
+        steps = torch.tensor([len(b) for b in batches])
+        active = tuple((steps[:, None] > torch.arange(positions.shape[1])).sum(dim=0).tolist())
+        if w_start.dim() == 2:  # one start per client: in the rows' order, like the positions
+            w_start = w_start[torch.tensor(order, device=w_start.device)]
         inputs = (w_start, positions.to(device), scales.to(device=device, dtype=w_start.dtype)[order])
 
         def local_steps(w_start, positions, scales):
+            if self.analytic is not None:
+                return self.analytic(w_start, data_x, data_y, positions, scales, active)
             return self._local_steps(w_start, data_x, data_y, positions, scales, active)
 
         if self.graphs is None:
-            updates, mean_loss = local_steps(*inputs)
+            with single_thread_on_cpu(device, self.analytic is not None):
+                updates, mean_loss = local_steps(*inputs)
         else:
             key = (tuple(positions.shape), active, w_start.dtype, data_x.data_ptr(), self.dropout)
             updates, mean_loss = self.graphs(key, local_steps, inputs)
@@ -188,6 +200,106 @@ class LocalTrainer:
                 loss_sum = loss_sum + torch.cat([loss, loss_sum.new_zeros(n - k)])
         steps_done = real[:, :, 0].sum(dim=1).to(w.dtype)  # a client's minibatch s is real iff its first slot is
         return (w - starts).detach(), (loss_sum / steps_done).detach()
+
+
+@contextmanager
+def single_thread_on_cpu(device: torch.device, active: bool = True):
+    """Tiny operations run on one CPU thread: splitting them costs more than it saves, and on a
+    shared, busy machine waiting for a second thread can make each one take milliseconds."""
+    if not active or device.type != "cpu" or torch.get_num_threads() == 1:
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+class LinearSoftmaxSteps:
+    """``LocalTrainer._local_steps`` for a model log_softmax(x W^T + b), gradient written out.
+
+    Per client and step, with c = scale * mask / (real samples of the minibatch):
+        grad W|b = [x 1]^T (c * (softmax(z) - onehot(y))) + 2 mu (w - w_start),  z = [x 1] [W|b]^T
+    and the momentum update of ``LocalTrainer.step`` (the first step's buffer is the gradient:
+    the buffer starts at zero). Weights are kept as (clients, features + 1, classes), bias last,
+    so each step is one ``bmm`` forward and one in-place ``baddbmm_`` for gradient and momentum;
+    the minibatches of a chunk of steps are gathered at once, and the loss of a chunk is computed
+    afterwards from its stored logits (a chunk has one set of active clients: ``active`` as in
+    ``_local_steps``). Same minibatch order, hence the same trajectory as the
+    autograd step up to float rounding.
+    """
+
+    chunk_elements = 1 << 22  # gathered samples x features per chunk of steps (16 MB in float32)
+
+    def __init__(self, model: FlatModel, hparams: LocalHParams):
+        self.classes, self.features = model.shapes[0]
+        self.hparams = hparams
+        self._data_key = None
+
+    @staticmethod
+    def eligible(model: FlatModel) -> bool:
+        """Models that say they are linear + log_softmax, with parameters weight (C, D), bias (C)."""
+        shapes = model.shapes
+        return bool(getattr(model.module, "linear_softmax", False)) and len(shapes) == 2 and len(shapes[0]) == 2 and tuple(shapes[1]) == (shapes[0][0],)
+
+    def _augmented(self, data_x: torch.Tensor, data_y: torch.Tensor, dtype: torch.dtype, classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """[x 1] and onehot(y) of the pooled samples, kept while the pooled samples stay the same."""
+        key = (data_x.data_ptr(), data_y.data_ptr(), tuple(data_x.shape), dtype, classes)
+        if self._data_key != key:
+            x = data_x.flatten(1).to(dtype)
+            self._x1 = torch.cat([x, x.new_ones(len(x), 1)], dim=1)
+            self._onehot = torch.nn.functional.one_hot(data_y, classes).to(dtype)
+            self._data_key = key
+        return self._x1, self._onehot
+
+    def __call__(self, w_start, data_x, data_y, positions, scales, active: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        lr, momentum, mu = self.hparams.lr, self.hparams.momentum, self.hparams.mu
+        n, steps, width = positions.shape
+        w_start = w_start.expand(n, -1)
+        classes, features = self.classes, self.features
+        x1, onehot = self._augmented(data_x, data_y, w_start.dtype, classes)
+        # flat [W (C x D) row-major, b] -> (clients, D + 1, C)
+        starts = torch.cat([w_start[:, : classes * features].view(n, classes, features).transpose(1, 2), w_start[:, None, classes * features :]], dim=1)
+        w = starts.clone()
+        buf = torch.zeros_like(w)
+        loss_sum = torch.zeros(n, device=w.device, dtype=w.dtype)
+        prox_sum = torch.zeros_like(loss_sum)
+        real = positions >= 0
+        steps_done = real[:, :, 0].sum(dim=1).to(w.dtype)  # a client's minibatch s is real iff its first slot is
+        chunk = max(1, self.chunk_elements // (n * width * (features + 1)))
+        logits = w.new_zeros(min(chunk, steps), n, width, classes)
+        first = 0
+        while first < steps:
+            k = active[first]  # clients with a minibatch at this step: a prefix; constant over the chunk
+            last = min(first + chunk, steps)
+            last = next((s for s in range(first, last) if active[s] != k), last)
+            pos = positions[:k, first:last].transpose(0, 1)  # (steps, clients, width)
+            mask = real[:k, first:last].transpose(0, 1).to(w.dtype)
+            per_batch = scales[None, :k] / mask.sum(dim=2).clamp(min=1)  # scale / real samples, (steps, clients)
+            coef = (mask * per_batch[:, :, None]).unsqueeze(3)
+            x = x1[pos.clamp(min=0)]  # (steps, clients, width, D + 1)
+            target = onehot[pos.clamp(min=0)].mul_(mask.unsqueeze(3))
+            neg_target = target * -coef
+            used = logits[: last - first, :k]
+            w_k, buf_k, starts_k = w[:k], buf[:k], starts[:k]
+            for x_s, z_s, target_s, coef_s in zip(x.unbind(0), used.unbind(0), neg_target.unbind(0), coef.unbind(0)):
+                z = torch.bmm(x_s, w_k, out=z_s)
+                buf_k.baddbmm_(x_s.transpose(1, 2), torch.addcmul(target_s, torch.softmax(z, dim=2), coef_s), beta=momentum)
+                if mu:
+                    gap = w_k - starts_k
+                    buf_k.add_(gap, alpha=2 * mu)
+                    prox_sum[:k] += gap.square().sum(dim=(1, 2))
+                w_k.sub_(buf_k, alpha=lr)
+            # as the autograd objective: each minibatch's summed NLL, then / real samples * scale
+            nll_sums = torch.log_softmax(used, dim=3).mul_(target).sum(dim=(2, 3)).neg_()
+            loss_sum[:k] += (nll_sums * per_batch).sum(dim=0)
+            first = last
+        loss = loss_sum + mu * prox_sum
+        update = w - starts
+        flat = torch.cat([update[:, :features].transpose(1, 2).reshape(n, -1), update[:, features]], dim=1)
+        return flat, loss / steps_done
 
 
 class CudaGraphs:

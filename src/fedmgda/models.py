@@ -127,6 +127,8 @@ def _lstm_layer(x: torch.Tensor, w_ih: torch.Tensor, w_hh: torch.Tensor, bias: t
 class LogisticRegression(nn.Module):
     """Multinomial logistic regression (Adult: 99 -> 2, 200 parameters; Synthetic: 60 -> 10)."""
 
+    linear_softmax = True  # log_softmax(x W^T + b): batched training uses client.LinearSoftmaxSteps
+
     def __init__(self, in_features: int, num_classes: int):
         super().__init__()
         self.linear = nn.Linear(in_features, num_classes)

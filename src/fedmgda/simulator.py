@@ -6,12 +6,14 @@ round t from (seed, t, i). Hence every algorithm run with the same seed sees the
 and the same participants (paired comparisons, protocol.md §6.1), and a run resumed from a
 checkpoint continues exactly as if it had never stopped, without saving any RNG state.
 
-A run is a generator (``Simulation.steps``) that yields whenever a round's clients must be trained;
-``run_packed`` drives several such runs in lockstep and trains all their clients together.
+A run is a generator (``Simulation.steps``) that yields whenever a round's clients must be trained
+or its participants' losses evaluated; ``run_packed`` drives several such runs in lockstep and
+serves all their requests of a kind together.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -23,10 +25,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+import torch.nn.functional as F
 
 from fedmgda.aggregators import RoundContext, make_aggregator
 from fedmgda.attacks import force_attacker, loss_bias, loss_scale
-from fedmgda.client import ClientResult, CudaGraphs, FlatModel, LocalHParams, LocalTrainer, evaluate_samples, size_groups
+from fedmgda.client import (
+    ClientResult,
+    CudaGraphs,
+    FlatModel,
+    LocalHParams,
+    LocalTrainer,
+    evaluate_samples,
+    single_thread_on_cpu,
+    size_groups,
+)
 from fedmgda.config import ConfigError, RunConfig
 from fedmgda.data.base import FederatedDataset
 from fedmgda.metrics import (
@@ -82,6 +94,14 @@ class RunResult:
 
 
 @dataclass
+class LossRequest:
+    """A run asks for ``participant_losses(w, users)``; a training request is a tuple (w, t, users)."""
+
+    w: torch.Tensor
+    users: list[int]
+
+
+@dataclass
 class _State:
     """What a checkpoint holds (everything else is rebuilt from the config)."""
 
@@ -126,6 +146,11 @@ class Simulation:
         self.per_round = cfg.clients_per_round or max(1, math.floor(cfg.participation * self.num_users + 1e-9))
         self.per_round = min(self.per_round, self.num_users)
         self.needs_pre_round_loss = cfg.track_improvement or cfg.algorithm == "qfedavg"
+        self.rounds_started = self.rounds_done = 0  # in this process (for progress lines)
+        self.mean_acc = math.nan  # the latest evaluated mean user accuracy
+        self._last_losses: tuple | None = None  # (w, its version, users, losses): round t's post is round t+1's pre
+        # runs whose partitions match can have their participant losses evaluated together
+        self.partition_key = hashlib.sha1(b"".join(i.numpy().tobytes() + b"|" for i in self.train_idx_cpu)).hexdigest()
 
         test_idx = self.data.test_idx
         self.test_owner = torch.cat([torch.full((len(i),), u, device=self.device) for u, i in enumerate(test_idx)])
@@ -160,6 +185,16 @@ class Simulation:
             total.append(f / len(user_losses) if self.cfg.qffl_loss == "batch_sum_per_sample" else f)
         return {"loss": torch.stack(loss), "acc": torch.stack(acc), "total": torch.stack(total)}
 
+    def _losses(self, w: torch.Tensor, users: list[int]):
+        """``participant_losses(w, users)`` asked of the driver (a generator), remembered once:
+        with full participation, the post-round losses are the next round's pre-round losses."""
+        last = self._last_losses
+        if last is not None and last[0] is w and last[1] == w._version and last[2] == users:
+            return last[3]
+        losses = yield LossRequest(w, users)
+        self._last_losses = (w, w._version, list(users), losses)
+        return losses
+
     # ------------------------------------------------------------------ evaluation
     def evaluate_users(self, w: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
         """Every user's test accuracy and mean test loss under ``w``."""
@@ -185,8 +220,9 @@ class Simulation:
 
     def steps(self, out_dir: str | Path | None = None):
         """The run as a generator: it yields (w, t, users) whenever a round's clients must be
-        trained, is sent back their (updates, train losses), and returns the RunResult. Driving
-        several runs' generators together is what ``run_packed`` does."""
+        trained and is sent back their (updates, train losses), yields a LossRequest when its
+        participants' losses are needed and is sent back ``participant_losses``, and returns the
+        RunResult. Driving several runs' generators together is what ``run_packed`` does."""
         cfg = self.cfg
         out = Path(out_dir) if out_dir is not None else None
         state = self._resume(out) if out is not None else None
@@ -195,9 +231,13 @@ class Simulation:
             state.iterate_sum = torch.zeros_like(state.w)
         started = time.perf_counter() - state.elapsed
         w = state.w
+        self.rounds_done = self.rounds_started = state.next_round
         for t in range(state.next_round, cfg.rounds):
             row, w_next = yield from self._round(w, t, state)
             state.rows.append(row)
+            self.rounds_done = t + 1
+            if math.isfinite(row.get("mean_acc", math.nan)):
+                self.mean_acc = row["mean_acc"]
             if state.diverged_round is not None:
                 break
             w = w_next
@@ -218,7 +258,7 @@ class Simulation:
         row and the next global model)."""
         cfg, attack = self.cfg, self.cfg.attack
         users = self.participants(t)
-        pre = self.participant_losses(w, users) if self.needs_pre_round_loss else None
+        pre = (yield from self._losses(w, users)) if self.needs_pre_round_loss else None
         updates, train_losses = yield w, t, users
         scales = torch.tensor([loss_scale(attack, u) for u in users], device=self.device)
         biases = torch.tensor([loss_bias(attack, u) for u in users], device=self.device)
@@ -234,7 +274,7 @@ class Simulation:
             state.diverged_round = t + 1
             return row, w
         if cfg.track_improvement:
-            post = self.participant_losses(w_next, users)
+            post = yield from self._losses(w_next, users)
             row["improved_loss"] = improved_fraction(pre["loss"], post["loss"])
             row["improved_acc"] = improved_fraction(pre["acc"], post["acc"], higher_is_better=True)
         store_users = t % cfg.per_user_every == 0 or t == cfg.rounds - 1
@@ -327,33 +367,131 @@ def check_packable(sims: list[Simulation]) -> None:
         sim.data = replace(sim.data, x=lead.data.x, y=lead.data.y)
 
 
-def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None]) -> list[RunResult]:
+class Progress:
+    """Progress lines of a run or a pack, printed (flushed, for ``tail -f``) at most every
+    ``every`` seconds, and after the first and the last round: round t/T, seconds per round, ETA,
+    the mean user accuracy of the run (of a pack: min/mean/max over its runs, and how many are
+    still training)."""
+
+    def __init__(self, sims: list[Simulation], every: float):
+        self.sims, self.every = sims, every
+        self.start = self.last = time.perf_counter()
+        self.printed_round = -1
+
+    def __call__(self, active: int) -> None:
+        now = time.perf_counter()
+        total = max(sim.cfg.rounds for sim in self.sims)
+        round_ = min((sim.rounds_done for sim in self.sims if sim.rounds_done < sim.cfg.rounds), default=total)
+        done = sum(sim.rounds_done - sim.rounds_started for sim in self.sims) / len(self.sims)
+        due = round_ != self.printed_round and (now - self.last >= self.every or round_ in (1, total))
+        if not due or done <= 0:
+            return
+        self.last, self.printed_round = now, round_
+        per_round = (now - self.start) / done
+        eta = per_round * (total - round_)
+        acc = np.array([sim.mean_acc for sim in self.sims if math.isfinite(sim.mean_acc)]) * 100
+        if len(self.sims) == 1:
+            accuracy = f"mean user acc {acc[0]:.2f} %" if len(acc) else "mean user acc n/a"
+        else:
+            accuracy = f"{active}/{len(self.sims)} runs active; mean user acc min {acc.min():.2f} / mean {acc.mean():.2f} / max {acc.max():.2f} %" if len(acc) else f"{active}/{len(self.sims)} runs active"
+        print(f"[progress] round {round_}/{total} | {per_round:.3f} s/round | ETA {eta / 60:.1f} min | {accuracy}", flush=True)
+
+
+def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None], progress_every: float | None = None) -> list[RunResult]:
     """Train several runs in lockstep ("run packing"): every round, the participants of all of them
     are trained as one batched computation (``train_packed``), which keeps a large GPU busy; each
     run keeps its own sampling, aggregation, evaluation, checkpoints and outputs. A finished or
     diverged run leaves the pack. Models without dropout get the updates of unpacked runs (up to
-    float rounding); with dropout, the masks differ. With one run this is ``Simulation.run``."""
+    float rounding); with dropout, the masks differ. With one run this is ``Simulation.run``.
+    ``progress_every`` (seconds): print progress lines (``Progress``); None: none."""
     if len(sims) != len(out_dirs):
         raise ValueError("run_packed needs one output folder (or None) per run")
     check_packable(sims)
     runs = [sim.steps(out) for sim, out in zip(sims, out_dirs)]
     results: list[RunResult | None] = [None] * len(sims)
-    pending: dict[int, tuple[torch.Tensor, int, list[int]]] = {}
+    pending: dict[int, tuple | LossRequest] = {}
 
-    def advance(i: int, trained: tuple[torch.Tensor, torch.Tensor] | None) -> None:
+    def advance(i: int, answer) -> None:
         try:
-            pending[i] = runs[i].send(trained)
+            pending[i] = runs[i].send(answer)
         except StopIteration as done:
             results[i] = done.value
             pending.pop(i, None)
 
-    for i in range(len(runs)):
-        advance(i, None)
-    while pending:
-        order = list(pending)
-        for i, trained in zip(order, train_packed([sims[i] for i in order], [pending[i] for i in order])):
-            advance(i, trained)
+    # a linear model's operations (training and evaluation) are too small to split across threads
+    with single_thread_on_cpu(sims[0].device, sims[0].trainer.analytic is not None):
+        for i in range(len(runs)):
+            advance(i, None)
+        progress = Progress(sims, progress_every) if progress_every is not None else None
+        while pending:
+            order = list(pending)
+            for i, answer in zip(order, serve_packed([sims[i] for i in order], [pending[i] for i in order])):
+                advance(i, answer)
+            if progress is not None:
+                progress(len(pending))
     return results
+
+
+def serve_packed(sims: list[Simulation], requests: list) -> list:
+    """Answer one request of each run: training requests with ``train_packed``, LossRequests with
+    ``losses_packed`` (each kind for all runs asking it at once)."""
+    answers: list = [None] * len(sims)
+    for kind, serve in ((LossRequest, losses_packed), (tuple, train_packed)):
+        chosen = [i for i, request in enumerate(requests) if isinstance(request, kind)]
+        if chosen:
+            for i, answer in zip(chosen, serve([sims[i] for i in chosen], [requests[i] for i in chosen])):
+                answers[i] = answer
+    return answers
+
+
+def losses_packed(sims: list[Simulation], requests: list[LossRequest]) -> list[dict[str, torch.Tensor]]:
+    """``participant_losses`` of each run. Batched linear + log_softmax models evaluate the runs
+    that share the participants (and partition) in one matrix product over the pooled samples."""
+    lead = sims[0]
+    if not (lead.cfg.batched and lead.trainer.analytic is not None):
+        return [sim.participant_losses(r.w, r.users) for sim, r in zip(sims, requests)]
+    groups: dict[tuple, list[int]] = {}
+    for j, (sim, request) in enumerate(zip(sims, requests)):
+        groups.setdefault((tuple(request.users), sim.partition_key), []).append(j)
+    answers: list = [None] * len(sims)
+    for (users, _), members in groups.items():
+        losses = linear_participant_losses([sims[j] for j in members], [requests[j].w for j in members], list(users))
+        for j, answer in zip(members, losses):
+            answers[j] = answer
+    return answers
+
+
+def linear_participant_losses(sims: list[Simulation], ws: list[torch.Tensor], users: list[int]) -> list[dict[str, torch.Tensor]]:
+    """``participant_losses`` of several runs' linear + log_softmax models ``ws`` (one per run, the
+    same partition and participants): the pooled samples are read once for all."""
+    lead = sims[0]
+    idx = [lead.data.train_idx[user] for user in users]
+    pooled = torch.cat(idx)
+    x, y = lead.data.x[pooled].flatten(1), lead.data.y[pooled]
+    classes, features = lead.model.shapes[0]
+    w = torch.stack(ws)
+    logits = F.linear(x.to(w.dtype), w[:, : classes * features].reshape(-1, features), w[:, classes * features :].reshape(-1))
+    log_p = F.log_softmax(logits.view(len(y), len(ws), classes), dim=2)
+    per_sample = -log_p.gather(2, y.view(-1, 1, 1).expand(-1, len(ws), 1)).squeeze(2)  # (samples, runs)
+    correct = (log_p.argmax(dim=2) == y[:, None]).to(per_sample.dtype)
+    loss, acc, total = [], [], []
+    for user_losses, user_correct in zip(per_sample.split([len(i) for i in idx]), correct.split([len(i) for i in idx])):
+        loss.append(user_losses.mean(dim=0))
+        acc.append(user_correct.mean(dim=0))
+        total.append(batch_mean_sums(user_losses, lead.local.batch_size))
+    loss, acc, total = torch.stack(loss, dim=1), torch.stack(acc, dim=1), torch.stack(total, dim=1)  # (runs, users)
+    sizes = torch.tensor([len(i) for i in idx], device=total.device, dtype=total.dtype)
+    return [{"loss": loss[r], "acc": acc[r], "total": total[r] / sizes if sim.cfg.qffl_loss == "batch_sum_per_sample" else total[r]} for r, sim in enumerate(sims)]
+
+
+def batch_mean_sums(per_sample: torch.Tensor, batch_size: int | None) -> torch.Tensor:
+    """``sum_of_batch_means`` of every column of (samples, runs)."""
+    n = len(per_sample)
+    if batch_size is None or batch_size >= n:
+        return per_sample.mean(dim=0)
+    full = n - n % batch_size
+    total = per_sample[:full].view(full // batch_size, batch_size, -1).mean(dim=1).sum(dim=0)
+    return total + per_sample[full:].mean(dim=0) if full < n else total
 
 
 def train_packed(sims: list[Simulation], requests: list[tuple[torch.Tensor, int, list[int]]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -363,8 +501,9 @@ def train_packed(sims: list[Simulation], requests: list[tuple[torch.Tensor, int,
     Client k of run j draws its minibatch order from (seed_j, t, user). With ``batched``, clients
     of similar size, of every run, are trained together (one vmap-ed step per local step; their
     dropout masks are drawn per client from the group's seed); a client without a partner of
-    similar size (Adult) takes the sequential path, which is cheaper, unless CUDA graphs make the
-    batched path (a group of one) cheaper still."""
+    similar size takes the sequential path, which is cheaper, unless CUDA graphs make the
+    batched path (a group of one) cheaper still. Linear + log_softmax models (Adult) train all
+    clients in one group, with the analytic step."""
     lead = sims[0]
     clients = [(j, k) for j, (_, _, users) in enumerate(requests) for k in range(len(users))]
 
@@ -376,11 +515,16 @@ def train_packed(sims: list[Simulation], requests: list[tuple[torch.Tensor, int,
         return requests[j][2][k]
 
     sizes = [len(sims[j].train_idx_cpu[user(j, k)]) for j, k in clients]
-    groups = size_groups(sizes) if lead.cfg.batched else [[c] for c in range(len(clients))]
+    if not lead.cfg.batched:
+        groups = [[c] for c in range(len(clients))]
+    elif lead.trainer.analytic is not None:  # no padding to waste: done clients leave the steps
+        groups = [list(range(len(clients)))]
+    else:
+        groups = size_groups(sizes)
     results: list[list[ClientResult | None]] = [[None] * len(users) for _, _, users in requests]
     for group in groups:
         members = [clients[c] for c in group]
-        if len(members) == 1 and lead.trainer.graphs is None:
+        if not lead.cfg.batched or (len(members) == 1 and lead.trainer.graphs is None and lead.trainer.analytic is None):
             (j, k), sim = members[0], sims[members[0][0]]
             seed = derived_seed(*client_key(j, k))
             torch.manual_seed(seed)  # dropout masks

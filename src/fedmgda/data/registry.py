@@ -148,7 +148,14 @@ def load_raw(name: str, raw_dir: str | Path, options: Mapping[str, Any] | None =
     raw_dir = Path(raw_dir)
     if spec.raw_files:
         ensure_files(spec.raw_files, raw_dir, allow_download)
-    return spec.load(raw_dir, opts)
+    stamps = [(st.st_size, st.st_mtime_ns) for st in (rf.path(raw_dir).stat() for rf in spec.raw_files)]
+    key = (name, str(raw_dir.resolve()), repr(sorted(opts.items())), stamps)
+    if _last_raw[0] != key:  # packed runs of one dataset parse the files once
+        _last_raw[:] = [key, spec.load(raw_dir, opts)]
+    return _last_raw[1]
+
+
+_last_raw: list[Any] = [None, None]  # (key, RawData) of the last load (the files' checksums are checked every time)
 
 
 def effective_seed(spec: DatasetSpec, scheme: str, seed: int, opts: Mapping[str, Any]) -> int:

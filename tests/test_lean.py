@@ -1,0 +1,94 @@
+"""The analytic client step of linear + log_softmax models (``LinearSoftmaxSteps``) against the
+autograd reference path, and the progress lines of ``fedmgda train``."""
+
+import re
+
+import pytest
+import torch
+import yaml
+from toy_federated import make_toy_federated, toy_config
+
+from fedmgda.cli import main
+from fedmgda.client import FlatModel, LinearSoftmaxSteps, LocalHParams, LocalTrainer
+from fedmgda.models import build_model
+from fedmgda.simulator import Simulation, run, run_packed
+
+
+def clients(sizes, dim=7, classes=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(sum(sizes), dim, generator=g)
+    y = torch.randint(0, classes, (sum(sizes),), generator=g)
+    starts = torch.tensor([0, *sizes]).cumsum(0)
+    return x, y, [torch.arange(int(starts[i]), int(starts[i + 1])) for i in range(len(sizes))]
+
+
+@pytest.mark.parametrize("mu", [0.0, 0.3])
+@pytest.mark.parametrize("batch_size", [4, None])
+def test_analytic_step_follows_the_autograd_trajectory(mu, batch_size):
+    """Different client sizes (padding, clients done early), momentum, prox, a scaling attacker,
+    two epochs, and one start model per client (packed runs)."""
+    torch.manual_seed(0)
+    flat = FlatModel(build_model("logreg", (7,), 3))
+    hparams = LocalHParams(epochs=2, batch_size=batch_size, lr=0.1, momentum=0.5, mu=mu)
+    trainer = LocalTrainer(flat, hparams)
+    assert trainer.analytic is not None
+    x, y, idx = clients([13, 3, 9, 22, 9])
+    starts = flat.initial_vector() + 0.3 * torch.randn(len(idx), flat.num_params)
+    scales = torch.tensor([1.0, 2.5, 1.0, 1.0, 0.5])
+    batched = trainer.train_batched(starts, x, y, idx, [torch.Generator().manual_seed(k) for k in range(len(idx))], scales)
+    for k, i in enumerate(idx):
+        reference = trainer.train(starts[k], x[i], y[i], torch.Generator().manual_seed(k), float(scales[k]))
+        assert torch.allclose(batched[k].update, reference.update, rtol=1e-5, atol=1e-6)
+        assert torch.allclose(batched[k].train_loss, reference.train_loss, rtol=1e-5)
+
+
+def test_models_that_are_not_linear_softmax_keep_the_autograd_step():
+    for name, shape, classes in [("cnn_fmnist", (1, 28, 28), 10), ("mlp_digits", (64,), 10)]:
+        flat = FlatModel(build_model(name, shape, classes))
+        assert not LinearSoftmaxSteps.eligible(flat)
+        assert LocalTrainer(flat, LocalHParams()).analytic is None
+    assert LinearSoftmaxSteps.eligible(FlatModel(build_model("logreg", (99,), 2)))
+
+
+@pytest.mark.parametrize("algorithm,hparams", [("qfedavg", {"q": 0.5}), ("fedprox", {"mu": 0.1}), ("fedmgda_plus", {"eta": 1.0})])
+def test_packed_analytic_runs_match_the_sequential_reference(algorithm, hparams):
+    """Packed runs (their own seeds and attacks) with batched participant losses, against each
+    run alone on the reference path (batched: false)."""
+    data = make_toy_federated(num_users=5)
+    data.train_idx[0] = data.train_idx[0][:5]  # unequal clients
+    common = dict(algorithm=algorithm, hparams=hparams, rounds=4, participation=1.0, batch_size=4)
+    configs = [toy_config(seed=1, **common), toy_config(seed=2, attack={"kind": "scaling", "user": 1, "value": 3.0}, **common)]
+    packed = run_packed([Simulation(cfg, data=data, model_name="logreg") for cfg in configs], [None, None])
+    for cfg, result in zip(configs, packed):
+        alone = run(toy_config(**{**cfg.to_dict(), "attack": cfg.attack.__dict__, "batched": False}), data=data, model_name="logreg")
+        assert torch.allclose(result.final_weights, alone.final_weights, rtol=1e-5, atol=1e-6)
+        for column in ("train_loss", "improved_loss", "mean_acc"):
+            assert result.metrics[column].to_numpy() == pytest.approx(alone.metrics[column].to_numpy(), rel=1e-5, nan_ok=True)
+
+
+def test_training_prints_progress_lines(tmp_path, capsys):
+    paths, outs = [], []
+    for seed in (1, 2):
+        paths.append(tmp_path / f"run{seed}.yaml")
+        paths[-1].write_text(yaml.safe_dump({"dataset": "synthetic", "algorithm": "fedavg", "rounds": 3, "seed": seed, "device": "cpu"}))
+        outs.append(str(tmp_path / f"out{seed}"))
+    assert main(["train", "--config", str(paths[0]), "--out", outs[0], "--progress-every", "0"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[progress]")]
+    assert [re.search(r"round (\d+/\d+)", line)[1] for line in lines] == ["1/3", "2/3", "3/3"]
+    assert all(re.search(r"s/round \| ETA [\d.]+ min \| mean user acc [\d.]+ %", line) for line in lines)
+    assert main(["train", "--config", *map(str, paths), "--out", *(o + "p" for o in outs)]) == 0  # default: first and last
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[progress]")]
+    assert len(lines) == 2 and "2/2 runs active" in lines[0] and "0/2 runs active" in lines[-1] and "min" in lines[-1]
+
+
+def test_batched_clients_keep_their_own_start_models_in_any_order():
+    """train_batched orders clients by their number of steps: one start per client must follow."""
+    torch.manual_seed(0)
+    flat = FlatModel(build_model("mlp_digits", (7,), 3))  # the vmap-ed autograd path
+    trainer = LocalTrainer(flat, LocalHParams(batch_size=4, lr=0.1))
+    x, y, idx = clients([3, 13, 9])  # not in decreasing size
+    starts = flat.initial_vector() + 0.3 * torch.randn(len(idx), flat.num_params)
+    batched = trainer.train_batched(starts, x, y, idx, [torch.Generator().manual_seed(k) for k in range(3)], torch.ones(3))
+    for k, i in enumerate(idx):
+        reference = trainer.train(starts[k], x[i], y[i], torch.Generator().manual_seed(k))
+        assert torch.allclose(batched[k].update, reference.update, rtol=1e-5, atol=1e-6)
