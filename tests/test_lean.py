@@ -42,6 +42,30 @@ def test_analytic_step_follows_the_autograd_trajectory(mu, batch_size):
         assert torch.allclose(batched[k].train_loss, reference.train_loss, rtol=1e-5)
 
 
+
+@pytest.mark.parametrize("mu", [0.0, 0.3])
+def test_clients_sharing_a_minibatch_sequence_train_as_one_group(mu):
+    """Packed runs of one seed give the same user the same minibatch order: such clients share one
+    gathered minibatch and one matmul, each with its own start model and scale; groups of unequal
+    size (empty slots) and a group that stops early."""
+    torch.manual_seed(0)
+    flat = FlatModel(build_model("logreg", (7,), 3))
+    trainer = LocalTrainer(flat, LocalHParams(epochs=1, batch_size=4, lr=0.1, momentum=0.5, mu=mu))
+    x, y, (big, small) = clients([21, 6])
+    idx = [big, small, big, big, small]
+    seeds = [7, 3, 7, 7, 3]
+    starts = flat.initial_vector() + 0.3 * torch.randn(len(idx), flat.num_params)
+    scales = torch.tensor([1.0, 2.0, 0.5, 1.0, 1.0])
+    batched = trainer.train_batched(starts, x, y, idx, [torch.Generator().manual_seed(k) for k in seeds], scales)
+    sequences, _, _, members = LinearSoftmaxSteps._groups(torch.stack([
+        torch.nn.functional.pad(trainer.padded_batches(i, torch.Generator().manual_seed(k)), (0, 0, 0, 6 - len(i) // 4 - (len(i) % 4 > 0)), value=-1)
+        for i, k in zip(idx, seeds)]))
+    assert len(sequences) == 2 and members == 3
+    for k, i in enumerate(idx):
+        reference = trainer.train(starts[k], x[i], y[i], torch.Generator().manual_seed(seeds[k]), float(scales[k]))
+        assert torch.allclose(batched[k].update, reference.update, rtol=1e-5, atol=1e-6)
+        assert torch.allclose(batched[k].train_loss, reference.train_loss, rtol=1e-5)
+
 def test_models_that_are_not_linear_softmax_keep_the_autograd_step():
     for name, shape, classes in [("cnn_fmnist", (1, 28, 28), 10), ("mlp_digits", (64,), 10)]:
         flat = FlatModel(build_model(name, shape, classes))

@@ -223,12 +223,15 @@ class LinearSoftmaxSteps:
     Per client and step, with c = scale * mask / (real samples of the minibatch):
         grad W|b = [x 1]^T (c * (softmax(z) - onehot(y))) + 2 mu (w - w_start),  z = [x 1] [W|b]^T
     and the momentum update of ``LocalTrainer.step`` (the first step's buffer is the gradient:
-    the buffer starts at zero). Weights are kept as (clients, features + 1, classes), bias last,
-    so each step is one ``bmm`` forward and one in-place ``baddbmm_`` for gradient and momentum;
-    the minibatches of a chunk of steps are gathered at once, and the loss of a chunk is computed
-    afterwards from its stored logits (a chunk has one set of active clients: ``active`` as in
-    ``_local_steps``). Same minibatch order, hence the same trajectory as the
-    autograd step up to float rounding.
+    the buffer starts at zero). Clients with the same minibatch sequence form a group (packed runs
+    of one seed draw the same order for the same user: Table 7's 115 runs have 10 sequences), whose
+    weights sit side by side as (features + 1, members x classes), bias last: each step is one
+    ``bmm`` forward and one in-place ``baddbmm_`` (gradient and momentum) per group, on samples
+    gathered once per group. Minibatches are gathered a chunk of steps at a time, and a chunk's
+    loss is computed afterwards from its stored logits. Groups are ordered by their number of
+    steps, so the groups with a minibatch at a step are a prefix (as ``active`` in
+    ``_local_steps``). Same minibatch order, hence the same trajectory as the autograd step up to
+    float rounding.
     """
 
     chunk_elements = 1 << 22  # gathered samples x features per chunk of steps (16 MB in float32)
@@ -254,50 +257,83 @@ class LinearSoftmaxSteps:
             self._data_key = key
         return self._x1, self._onehot
 
+    @staticmethod
+    def _groups(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """Clients with identical minibatch sequences: (the groups' sequences, most steps first;
+        each client's group; each client's slot in its group; the largest group's size)."""
+        n = positions.shape[0]
+        sequences, group = torch.unique(positions.view(n, -1), dim=0, return_inverse=True)
+        sequences = sequences.view(-1, *positions.shape[1:])
+        order = torch.argsort(-(sequences[:, :, 0] >= 0).sum(dim=1), stable=True)
+        rank = torch.empty_like(order)
+        rank[order] = torch.arange(len(order), device=order.device)
+        group = rank[group]
+        slot = torch.zeros_like(group)
+        counts = torch.zeros(len(order), dtype=torch.long, device=group.device)
+        for i, g in enumerate(group.tolist()):  # a client's slot: how many of its group came before it
+            slot[i] = counts[g]
+            counts[g] += 1
+        return sequences[order], group, slot, int(counts.max())
+
     def __call__(self, w_start, data_x, data_y, positions, scales, active: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         lr, momentum, mu = self.hparams.lr, self.hparams.momentum, self.hparams.mu
-        n, steps, width = positions.shape
-        w_start = w_start.expand(n, -1)
+        n = positions.shape[0]
         classes, features = self.classes, self.features
         x1, onehot = self._augmented(data_x, data_y, w_start.dtype, classes)
-        # flat [W (C x D) row-major, b] -> (clients, D + 1, C)
-        starts = torch.cat([w_start[:, : classes * features].view(n, classes, features).transpose(1, 2), w_start[:, None, classes * features :]], dim=1)
-        w = starts.clone()
+        sequences, group, slot, members = self._groups(positions)
+        groups, steps, width = sequences.shape
+        # flat [W (C x D) row-major, b] per client -> its slot of (groups, D + 1, members, C)
+        flat_start = w_start.expand(n, -1)
+        per_client = torch.cat([flat_start[:, : classes * features].view(n, classes, features).transpose(1, 2), flat_start[:, None, classes * features :]], dim=1)
+        starts = per_client.new_zeros(groups, features + 1, members, classes)
+        starts[group, :, slot] = per_client
+        slot_scale = scales.new_zeros(groups, members)  # empty slots: scale 0, so they never move
+        slot_scale[group, slot] = scales
+        w = starts.clone().view(groups, features + 1, members * classes)
         buf = torch.zeros_like(w)
-        loss_sum = torch.zeros(n, device=w.device, dtype=w.dtype)
+        starts = starts.view_as(w)
+        loss_sum = torch.zeros(groups, members, device=w.device, dtype=w.dtype)
         prox_sum = torch.zeros_like(loss_sum)
-        real = positions >= 0
-        steps_done = real[:, :, 0].sum(dim=1).to(w.dtype)  # a client's minibatch s is real iff its first slot is
-        chunk = max(1, self.chunk_elements // (n * width * (features + 1)))
-        logits = w.new_zeros(min(chunk, steps), n, width, classes)
+        real = sequences >= 0
+        group_active = (real[:, :, 0].sum(dim=1)[:, None] > torch.arange(steps, device=real.device)).sum(dim=0).tolist()
+        chunk = max(1, self.chunk_elements // (groups * width * (features + 1)))
+        logits = w.new_zeros(min(chunk, steps), groups, width, members * classes)
         first = 0
         while first < steps:
-            k = active[first]  # clients with a minibatch at this step: a prefix; constant over the chunk
+            k = group_active[first]  # groups with a minibatch at this step: a prefix; constant over the chunk
             last = min(first + chunk, steps)
-            last = next((s for s in range(first, last) if active[s] != k), last)
-            pos = positions[:k, first:last].transpose(0, 1)  # (steps, clients, width)
+            last = next((s for s in range(first, last) if group_active[s] != k), last)
+            pos = sequences[:k, first:last].transpose(0, 1)  # (steps, groups, width)
             mask = real[:k, first:last].transpose(0, 1).to(w.dtype)
-            per_batch = scales[None, :k] / mask.sum(dim=2).clamp(min=1)  # scale / real samples, (steps, clients)
-            coef = (mask * per_batch[:, :, None]).unsqueeze(3)
-            x = x1[pos.clamp(min=0)]  # (steps, clients, width, D + 1)
-            target = onehot[pos.clamp(min=0)].mul_(mask.unsqueeze(3))
-            neg_target = target * -coef
+            per_batch = slot_scale[None, :k] / mask.sum(dim=2).clamp(min=1)[:, :, None]  # scale / real samples, (steps, groups, members)
+            coef = (mask[:, :, :, None] * per_batch[:, :, None, :]).unsqueeze(4)  # (steps, groups, width, members, 1)
+            x = x1[pos.clamp(min=0)]  # (steps, groups, width, D + 1)
+            target = onehot[pos.clamp(min=0)].mul_(mask.unsqueeze(3)).unsqueeze(3)  # (steps, groups, width, 1, C)
+            neg_target = (target * -coef).flatten(3)
+            coef = coef.expand(-1, -1, -1, -1, classes).flatten(3)
             used = logits[: last - first, :k]
             w_k, buf_k, starts_k = w[:k], buf[:k], starts[:k]
             for x_s, z_s, target_s, coef_s in zip(x.unbind(0), used.unbind(0), neg_target.unbind(0), coef.unbind(0)):
                 z = torch.bmm(x_s, w_k, out=z_s)
-                buf_k.baddbmm_(x_s.transpose(1, 2), torch.addcmul(target_s, torch.softmax(z, dim=2), coef_s), beta=momentum)
+                # softmax over each member's classes, written out: torch.softmax costs 4x more on
+                # these tiny (groups, width, members, classes) tensors on the CPU
+                z4 = z.view(k, width, members, classes)
+                p = (z4 - z4.amax(dim=3, keepdim=True)).exp_()
+                p = p.div_(p.sum(dim=3, keepdim=True)).view_as(z)
+                buf_k.baddbmm_(x_s.transpose(1, 2), torch.addcmul(target_s, p, coef_s), beta=momentum)
                 if mu:
                     gap = w_k - starts_k
                     buf_k.add_(gap, alpha=2 * mu)
-                    prox_sum[:k] += gap.square().sum(dim=(1, 2))
+                    prox_sum[:k] += gap.square().view(k, features + 1, members, classes).sum(dim=(1, 3))
                 w_k.sub_(buf_k, alpha=lr)
             # as the autograd objective: each minibatch's summed NLL, then / real samples * scale
-            nll_sums = torch.log_softmax(used, dim=3).mul_(target).sum(dim=(2, 3)).neg_()
+            log_p = torch.log_softmax(used.view(*used.shape[:3], members, classes), dim=4)
+            nll_sums = log_p.mul_(target).sum(dim=(2, 4)).neg_()  # (steps, groups, members)
             loss_sum[:k] += (nll_sums * per_batch).sum(dim=0)
             first = last
-        loss = loss_sum + mu * prox_sum
-        update = w - starts
+        update = (w - starts).view(groups, features + 1, members, classes)[group, :, slot]  # (clients, D + 1, C)
+        steps_done = (positions[:, :, 0] >= 0).sum(dim=1).to(w.dtype)  # a client's minibatch s is real iff its first slot is
+        loss = (loss_sum + mu * prox_sum)[group, slot]
         flat = torch.cat([update[:, :features].transpose(1, 2).reshape(n, -1), update[:, features]], dim=1)
         return flat, loss / steps_done
 
