@@ -9,6 +9,7 @@ from snakemake.exceptions import WorkflowError
 
 from fedmgda.experiments import OFFLINE_DATASETS, RegistryError, item_spec, validate_runs
 from fedmgda.experiments import expand as expand_registry
+from fedmgda.packs import assign_packs, pack_resources, pack_rule_name
 
 try:
     REG = expand_registry(config)
@@ -16,6 +17,8 @@ try:
 except RegistryError as err:
     raise WorkflowError(f"invalid experiment registry: {err}") from None
 
+# runs trained together, one job per pack (resources.<dataset>.pack; fedmgda.packs)
+PACKS = assign_packs(REG.runs)
 PROFILE = REG.profile
 R = f"results/{PROFILE}"
 RUNS_DIR = f"{R}/runs"
@@ -61,8 +64,8 @@ def partition_input(wildcards):
     return [download_marker(info["dataset"])]
 
 
-def train_inputs(wildcards):
-    spec = REG.runs[wildcards.run]
+def run_inputs(key):
+    spec = REG.runs[key]
     if spec.partition is not None:
         return [f"{R}/partitions/{spec.partition}.npz"]
     if spec.dataset not in OFFLINE_DATASETS:
@@ -70,9 +73,17 @@ def train_inputs(wildcards):
     return []
 
 
-def run_yaml(wildcards):
-    spec = REG.runs[wildcards.run]
+def train_inputs(wildcards):
+    return run_inputs(wildcards.run)
+
+
+def run_config_text(key):
+    spec = REG.runs[key]
     cfg = dict(spec.config)
     if spec.partition is not None:
         cfg["partition_file"] = f"{R}/partitions/{spec.partition}.npz"
     return yaml.safe_dump(cfg, sort_keys=True, allow_unicode=True)
+
+
+def run_yaml(wildcards):
+    return run_config_text(wildcards.run)
