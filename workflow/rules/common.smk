@@ -14,11 +14,11 @@ from fedmgda.packs import assign_packs, pack_resources, pack_rule_name
 try:
     REG = expand_registry(config)
     validate_runs(REG)
-except RegistryError as err:
+    # runs trained together, one job per pack (resources.<dataset>.pack; fedmgda.packs)
+    PACKS = assign_packs(REG.runs)
+except (RegistryError, ValueError) as err:
     raise WorkflowError(f"invalid experiment registry: {err}") from None
 
-# runs trained together, one job per pack (resources.<dataset>.pack; fedmgda.packs)
-PACKS = assign_packs(REG.runs)
 PROFILE = REG.profile
 R = f"results/{PROFILE}"
 RUNS_DIR = f"{R}/runs"
