@@ -36,11 +36,14 @@ def read_run_config(path: str, overrides: list[str], device: str | None) -> RunC
 
 
 def train(args: argparse.Namespace) -> int:
-    from fedmgda.simulator import Simulation, run_packed
+    from fedmgda.simulator import CHECKPOINT, Simulation, run_packed
 
     if len(args.config) != len(args.out):
         raise ConfigError(f"--config names {len(args.config)} run(s) but --out {len(args.out)} folder(s)")
     configs = [read_run_config(path, args.set or [], args.device) for path in args.config]
+    for out in args.out:
+        if (Path(out) / CHECKPOINT).exists():
+            print(f"{out}: resuming from its checkpoint", flush=True)
     results = run_packed([Simulation(cfg) for cfg in configs], args.out, progress_every=args.progress_every)  # one run, or several packed
     for out, result in zip(args.out, results):
         summary = result.summary

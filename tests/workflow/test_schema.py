@@ -38,6 +38,10 @@ def _tiny() -> dict:
         (lambda c: c["grids"]["tiny"].append({"algorithm": "fedavg_n", "hparams": {"eta": -1}}), "-1"),
         (lambda c: c.update(seeds="one"), "one"),
         (lambda c: c.update(typo_key=1), "typo_key"),
+        (lambda c: c["resources"]["default"].update(pack=0), "0"),
+        (lambda c: c["resources"]["default"].update(pack=2.5), "2.5"),
+        (lambda c: c["resources"].update(digits={"pack": "all"}), "all"),
+        (lambda c: c["resources"]["default"].update(pack_runtime=0), "0"),
     ],
 )
 def test_schema_rejects_bad_configs(mutate, needle):
@@ -66,3 +70,15 @@ def test_snakemake_stops_on_an_invalid_config_before_any_job(tmp_path):
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     assert "epsilon" in out and "Job stats" not in out
+
+
+def test_snakemake_stops_on_a_bad_pack_size_before_any_job(tmp_path):
+    cfg = _tiny()
+    cfg["resources"]["default"]["pack"] = 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile", str(bad)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "pack" in out and "Job stats" not in out

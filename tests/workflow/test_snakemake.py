@@ -10,6 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
+
+from fedmgda.experiments import expand, rows_selected
+from fedmgda.packs import assign_packs, pack_rule_name
 
 from .conftest import REPO
 
@@ -23,13 +27,24 @@ def _job_counts(output: str) -> dict[str, int]:
     return counts
 
 
-def test_paper_dag_resolves_with_at_least_1000_training_jobs():
+def _paper_packs():
+    cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    reg = expand(cfg)
+    return reg, assign_packs(reg.runs)
+
+
+def test_paper_dag_resolves_with_at_least_1000_training_runs_in_packs():
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--quiet", "rules"], cwd=REPO, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = _job_counts(proc.stdout)
-    print(f"paper DAG: {counts.get('train')} training jobs, {counts.get('total')} jobs in all")
-    assert counts["train"] >= 1000
+    reg, packs = _paper_packs()
+    pack_jobs = {k: v for k, v in counts.items() if k.startswith("train_pack_")}
+    assert pack_jobs == {pack_rule_name(p): 1 for p in packs}  # one job per pack, every pack
+    packed = sum(len(keys) for keys in packs.values())
+    print(f"paper DAG: {len(pack_jobs)} pack jobs ({packed} runs) + {counts.get('train', 0)} single-run jobs, "
+          f"{counts.get('total')} jobs in all")
+    assert packed + counts.get("train", 0) == len(reg.runs) >= 1000
     for n in range(6, 15):
         assert counts[f"table_table{n}"] == 1
     assert sum(v for k, v in counts.items() if k.startswith("figure_fig")) >= 9
@@ -45,6 +60,21 @@ def test_claims_target_builds_only_the_runs_the_claims_need():
     assert counts["check_claims"] == 1 and "report_html" not in counts
     assert not any(k.startswith(("table_", "figure_")) for k in counts)
     assert 0 < counts["train"] < 400, counts
+
+
+def test_one_figure_builds_only_the_packs_of_its_runs():
+    # the target goes before options that take several values
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "results/paper/figures/fig3a.pdf", "-n", "--quiet", "rules"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = _job_counts(proc.stdout)
+    reg, packs = _paper_packs()
+    runs = {r for row in rows_selected(reg.rows, reg.figures["fig3a"]) for r in row.runs}
+    needed = {pack_rule_name(p) for p, keys in packs.items() if runs & set(keys)}
+    if runs - {k for keys in packs.values() for k in keys}:
+        needed.add("train")  # runs outside packs: one job each
+    assert {k for k in counts if k.startswith("train")} == needed, counts
+    assert counts["figure_fig3a"] == 1 and not any(k.startswith(("table_", "report")) for k in counts)
 
 
 @pytest.fixture(scope="module")

@@ -10,12 +10,15 @@ from snakemake.exceptions import WorkflowError
 from fedmgda.claims import parse_claims
 from fedmgda.experiments import OFFLINE_DATASETS, RegistryError, item_spec, validate_runs
 from fedmgda.experiments import expand as expand_registry
+from fedmgda.packs import assign_packs, pack_resources, pack_rule_name
 
 try:
     REG = expand_registry(config)
     validate_runs(REG)
     CLAIMS = parse_claims(config, REG)  # claims checked before any job starts
-except RegistryError as err:
+    # runs trained together, one job per pack (resources.<dataset>.pack; fedmgda.packs)
+    PACKS = assign_packs(REG.runs)
+except (RegistryError, ValueError) as err:
     raise WorkflowError(f"invalid experiment registry: {err}") from None
 
 PROFILE = REG.profile
@@ -64,8 +67,8 @@ def partition_input(wildcards):
     return [download_marker(info["dataset"])]
 
 
-def train_inputs(wildcards):
-    spec = REG.runs[wildcards.run]
+def run_inputs(key):
+    spec = REG.runs[key]
     if spec.partition is not None:
         return [f"{R}/partitions/{spec.partition}.npz"]
     if spec.dataset not in OFFLINE_DATASETS:
@@ -73,9 +76,17 @@ def train_inputs(wildcards):
     return []
 
 
-def run_yaml(wildcards):
-    spec = REG.runs[wildcards.run]
+def train_inputs(wildcards):
+    return run_inputs(wildcards.run)
+
+
+def run_config_text(key):
+    spec = REG.runs[key]
     cfg = dict(spec.config)
     if spec.partition is not None:
         cfg["partition_file"] = f"{R}/partitions/{spec.partition}.npz"
     return yaml.safe_dump(cfg, sort_keys=True, allow_unicode=True)
+
+
+def run_yaml(wildcards):
+    return run_config_text(wildcards.run)

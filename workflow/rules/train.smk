@@ -1,6 +1,11 @@
-"""One training job per run of the registry: results/<profile>/runs/<setting>/<algorithm>/
-<hparams>/<attack>/seed<k>/ holds run.yaml (the exact run config), metrics.csv, per_user.csv,
-summary.json and train.log. A run requested by several experiments is one job."""
+"""Training jobs: results/<profile>/runs/<setting>/<algorithm>/<hparams>/<attack>/seed<k>/ holds
+run.yaml (the exact run config), metrics.csv, per_user.csv, summary.json and train.log. A run
+requested by several experiments is trained once.
+
+Runs that share the samples, model and local training are trained in packs of at most
+resources.<dataset>.pack runs, one job per pack (rule train_pack_<group>_pack<k>, fedmgda.packs):
+the pack rules name their runs' files explicitly, and Snakemake prefers a rule without wildcards
+to `train`, so `train` only trains the runs outside packs (one job per run)."""
 
 rule train:
     input:
@@ -29,3 +34,33 @@ rule train:
         "export OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads}; "
         "printf '%s' {params.config:q} > {output.cfg} && "
         "{params.train} --config {output.cfg} --out {params.outdir} > {log} 2>&1"
+
+
+for _pack, _keys in PACKS.items():
+    _res = pack_resources([REG.runs[k] for k in _keys])
+
+    rule:
+        name:
+            pack_rule_name(_pack)
+        input:
+            sorted({f for k in _keys for f in run_inputs(k)}),
+        output:
+            [f"{RUNS_DIR}/{k}/{f}" for k in _keys for f in ("run.yaml", "metrics.csv", "per_user.csv", "summary.json")],
+        params:
+            members=[{"config": run_config_text(k), "run_yaml": f"{RUNS_DIR}/{k}/run.yaml", "out": f"{RUNS_DIR}/{k}",
+                      "log": f"{RUNS_DIR}/{k}/train.log"} for k in _keys],
+            train=TRAIN,
+        log:
+            pack=f"{LOGS}/packs/{_pack}.log",
+            runs=[f"{RUNS_DIR}/{k}/train.log" for k in _keys],
+        benchmark:
+            f"{R}/benchmarks/packs/{_pack}.tsv"
+        threads: _res["threads"]
+        resources:
+            gpu=_res["gpu"],
+            mem_mb=_res["mem_mb"],
+            runtime=_res["runtime"],
+        conda:
+            CONDA_ENV
+        script:
+            "../scripts/train_pack.py"

@@ -1,0 +1,169 @@
+"""Packed training jobs: which runs of the registry share one process ("a pack").
+
+``fedmgda train --config a.yaml b.yaml --out A B`` trains several runs in lockstep
+(:func:`fedmgda.simulator.run_packed`); the runs must share the samples, the model and the local
+training (:func:`fedmgda.simulator.check_packable`). :func:`pack_group` is that condition as a
+key computed from a run config alone, and :func:`assign_packs` cuts every group into packs of at
+most ``resources.<dataset>.pack`` runs, which the workflow trains as one job each
+(``workflow/rules/train.smk``). ``pack: 1`` (the default) packs nothing: one job per run.
+
+Pack names are readable and stable: ``<experiment>/<group>/pack<k>``, e.g.
+``table7/adult_shift_by_one1_k1_b10_lr0.01_m0.5/pack1``. A group's packs depend only on the runs
+of that group, so adding or removing another experiment, or runs with other local training,
+leaves them as they are. Nothing here imports torch, so the Snakefile parses fast.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from fedmgda.experiments import RUN_DEFAULTS, RunSpec, _fmt_value, fmt_num
+
+# the proximal term's mu where the algorithm has one and the run config leaves it implied
+# (fedmgda.aggregators.ALGORITHMS defaults; tests/test_packs.py checks they agree)
+PROX_DEFAULT_MU = {"fedprox": 0.01, "mgda_prox": 0.1}
+# run fields that are process-wide (torch.backends flags) or the device: packed runs share them
+PROCESS_FIELDS = ("device", "batched", "cuda_graphs", "deterministic", "tf32")
+PROCESS_DEFAULTS = {"device": "auto", "batched": True, "cuda_graphs": True, "deterministic": True, "tf32": False}
+
+
+def prox_mu(cfg: Mapping[str, Any]) -> float:
+    """The proximal coefficient of the run's local training (0 without a proximal term)."""
+    hp = cfg.get("hparams") or {}
+    if "mu" in hp:
+        return float(hp["mu"])
+    return PROX_DEFAULT_MU.get(cfg["algorithm"], 0.0)
+
+
+def pack_group(cfg: Mapping[str, Any]) -> str:
+    """The key of the runs that may share a process with this one, readable:
+    ``<dataset>[_<options>]_k<epochs>_b<batch>_lr<lr>_m<momentum>[_mu<mu>][_<process fields>]``.
+
+    Same key = same samples (dataset, its options, raw folder), same model (the dataset's), same
+    local training (epochs, batch size, local lr, momentum, proximal mu) and the same device and
+    process-wide settings. Algorithms, their other hyper-parameters, attacks, seeds, partitions,
+    participation and rounds may differ within a group.
+    """
+    def get(name: str) -> Any:
+        return cfg.get(name, RUN_DEFAULTS.get(name, PROCESS_DEFAULTS.get(name)))
+
+    parts = [cfg["dataset"]]
+    for key, value in sorted((cfg.get("dataset_options") or {}).items()):
+        parts.append(f"{key}{_fmt_value(value)}")
+    parts += [f"k{get('local_epochs')}", f"b{get('batch_size')}", f"lr{fmt_num(get('local_lr'))}",
+              f"m{fmt_num(get('momentum'))}"]
+    mu = prox_mu(cfg)
+    if mu:
+        parts.append(f"mu{fmt_num(mu)}")
+    for name in PROCESS_FIELDS:
+        value = cfg.get(name, PROCESS_DEFAULTS[name])
+        if value != PROCESS_DEFAULTS[name]:
+            parts.append(f"{name}{_fmt_value(value)}")
+    raw_dir = cfg.get("raw_dir", "resources/raw")
+    if raw_dir != "resources/raw":
+        parts.append(f"raw{_fmt_value(raw_dir)}")
+    return "_".join(parts)
+
+
+def pack_size(spec: RunSpec) -> int:
+    """``resources.<dataset>.pack`` (or ``resources.default.pack``); 1 when not set."""
+    return int(spec.resources.get("pack", 1))
+
+
+def assign_packs(runs: Mapping[str, RunSpec]) -> dict[str, list[str]]:
+    """Packs of the registry's runs: ``{"<experiment>/<group>/pack<k>": [run keys]}``, only packs
+    of two or more runs (the others keep one job per run).
+
+    Runs are packed with the runs of the experiment that first asks for them (so building one
+    table trains its own runs, not those of a sensitivity experiment beside it). Each group
+    (that experiment, :func:`pack_group`) is sorted by run key and cut into ``ceil(n / pack)``
+    contiguous packs whose sizes differ by at most one (9 runs with ``pack: 8``: 5 + 4, not
+    8 + 1), so a group's packs finish at about the same time. Deterministic: the result depends
+    only on the run keys and configs, not on the order of ``runs``.
+    """
+    groups: dict[str, list[str]] = {}
+    sizes: dict[str, int] = {}
+    for key, spec in runs.items():
+        group = f"{spec.experiments[0]}/{pack_group(spec.config)}"
+        groups.setdefault(group, []).append(key)
+        size = pack_size(spec)
+        if sizes.setdefault(group, size) != size:  # a group has one dataset, hence one size
+            raise ValueError(f"runs of pack group {group} ask for different pack sizes")
+    packs: dict[str, list[str]] = {}
+    for group in sorted(groups):
+        keys = sorted(groups[group])
+        size = sizes[group]
+        if size < 1:
+            raise ValueError(f"resources pack must be >= 1, got {size} (group {group})")
+        n_packs = math.ceil(len(keys) / size)
+        base, extra = divmod(len(keys), n_packs)
+        start = 0
+        for k in range(n_packs):
+            stop = start + base + (1 if k < extra else 0)
+            if stop - start >= 2:
+                packs[f"{group}/pack{k + 1}"] = keys[start:stop]
+            start = stop
+    return packs
+
+
+def pack_rule_name(pack: str) -> str:
+    """The Snakemake rule of a pack: ``train_pack_<pack with non-word characters as _>``."""
+    return "train_pack_" + re.sub(r"\W", "_", pack)
+
+
+def pack_resources(specs: list[RunSpec]) -> dict[str, int]:
+    """What a pack job asks the scheduler for, from its runs' resources (per dataset):
+
+    - ``threads``, ``gpu``: the largest of the runs' (one process, one device);
+    - ``mem_mb``: the largest of the runs' plus ``pack_mem_mb`` (default 0) per further run (the
+      runs share one copy of the samples; each adds its model, optimiser and metrics);
+    - ``runtime``: the *sum* of the runs' runtimes times ``pack_runtime`` (default 1, i.e. no
+      speed-up assumed; set it below 1 once packing has been measured on the hardware), and at
+      least the longest run's runtime.
+    """
+    res = [s.resources for s in specs]
+    factor = max(float(r.get("pack_runtime", 1.0)) for r in res)
+    per_run_mem = max(int(r.get("pack_mem_mb", 0)) for r in res)
+    longest = max(int(r["runtime"]) for r in res)
+    return {
+        "threads": max(int(r["threads"]) for r in res),
+        "gpu": max(int(r["gpu"]) for r in res),
+        "mem_mb": max(int(r["mem_mb"]) for r in res) + per_run_mem * (len(res) - 1),
+        "runtime": max(longest, math.ceil(factor * sum(int(r["runtime"]) for r in res))),
+    }
+
+
+def train_pack(command: str, members: list[dict[str, str]], pack_log: str | Path, threads: int = 1) -> None:
+    """Train one pack (the pack rules' script): write each run's ``run.yaml``, run
+    ``<command> --config <run.yaml ...> --out <dir ...>`` in one process with its output in
+    ``pack_log``, then copy that log to each run's ``train.log`` (also when training failed).
+
+    ``members``: one ``{"config": YAML text, "run_yaml": path, "out": folder, "log": path}`` per run.
+    """
+    import os
+
+    for m in members:
+        Path(m["run_yaml"]).parent.mkdir(parents=True, exist_ok=True)
+        Path(m["run_yaml"]).write_text(m["config"])
+    Path(pack_log).parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    argv = shlex.split(command) + ["--config", *[m["run_yaml"] for m in members],
+                                   "--out", *[m["out"] for m in members]]
+    try:
+        with open(pack_log, "w") as log:
+            log.write(f"pack of {len(members)} runs: {' '.join(shlex.quote(a) for a in argv)}\n")
+            log.flush()
+            rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+    finally:
+        for m in members:
+            Path(m["log"]).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(pack_log, m["log"])
+    if rc != 0:
+        raise subprocess.CalledProcessError(rc, argv[:2] + ["...", f"(see {pack_log})"])

@@ -1,0 +1,150 @@
+"""Pack assignment of the workflow (fedmgda.packs): which runs share one training job, and what
+the job asks the scheduler for. Pure functions, no Snakemake."""
+
+from __future__ import annotations
+
+import copy
+import random
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedmgda.experiments import RunSpec, expand
+from fedmgda.packs import (
+    PROX_DEFAULT_MU,
+    assign_packs,
+    pack_group,
+    pack_resources,
+    pack_rule_name,
+    prox_mu,
+    train_pack,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def registry(path: str = "config/quick.yaml", **resources):
+    cfg = yaml.safe_load((REPO / path).read_text())
+    for dataset, res in resources.items():
+        cfg["resources"].setdefault(dataset, {}).update(res)
+    return expand(cfg)
+
+
+def spec(key: str, pack: int = 4, runtime: int = 10, **cfg) -> RunSpec:
+    config = {"dataset": "digits", "algorithm": "fedavg", "hparams": {}, "seed": 1, **cfg}
+    return RunSpec(key, config, None, {"gpu": 0, "mem_mb": 1000, "runtime": runtime, "threads": 1, "pack": pack}, ["e"])
+
+
+def test_pack_one_means_no_packs():
+    reg = registry(default={"pack": 1})
+    assert assign_packs(reg.runs) == {}
+
+
+def test_packs_respect_the_grouping_key_and_the_size():
+    reg = registry(default={"pack": 5})
+    packs = assign_packs(reg.runs)
+    assert packs
+    seen = set()
+    for name, keys in packs.items():
+        assert 2 <= len(keys) <= 5
+        groups = {f"{reg.runs[k].experiments[0]}/{pack_group(reg.runs[k].config)}" for k in keys}
+        assert groups == {name.rsplit("/", 1)[0]}
+        # what check_packable compares: samples, model, local training, device
+        for field in ("dataset", "dataset_options", "batch_size", "local_lr", "local_epochs", "momentum", "device"):
+            assert len({repr(reg.runs[k].config.get(field)) for k in keys}) == 1, (name, field)
+        assert len({prox_mu(reg.runs[k].config) for k in keys}) == 1
+        assert not seen & set(keys)  # a run is in one pack at most
+        seen |= set(keys)
+    # balanced packs of at most 5: a run trained alone is alone in its group
+    def group(s):
+        return (s.experiments[0], pack_group(s.config))
+
+    for k in set(reg.runs) - seen:
+        assert [group(s) for s in reg.runs.values()].count(group(reg.runs[k])) == 1
+
+
+def test_group_sizes_are_balanced():
+    runs = {f"s/fedavg/default/clean/seed{i}": spec(f"s/fedavg/default/clean/seed{i}", pack=4, seed=i)
+            for i in range(1, 10)}
+    packs = assign_packs(runs)
+    assert sorted(len(v) for v in packs.values()) == [3, 3, 3]  # 9 runs, at most 4: 3 + 3 + 3
+    runs.pop("s/fedavg/default/clean/seed9")
+    assert sorted(len(v) for v in assign_packs(runs).values()) == [4, 4]
+
+
+def test_assignment_is_deterministic_and_order_free():
+    reg = registry(default={"pack": 4})
+    items = list(reg.runs.items())
+    random.Random(0).shuffle(items)
+    assert assign_packs(dict(items)) == assign_packs(reg.runs)
+    assert all(keys == sorted(keys) for keys in assign_packs(reg.runs).values())
+
+
+def test_an_unrelated_experiment_leaves_other_packs_alone():
+    cfg = yaml.safe_load((REPO / "config/quick.yaml").read_text())
+    cfg["resources"]["default"]["pack"] = 4
+    before = assign_packs(expand(copy.deepcopy(cfg)).runs)
+    cfg["settings"]["digits_lr0.2"] = {"dataset": "digits", "partition": "shards", "batch_size": 10,
+                                       "local_lr": 0.2, "participation": 0.2, "rounds": 12}
+    cfg["experiments"]["extra"] = {"setting": "digits_lr0.2", "grid": "all_algorithms", "seeds": [1, 2]}
+    after = assign_packs(expand(cfg).runs)
+    assert set(before) < set(after)
+    assert all(after[name] == keys for name, keys in before.items())
+
+
+def test_local_training_splits_groups():
+    base = spec("a", local_lr=0.05, batch_size=10)
+    assert pack_group(base.config) == pack_group(spec("b", seed=2, algorithm="fedmgda_plus", local_lr=0.05,
+                                                      batch_size=10, hparams={"eta": 1.0}).config)
+    for other in ({"local_lr": 0.1}, {"batch_size": "full"}, {"momentum": 0.0}, {"local_epochs": 2},
+                  {"algorithm": "fedprox", "hparams": {"mu": 0.01}}, {"dataset": "synthetic"},
+                  {"dataset_options": {"max_samples": 100}}, {"batched": False}, {"device": "cuda"}):
+        cfg = {**base.config, **other}
+        assert pack_group(cfg) != pack_group(base.config), other
+    # mgda_prox's implied mu (0.1, dropped from its hparams) is its mu all the same
+    assert prox_mu({"algorithm": "mgda_prox", "hparams": {}}) == 0.1
+    assert pack_group({**base.config, "algorithm": "mgda_prox"}) == pack_group(
+        {**base.config, "algorithm": "fedprox", "hparams": {"mu": 0.1}})
+
+
+def test_prox_defaults_agree_with_the_aggregators():
+    from fedmgda.aggregators import resolve_hparams
+
+    for algorithm, mu in PROX_DEFAULT_MU.items():
+        assert resolve_hparams(algorithm, {})["mu"] == mu
+
+
+def test_paper_profile_packs_table7_in_its_own_jobs():
+    reg = registry("config/config.yaml")
+    packs = assign_packs(reg.runs)
+    table7 = set(reg.runs_of(["table7"]))
+    assert len(table7) == 120  # 23 rows x 5 seeds, and Baseline_PhD (the PhD client alone: other samples)
+    mine = {name: set(keys) for name, keys in packs.items() if table7 & set(keys)}
+    assert sorted(mine) == ["table7/adult_clientsphd_shift_by_one1_k1_b10_lr0.01_m0.5/pack1",
+                            "table7/adult_shift_by_one1_k1_b10_lr0.01_m0.5/pack1"]
+    assert set().union(*mine.values()) == table7  # its packs hold no run of table7_variants
+    assert len({pack_rule_name(p) for p in packs}) == len(packs)
+
+
+def test_pack_resources():
+    specs = [spec("a", runtime=10), spec("b", runtime=30)]
+    specs[1].resources.update(gpu=1, threads=4, mem_mb=3000)
+    assert pack_resources(specs) == {"threads": 4, "gpu": 1, "mem_mb": 3000, "runtime": 40}
+    for s in specs:
+        s.resources.update(pack_runtime=0.25, pack_mem_mb=500)
+    assert pack_resources(specs) == {"threads": 4, "gpu": 1, "mem_mb": 3500, "runtime": 30}  # >= the longest run
+
+
+def test_train_pack_gives_every_run_its_config_and_log(tmp_path):
+    members = [{"config": f"seed: {i}\n", "run_yaml": str(tmp_path / f"r{i}/run.yaml"), "out": str(tmp_path / f"r{i}"),
+                "log": str(tmp_path / f"r{i}/train.log")} for i in (1, 2)]
+    script = "import sys; print('trained', *sys.argv[1:])"
+    train_pack(f"{sys.executable} -c {script!r}", members, tmp_path / "pack.log")
+    for i in (1, 2):
+        assert (tmp_path / f"r{i}/run.yaml").read_text() == f"seed: {i}\n"
+        assert "trained --config" in (tmp_path / f"r{i}/train.log").read_text()
+    with pytest.raises(Exception, match="pack.log"):
+        train_pack(f"{sys.executable} -c 'import sys; print(\"boom\"); sys.exit(3)'", members, tmp_path / "pack.log")
+    assert "boom" in (tmp_path / "r2/train.log").read_text()  # the log reaches the runs on failure too
