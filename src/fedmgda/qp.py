@@ -74,6 +74,8 @@ def project_to_box_simplex(weights: np.ndarray, lower: np.ndarray, upper: np.nda
 
     lo, hi = float(np.min(weights - upper)), float(np.max(weights - lower))
     for _ in range(200):
+        if hi - lo <= 1e-15:  # converged to float precision (about 50 halvings)
+            break
         mid = 0.5 * (lo + hi)
         if total(mid) > 1.0:
             lo = mid
