@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,17 @@ def write_run(root: Path, key: str, accs: list[float], *, rounds: int = 10, stat
                "protocol": {**stats, "round": 1}}
     (d / "summary.json").write_text(json.dumps(summary))
     return d
+
+
+def copy_workflow(wd: Path) -> Path:
+    """A copy of the workflow (Snakefile, workflow/, config/, notebooks/) in ``wd``, the library
+    linked as src/: Snakemake runs there without touching the checkout's results/."""
+    wd.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "Snakefile", wd / "Snakefile")
+    for d in ("workflow", "config", "notebooks"):
+        shutil.copytree(REPO / d, wd / d)
+    (wd / "src").symlink_to(REPO / "src")
+    return wd
 
 
 @pytest.fixture

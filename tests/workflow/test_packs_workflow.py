@@ -5,7 +5,6 @@ job resumes every member from its checkpoint, and the results equal the runs tra
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from .conftest import REPO
+from .conftest import copy_workflow
 
 # over config/test.yaml (a second --configfile is merged over the first): seed 1 of FedAvg and
 # FedMGDA+ share the local training -> one pack; FedProx (mu 0.01) trains alone (rule train)
@@ -44,12 +43,7 @@ def snakemake(wd: Path, *args: str, **kw) -> subprocess.Popen:
 
 @pytest.mark.slow
 def test_a_killed_pack_job_resumes_every_run_to_the_results_of_runs_trained_alone(tmp_path):
-    wd = tmp_path / "wf"
-    wd.mkdir()
-    shutil.copy(REPO / "Snakefile", wd / "Snakefile")
-    for d in ("workflow", "config", "notebooks"):
-        shutil.copytree(REPO / d, wd / d)
-    (wd / "src").symlink_to(REPO / "src")
+    wd = copy_workflow(tmp_path / "wf")
     (wd / "pack.yaml").write_text(yaml.safe_dump(OVERLAY))
 
     dry = snakemake(wd, "runs", "-n", "--quiet", "rules")

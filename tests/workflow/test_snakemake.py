@@ -4,7 +4,6 @@ config runs end to end (train -> table -> figure -> report); one deleted figure 
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ import yaml
 from fedmgda.experiments import expand, rows_selected
 from fedmgda.packs import assign_packs, pack_rule_name
 
-from .conftest import REPO
+from .conftest import REPO, copy_workflow
 
 
 def _job_counts(output: str) -> dict[str, int]:
@@ -80,12 +79,7 @@ def test_one_figure_builds_only_the_packs_of_its_runs():
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     """A copy of the workflow (Snakefile, workflow/, config/, notebooks/) in a scratch folder."""
-    wd = tmp_path_factory.mktemp("wf")
-    shutil.copy(REPO / "Snakefile", wd / "Snakefile")
-    for d in ("workflow", "config", "notebooks"):
-        shutil.copytree(REPO / d, wd / d)
-    (wd / "src").symlink_to(REPO / "src")
-    return wd
+    return copy_workflow(tmp_path_factory.mktemp("wf"))
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from .conftest import REPO
+from .conftest import REPO, copy_workflow
 
 ADULT = Path(os.environ.get("FEDMGDA_ADULT_DIR", REPO.parent / "shared/data/adult"))
 ROUNDS = int(os.environ.get("FEDMGDA_TABLE7_ROUNDS", "500"))
@@ -31,12 +31,7 @@ pytestmark = [
 
 
 def test_table7_on_the_real_adult_files_is_within_the_papers_band(tmp_path):
-    wd = tmp_path / "wf"
-    wd.mkdir()
-    shutil.copy(REPO / "Snakefile", wd / "Snakefile")
-    for d in ("workflow", "config", "notebooks"):
-        shutil.copytree(REPO / d, wd / d)
-    (wd / "src").symlink_to(REPO / "src")
+    wd = copy_workflow(tmp_path / "wf")
     raw = wd / "resources/raw/adult"
     raw.mkdir(parents=True)
     for name in ("adult.data", "adult.test"):
