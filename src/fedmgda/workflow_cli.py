@@ -20,6 +20,10 @@ from pathlib import Path
 
 
 def _load_json(text: str):
+    """JSON text, a JSON file, or ``-`` for standard input (the rules pipe specs in: a spec can be
+    longer than the operating system allows one command-line argument to be)."""
+    if text == "-":
+        return json.load(sys.stdin)
     p = Path(text)
     if not text.lstrip().startswith(("{", "[")) and p.is_file():
         return json.loads(p.read_text())
@@ -116,14 +120,14 @@ def add_commands(commands) -> None:
     p.set_defaults(handler=cmd_partition)
 
     p = commands.add_parser("table", help="one paper table from run folders (CSV + markdown)")
-    p.add_argument("--spec", required=True, help="table spec as JSON text or a JSON file")
+    p.add_argument("--spec", required=True, help="table spec as JSON text, a JSON file or - (stdin)")
     p.add_argument("--runs-dir", required=True)
     p.add_argument("--csv", required=True)
     p.add_argument("--md", required=True)
     p.set_defaults(handler=cmd_table)
 
     p = commands.add_parser("figure", help="one figure panel from run folders (PDF + PNG)")
-    p.add_argument("--spec", required=True, help="figure spec as JSON text or a JSON file")
+    p.add_argument("--spec", required=True, help="figure spec as JSON text, a JSON file or - (stdin)")
     p.add_argument("--runs-dir", required=True)
     p.add_argument("--pdf", required=True)
     p.add_argument("--png", required=True)
@@ -136,7 +140,7 @@ def add_commands(commands) -> None:
     p.set_defaults(handler=cmd_runs_index)
 
     p = commands.add_parser("claims", help="the paper's claims checked on the runs (CSV + markdown)")
-    p.add_argument("--spec", required=True, help="resolved claims (fedmgda.claims.parse_claims) as JSON text or file")
+    p.add_argument("--spec", required=True, help="resolved claims (fedmgda.claims.parse_claims) as JSON text, a file or - (stdin)")
     p.add_argument("--runs-dir", required=True)
     p.add_argument("--csv", required=True)
     p.add_argument("--md", required=True)

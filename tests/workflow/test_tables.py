@@ -115,3 +115,26 @@ def test_final_sources_and_wildcard_paper_rows(runs_dir):
     assert r["Uniform paper"] == "83.24±0.02"  # matched through the paper's "bias=*" (Arbitrary) row
     assert r["Attacker repro_mean"] == pytest.approx(70.0) and r["Others repro_mean"] == pytest.approx(90.0)
     assert "83.24" in to_markdown(df, spec)
+
+
+def test_a_spec_longer_than_one_shell_argument_reaches_the_table_command(runs_dir, tmp_path):
+    """The table rule pipes its spec in (Table 7's variants table: ~1 MB of run paths; Linux caps
+    one argument at 128 KB); the same shell line as workflow/rules/tables.smk."""
+    import json
+    import shlex
+    import subprocess
+    import sys
+
+    write_run(runs_dir, "s/fedavg/default/clean/seed1", [0.5, 0.7])
+    long_key = "s/" + "x" * 200
+    rows = [_row(f"r{i}", f"row {i}", "fedavg", ["s/fedavg/default/clean/seed1"]) for i in range(1000)]
+    spec = {"name": "big", "paper": None, "columns": STATS4, "rows": rows, "padding": [long_key] * 1000}
+    text = json.dumps(spec)
+    assert len(text) > 300_000
+    line = (f"printf '%s' {shlex.quote(text)} | {sys.executable} -m fedmgda.workflow_cli table --spec - "
+            f"--runs-dir {runs_dir} --csv {tmp_path / 'big.csv'} --md {tmp_path / 'big.md'}")
+    script = tmp_path / "rule.sh"  # Snakemake too runs a rule's shell line from a script file
+    script.write_text(line)
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(pd.read_csv(tmp_path / "big.csv")) == 1000

@@ -27,5 +27,5 @@ if CLAIMS:
         conda:
             CONDA_ENV
         shell:
-            "{params.wf} claims --spec {params.spec:q} --runs-dir {params.runs_dir} "
+            "printf '%s' {params.spec:q} | {params.wf} claims --spec - --runs-dir {params.runs_dir} "
             "--profile {params.profile} --csv {output.csv} --md {output.md} > {log} 2>&1"

@@ -27,5 +27,5 @@ for _name, _spec in REG.figures.items():
         conda:
             CONDA_ENV
         shell:
-            "MPLBACKEND=Agg {params.wf} figure --spec {params.spec:q} --runs-dir {params.runs_dir} "
+            "printf '%s' {params.spec:q} | MPLBACKEND=Agg {params.wf} figure --spec - --runs-dir {params.runs_dir} "
             "--pdf {output.pdf} --png {output.png} > {log} 2>&1"

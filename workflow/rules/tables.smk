@@ -25,5 +25,5 @@ for _name, _spec in REG.tables.items():
         conda:
             CONDA_ENV
         shell:
-            "{params.wf} table --spec {params.spec:q} --runs-dir {params.runs_dir} "
+            "printf '%s' {params.spec:q} | {params.wf} table --spec - --runs-dir {params.runs_dir} "
             "--csv {output.csv} --md {output.md} > {log} 2>&1"
