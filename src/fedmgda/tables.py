@@ -257,6 +257,8 @@ def variants_markdown(df: pd.DataFrame, spec: dict[str, Any]) -> str:
         for r in readings:
             mark = " ✓" if vdf[vdf["reading"] == r]["chosen"].any() else ""
             value = info.readings[r].value
+            if isinstance(value, dict):
+                value = ", ".join(f"{v} for {k}" if k != "default" else f"{v} otherwise" for k, v in value.items())
             value = str(value).lower() if isinstance(value, bool) else value
             lines.append(f"- **{r}**{mark} (`{info.field}: {value}`): {info.readings[r].source}")
         lines.append("")

@@ -51,9 +51,17 @@ class Variant:
             raise VariantError(f"variant {self.name}: unknown reading {name!r}; readings: {', '.join(self.readings)}")
         return self.readings[name]
 
+    def value_for(self, cfg: dict[str, Any], reading: str) -> Any:
+        """``reading``'s value for the run ``cfg``: one value, or one per algorithm (a mapping
+        with a ``default``)."""
+        value = self.reading(reading).value
+        if isinstance(value, dict):
+            return value.get(cfg["algorithm"], value["default"])
+        return value
+
     def apply(self, cfg: dict[str, Any], reading: str) -> dict[str, Any]:
         """A copy of ``cfg`` with this variant's field set to ``reading``'s value (when it concerns the run)."""
-        value = self.reading(reading).value
+        value = self.value_for(cfg, reading)
         if not self.concerns(cfg):
             return cfg
         out = copy.deepcopy(cfg)
