@@ -470,14 +470,10 @@ def linear_participant_losses(sims: list[Simulation], ws: list[torch.Tensor], us
     x, y = lead.data.x[pooled].flatten(1), lead.data.y[pooled]
     classes, features = lead.model.shapes[0]
     w = torch.stack(ws)
-    runs = len(ws)
-    # logits as (samples, classes, runs): log_softmax over a middle dimension is much faster on
-    # the CPU than over a short trailing one
-    weight = w[:, : classes * features].reshape(runs, classes, features).transpose(0, 1).reshape(-1, features)
-    bias = w[:, classes * features :].T.reshape(-1)
-    log_p = F.log_softmax(F.linear(x.to(w.dtype), weight, bias).view(len(y), classes, runs), dim=1)
-    per_sample = -log_p.gather(1, y.view(-1, 1, 1).expand(-1, 1, runs)).squeeze(1)  # (samples, runs)
-    correct = (log_p.argmax(dim=1) == y[:, None]).to(per_sample.dtype)
+    logits = F.linear(x.to(w.dtype), w[:, : classes * features].reshape(-1, features), w[:, classes * features :].reshape(-1))
+    log_p = F.log_softmax(logits.view(len(y), len(ws), classes), dim=2)
+    per_sample = -log_p.gather(2, y.view(-1, 1, 1).expand(-1, len(ws), 1)).squeeze(2)
+    correct = (log_p.argmax(dim=2) == y[:, None]).to(per_sample.dtype)
     loss, acc, total = [], [], []
     for user_losses, user_correct in zip(per_sample.split([len(i) for i in idx]), correct.split([len(i) for i in idx])):
         loss.append(user_losses.mean(dim=0))
