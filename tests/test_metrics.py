@@ -31,3 +31,10 @@ def test_per_owner_mean_and_sum_of_batch_means():
     # batches of 10: means 4.5, 14.5 and a partial batch (20..24) with mean 22
     assert sum_of_batch_means(losses, 10).item() == 4.5 + 14.5 + 22
     assert sum_of_batch_means(losses, None).item() == losses.mean().item()
+
+
+def test_sum_of_batch_means_of_packed_runs_is_one_sum_per_column():
+    losses = torch.arange(25, dtype=torch.float64)
+    columns = torch.stack([losses, 2 * losses], dim=1)
+    assert sum_of_batch_means(columns, 10).tolist() == [4.5 + 14.5 + 22, 2 * (4.5 + 14.5 + 22)]
+    assert sum_of_batch_means(columns, None).tolist() == columns.mean(dim=0).tolist()

@@ -44,8 +44,11 @@ def per_owner_mean(values: torch.Tensor, owner: torch.Tensor, num_owners: int) -
 
 def sum_of_batch_means(per_sample: torch.Tensor, batch_size: int | None) -> torch.Tensor:
     """Sum over consecutive minibatches of size ``batch_size`` of the minibatch-mean loss: the
-    authors' "total loss" F_i that q-FedAvg consumes (protocol.md §3, §4.5). None = one batch."""
-    if batch_size is None or batch_size >= len(per_sample):
-        return per_sample.mean()
-    chunk = torch.arange(len(per_sample), device=per_sample.device) // batch_size
-    return per_owner_mean(per_sample, chunk, int(chunk[-1]) + 1).sum()
+    authors' "total loss" F_i that q-FedAvg consumes (protocol.md §3, §4.5). None = one batch.
+    ``per_sample`` is (samples,) or (samples, runs): then one sum per column (packed runs)."""
+    n = len(per_sample)
+    if batch_size is None or batch_size >= n:
+        return per_sample.mean(dim=0)
+    full = n - n % batch_size
+    total = per_sample[:full].reshape(full // batch_size, batch_size, *per_sample.shape[1:]).mean(dim=1).sum(dim=0)
+    return total + per_sample[full:].mean(dim=0) if full < n else total

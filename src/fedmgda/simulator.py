@@ -478,20 +478,10 @@ def linear_participant_losses(sims: list[Simulation], ws: list[torch.Tensor], us
     for user_losses, user_correct in zip(per_sample.split([len(i) for i in idx]), correct.split([len(i) for i in idx])):
         loss.append(user_losses.mean(dim=0))
         acc.append(user_correct.mean(dim=0))
-        total.append(batch_mean_sums(user_losses, lead.local.batch_size))
+        total.append(sum_of_batch_means(user_losses, lead.local.batch_size))
     loss, acc, total = torch.stack(loss, dim=1), torch.stack(acc, dim=1), torch.stack(total, dim=1)  # (runs, users)
     sizes = torch.tensor([len(i) for i in idx], device=total.device, dtype=total.dtype)
     return [{"loss": loss[r], "acc": acc[r], "total": total[r] / sizes if sim.cfg.qffl_loss == "batch_sum_per_sample" else total[r]} for r, sim in enumerate(sims)]
-
-
-def batch_mean_sums(per_sample: torch.Tensor, batch_size: int | None) -> torch.Tensor:
-    """``sum_of_batch_means`` of every column of (samples, runs)."""
-    n = len(per_sample)
-    if batch_size is None or batch_size >= n:
-        return per_sample.mean(dim=0)
-    full = n - n % batch_size
-    total = per_sample[:full].view(full // batch_size, batch_size, -1).mean(dim=1).sum(dim=0)
-    return total + per_sample[full:].mean(dim=0) if full < n else total
 
 
 def train_packed(sims: list[Simulation], requests: list[tuple[torch.Tensor, int, list[int]]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
