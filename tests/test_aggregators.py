@@ -3,13 +3,13 @@ import pytest
 import torch
 
 from fedmgda.aggregators import (
-    ALGORITHMS,
     RoundContext,
     decay_per_100_rounds,
     make_aggregator,
     normalise_rows,
     resolve_hparams,
 )
+from fedmgda.catalog import BUILTIN_ALGORITHMS, get_algorithm
 from fedmgda.config import ConfigError
 from fedmgda.qp import min_norm_weights
 
@@ -35,7 +35,8 @@ def test_fedavg_is_the_uniform_mean(updates):
 
 def test_fedprox_aggregates_like_fedavg_and_sets_the_client_prox(updates):
     agg = make_aggregator("fedprox", {"mu": 0.5}, 100, 10)
-    assert agg.prox_mu == 0.5
+    assert get_algorithm("fedprox").prox_mu({"mu": 0.5}) == 0.5
+    assert get_algorithm("mgda_prox").prox_mu({}) == 0.1 and get_algorithm("fedmgda_plus").prox_mu({}) == 0.0
     new, _ = agg.aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5))
     assert torch.allclose(new, updates.mean(0))
 
@@ -67,7 +68,7 @@ def test_fedmgda_vanilla_uses_raw_updates(updates):
 
 def test_mgda_prox_defaults():
     agg = make_aggregator("mgda_prox", {"eta": 1.0, "decay": 0.1}, 2000, 100)
-    assert agg.prox_mu == 0.1 and agg.normalize and agg.epsilon == 1.0
+    assert get_algorithm("mgda_prox").prox_mu({}) == 0.1 and agg.normalize and agg.epsilon == 1.0
 
 
 def test_decay_schedule_is_the_papers_total_factor_applied_per_100_rounds():
@@ -102,7 +103,7 @@ def test_qfedavg_with_q_zero_and_equal_losses_is_a_scaled_fedavg(updates):
 def test_afl_steps_with_current_lambda_then_ascends_and_projects():
     u = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
     agg = make_aggregator("afl", {"gamma_w": 0.5, "gamma_lambda": 0.2}, 100, 2)
-    assert agg.averages_iterates
+    assert get_algorithm("afl").averages_iterates
     new, info = agg.aggregate(torch.zeros(2, dtype=torch.float64), u, context(2, train=torch.tensor([1.0, 0.0], dtype=torch.float64)))
     assert torch.allclose(new, torch.tensor([0.25, 0.25], dtype=torch.float64))  # old lambda (0.5, 0.5)
     assert np.allclose(info["lambda"], [0.6, 0.4])  # (0.7, 0.5) projected onto the simplex
@@ -120,4 +121,4 @@ def test_unknown_algorithm_and_bad_hparams_are_clear_errors():
         resolve_hparams("fedavg_n", {"eta": -1.0})
     with pytest.raises(ConfigError, match="must be a number"):
         resolve_hparams("qfedavg", {"q": "high"})
-    assert set(ALGORITHMS) == {"fedavg", "fedavg_n", "fedprox", "qfedavg", "afl", "fedmgda", "fedmgda_plus", "mgda_prox"}
+    assert set(BUILTIN_ALGORITHMS) == {"fedavg", "fedavg_n", "fedprox", "qfedavg", "afl", "fedmgda", "fedmgda_plus", "mgda_prox"}

@@ -13,7 +13,6 @@ import yaml
 
 from fedmgda.experiments import RunSpec, expand
 from fedmgda.packs import (
-    PROX_DEFAULT_MU,
     assign_packs,
     pack_group,
     pack_resources,
@@ -107,13 +106,6 @@ def test_local_training_splits_groups():
     assert prox_mu({"algorithm": "mgda_prox", "hparams": {}}) == 0.1
     assert pack_group({**base.config, "algorithm": "mgda_prox"}) == pack_group(
         {**base.config, "algorithm": "fedprox", "hparams": {"mu": 0.1}})
-
-
-def test_prox_defaults_agree_with_the_aggregators():
-    from fedmgda.aggregators import resolve_hparams
-
-    for algorithm, mu in PROX_DEFAULT_MU.items():
-        assert resolve_hparams(algorithm, {})["mu"] == mu
 
 
 def test_paper_profile_packs_table7_in_its_own_jobs():

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -96,8 +97,16 @@ def test_divergence_is_recorded_not_raised(tmp_path):
     assert result.summary["status"] == "diverged"
 
 
-def test_resume_after_a_crash_gives_identical_results(tmp_path, monkeypatch):
-    cfg = dict(algorithm="afl", hparams={"gamma_w": 1.0, "gamma_lambda": 0.3}, rounds=12, checkpoint_every=3)
+FEDAVGM = str(Path(__file__).resolve().parents[1] / "examples/fedavgm.py") + ":FedAvgM"
+
+
+# both keep server state in their checkpoints: AFL its lambda, the plug-in FedAvgM its momentum
+@pytest.mark.parametrize("cfg", [
+    dict(algorithm="afl", hparams={"gamma_w": 1.0, "gamma_lambda": 0.3}),
+    dict(algorithm="fedavgm", hparams={"beta": 0.8}, plugin=FEDAVGM),
+], ids=["afl", "plugin"])
+def test_resume_after_a_crash_gives_identical_results(tmp_path, monkeypatch, cfg):
+    cfg = dict(cfg, rounds=12, checkpoint_every=3)
     uninterrupted = run(toy_config(**cfg), data=make_toy_federated(), model_name="logreg")
 
     original = Simulation._round

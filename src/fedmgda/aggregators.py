@@ -23,68 +23,18 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from fedmgda.config import ConfigError
+from fedmgda.catalog import Algorithm, HParam, get_algorithm, import_object
 from fedmgda.qp import min_norm_weights, project_to_simplex
 
 
-@dataclass(frozen=True)
-class HParam:
-    default: float | None
-    low: float
-    high: float = float("inf")
-    low_open: bool = False  # True: value must be > low
-
-    def check(self, algorithm: str, name: str, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
-            raise ConfigError(f"{algorithm}: hyper-parameter {name} must be a number, got {value!r}")
-        too_low = value <= self.low if self.low_open else value < self.low
-        if too_low or value > self.high:
-            bracket = "(" if self.low_open else "["
-            raise ConfigError(f"{algorithm}: {name} = {value} is out of range {bracket}{self.low}, {self.high}]")
-        return float(value)
-
-
-_ETA = HParam(1.0, 0.0, low_open=True)
-_DECAY = HParam(0.0, 0.0, 1.0)  # the paper's total decay factor over the run; 0 (or 1) = none
-_BETA = HParam(None, 0.0, 1.0, low_open=True)  # the code's per-100-round factor; overrides decay
-_EPSILON = HParam(1.0, 0.0, 1.0)
-
-ALGORITHMS: dict[str, dict[str, HParam]] = {
-    "fedavg": {},
-    "fedavg_n": {"eta": _ETA, "decay": _DECAY, "beta": _BETA},
-    "fedprox": {"mu": HParam(0.01, 0.0)},
-    "fedmgda": {"epsilon": _EPSILON},
-    "fedmgda_plus": {"eta": _ETA, "decay": _DECAY, "beta": _BETA, "epsilon": _EPSILON},
-    "mgda_prox": {"eta": _ETA, "decay": _DECAY, "beta": _BETA, "epsilon": _EPSILON, "mu": HParam(0.1, 0.0)},
-    "qfedavg": {"q": HParam(0.1, 0.0), "L": HParam(1.0, 0.0, low_open=True)},
-    "afl": {"gamma_w": HParam(1.0, 0.0, low_open=True), "gamma_lambda": HParam(0.1, 0.0)},
-}
-
-
-def resolve_hparams(algorithm: str, hparams: dict[str, Any] | None) -> dict[str, float | None]:
+def resolve_hparams(algorithm: str, hparams: dict[str, Any] | None, plugin: str | None = None) -> dict[str, float | None]:
     """The algorithm's hyper-parameters with defaults filled in; one clear error if invalid."""
-    if algorithm not in ALGORITHMS:
-        raise ConfigError(f"unknown algorithm {algorithm!r}; known: {', '.join(ALGORITHMS)}")
-    spec = ALGORITHMS[algorithm]
-    hparams = dict(hparams or {})
-    unknown = sorted(set(hparams) - set(spec))
-    if unknown:
-        allowed = ", ".join(spec) or "none"
-        raise ConfigError(f"{algorithm}: unknown hyper-parameter(s) {', '.join(unknown)}; allowed: {allowed}")
-    resolved: dict[str, float | None] = {}
-    for name, rule in spec.items():
-        value = hparams.get(name, rule.default)
-        resolved[name] = None if value is None else rule.check(algorithm, name, value)
-    return resolved
-
-
-def validate_algorithm(algorithm: str, hparams: dict[str, Any] | None) -> None:
-    resolve_hparams(algorithm, hparams)
+    return get_algorithm(algorithm, plugin).resolve(hparams)
 
 
 def decay_per_100_rounds(decay: float | None, beta: float | None, rounds: int) -> float:
@@ -111,19 +61,33 @@ class RoundContext:
     train_losses: torch.Tensor  # reported mean local training loss of each participant
 
 
-@dataclass
 class Aggregator(ABC):
-    """Base class: combine the round's updates (rows of ``updates``) into the next global model."""
+    """Base class of every server rule: combine the round's updates (rows of ``updates``) into
+    the next global model.
 
-    name: str
-    prox_mu: float = 0.0
-    averages_iterates: bool = False  # the final model is the average of all iterates (AFL)
+    The built-in rules are described in ``fedmgda.catalog``. A plug-in (docs/plugins.md) declares
+    the same facts on its class, is named in a config's ``plugins:`` list and then runs like a
+    built-in: ``name`` (as written in grids and run paths), ``display`` (tables, figures),
+    ``hparams`` (name -> HParam: default and range), optionally ``implied`` and the flags
+    ``proximal`` (clients use hyper-parameter ``mu``), ``needs_pre_round_losses``,
+    ``averages_iterates``, ``normalised_updates``, ``min_norm_qp``.
+    """
+
+    name: ClassVar[str]
+    display: ClassVar[str] = ""
+    hparams: ClassVar[dict[str, HParam]] = {}
+
+    @classmethod
+    def build(cls, hparams: dict[str, float | None], *, algorithm: Algorithm, rounds: int, num_users: int) -> Aggregator:
+        """The rule of one run: by default ``cls(**hparams)`` with the resolved hyper-parameters."""
+        return cls(**hparams)
 
     @abstractmethod
     def aggregate(self, w: torch.Tensor, updates: torch.Tensor, ctx: RoundContext) -> tuple[torch.Tensor, dict[str, Any]]:
         """The next global model and what to log about the round (``eta``, ``lambda``)."""
 
     def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint must hold to resume this rule (JSON-able); {} when stateless."""
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027 (stateless by default)
@@ -144,6 +108,12 @@ class WeightedUpdates(Aggregator):
     epsilon: float = 0.0
     eta: float = 1.0
     beta: float = 1.0
+
+    @classmethod
+    def build(cls, hparams, *, algorithm, rounds, num_users):
+        return cls(normalize=algorithm.normalised_updates, epsilon=hparams.get("epsilon") or 0.0,
+                   eta=hparams.get("eta") or 1.0,
+                   beta=decay_per_100_rounds(hparams.get("decay"), hparams.get("beta"), rounds))
 
     def step_size(self, t: int) -> float:
         return self.eta * self.beta ** (t // 100)
@@ -188,6 +158,10 @@ class AFL(Aggregator):
     num_users: int = 2
     lam: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
+    @classmethod
+    def build(cls, hparams, *, algorithm, rounds, num_users):
+        return cls(**hparams, num_users=num_users)
+
     def __post_init__(self) -> None:
         if len(self.lam) == 0:
             self.lam = np.full(self.num_users, 1.0 / self.num_users)
@@ -207,19 +181,8 @@ class AFL(Aggregator):
         self.lam = np.asarray(state["lam"], dtype=np.float64)
 
 
-def make_aggregator(algorithm: str, hparams: dict[str, Any] | None, rounds: int, num_users: int) -> Aggregator:
+def make_aggregator(algorithm: str, hparams: dict[str, Any] | None, rounds: int, num_users: int,
+                    plugin: str | None = None) -> Aggregator:
     """The aggregator of ``algorithm`` with validated hyper-parameters for a run of ``rounds`` rounds."""
-    hp = resolve_hparams(algorithm, hparams)
-    if algorithm == "qfedavg":
-        return QFedAvg(algorithm, q=hp["q"], L=hp["L"])
-    if algorithm == "afl":
-        return AFL(algorithm, averages_iterates=True, gamma_w=hp["gamma_w"], gamma_lambda=hp["gamma_lambda"], num_users=num_users)
-    beta = decay_per_100_rounds(hp.get("decay"), hp.get("beta"), rounds)
-    return WeightedUpdates(
-        algorithm,
-        prox_mu=hp.get("mu") or 0.0,
-        normalize=algorithm in ("fedavg_n", "fedmgda_plus", "mgda_prox"),
-        epsilon=hp.get("epsilon") or 0.0,
-        eta=hp.get("eta") or 1.0,
-        beta=beta,
-    )
+    info = get_algorithm(algorithm, plugin)
+    return import_object(info.aggregator).build(info.resolve(hparams), algorithm=info, rounds=rounds, num_users=num_users)

@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedmgda.experiments import IMPLIED_HPARAMS, Registry, RegistryError, fmt_num
+from fedmgda.experiments import Registry, RegistryError, algorithm_info, fmt_num
 
 PAIR_KINDS = ("identical", "at_least", "close")
 SERIES_KINDS = ("identical", "monotone")
@@ -81,7 +81,7 @@ def _param(row, by: str) -> float:
         return float(row.attack.get("value", 0.0)) if row.attack.get("kind", "none") != "none" else 0.0
     if by in row.hparams:
         return float(row.hparams[by])
-    implied = IMPLIED_HPARAMS.get(row.algorithm, {})
+    implied = algorithm_info(row.algorithm).implied_values
     if by in implied:
         return float(implied[by])
     raise KeyError(by)

@@ -53,6 +53,7 @@ class RunConfig:
     dataset: str
     algorithm: str
     hparams: dict[str, float] = field(default_factory=dict)
+    plugin: str | None = None  # a plug-in algorithm's ``path.py:Class`` (fedmgda.catalog.load_plugins)
     partition: str | None = None  # None: the dataset's default partition
     dataset_options: dict[str, Any] = field(default_factory=dict)
     raw_dir: str = "resources/raw"
@@ -113,8 +114,8 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     def validate(self) -> None:
-        # imported here: the registries import this module's types
-        from fedmgda.aggregators import validate_algorithm
+        # imported here: the catalog imports this module's ConfigError
+        from fedmgda.catalog import get_algorithm
 
         def positive(name: str, value: float) -> None:
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
@@ -122,7 +123,7 @@ class RunConfig:
 
         if not isinstance(self.dataset, str) or not self.dataset:
             raise ConfigError("dataset must be a dataset name")
-        validate_algorithm(self.algorithm, self.hparams)
+        get_algorithm(self.algorithm, self.plugin).resolve(self.hparams)
         if self.batch_size != "full":
             if not isinstance(self.batch_size, int) or self.batch_size < 1:
                 raise ConfigError(f"batch_size must be a positive integer or 'full', got {self.batch_size!r}")

@@ -26,40 +26,17 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from fedmgda.config import RunConfig  # no torch import: the Snakefile parses fast
+from fedmgda.catalog import Algorithm, Dataset, algorithms, get_algorithm, get_dataset, load_plugins
+from fedmgda.config import ConfigError, RunConfig  # no torch import: the Snakefile parses fast
 from fedmgda.variants import VariantError, apply_readings, check_readings, get_variant
 
-ALGORITHMS = ("fedavg", "fedavg_n", "fedprox", "qfedavg", "afl", "fedmgda", "fedmgda_plus", "mgda_prox")
-DATASETS = ("cifar10", "fmnist", "femnist", "shakespeare", "adult", "synthetic", "digits")
-OFFLINE_DATASETS = ("synthetic", "digits")
-
-DISPLAY = {
-    "fedavg": "FedAvg",
-    "fedavg_n": "FedAvg-n",
-    "fedprox": "FedProx",
-    "qfedavg": "q-FedAvg",
-    "afl": "AFL",
-    "fedmgda": "FedMGDA",
-    "fedmgda_plus": "FedMGDA+",
-    "mgda_prox": "MGDA-Prox",
-}
-# label order follows the paper's tables: "η=1.5, decay=1/10", "q=0.5, L=1"
-HP_SYMBOL = {"eta": "η", "decay": "decay", "beta": "β", "epsilon": "ε", "mu": "μ", "q": "q", "L": "L",
-             "gamma_w": "γ_w", "gamma_lambda": "γ_λ", "local_lr": "lr", "momentum": "momentum"}
-
-# Hyper-parameters equal to the library's default are left out of paths and row keys, so that
-# "FedMGDA+ with epsilon 1" and "FedMGDA+" are one run. Only defaults that are part of the paper's
-# definition of the algorithm are listed (protocol.md §4.2); every other value stays explicit.
-IMPLIED_HPARAMS = {
-    "fedmgda": {"epsilon": 1.0},
-    "fedmgda_plus": {"epsilon": 1.0},
-    "mgda_prox": {"epsilon": 1.0, "mu": 0.1},
-}
+# symbols of run fields a grid entry may set (hyper-parameters carry theirs: fedmgda.catalog)
+RUN_FIELD_SYMBOL = {"local_lr": "lr", "momentum": "momentum"}
 
 # RunConfig fields (src/fedmgda/config.py) and their defaults; fields that change results but
 # are not in the setting's standard name are appended to it when they differ from these.
 # fields that do not change what a run computes: never part of its identity
-NON_IDENTITY_FIELDS = {"device", "checkpoint_every", "raw_dir", "partition_file", "cuda_graphs", "deterministic"}
+NON_IDENTITY_FIELDS = {"device", "checkpoint_every", "raw_dir", "partition_file", "cuda_graphs", "deterministic", "plugin"}
 RUN_DEFAULTS: dict[str, Any] = {
     f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
     for f in dataclasses.fields(RunConfig)
@@ -114,9 +91,9 @@ def _fmt_value(v: Any) -> str:
 
 # --------------------------------------------------------------------------- run identity
 def hparam_values(algorithm: str, hparams: dict[str, Any] | None) -> dict[str, float]:
-    """Hyper-parameters as floats, without the implied defaults (see IMPLIED_HPARAMS)."""
+    """Hyper-parameters as floats, without the implied defaults (``Algorithm.implied``)."""
     out = {}
-    implied = IMPLIED_HPARAMS.get(algorithm, {})
+    implied = algorithm_info(algorithm).implied_values
     for k, v in sorted((hparams or {}).items()):
         x = to_number(v)
         if k in implied and math.isclose(x, implied[k]):
@@ -138,7 +115,7 @@ def attack_dirname(attack: dict[str, Any]) -> str:
 
 def setting_dirname(cfg: dict[str, Any]) -> str:
     """``<dataset>-<partition>_b<b>_lr<lr>_p<p>|n<clients>_T<rounds>[_<other non-default fields>]``."""
-    part = cfg.get("partition") or DEFAULT_PARTITION.get(cfg["dataset"], "default")
+    part = cfg.get("partition") or dataset_info(cfg["dataset"]).default_partition
     parts = [f"{cfg['dataset']}-{part}", f"b{cfg.get('batch_size', RUN_DEFAULTS['batch_size'])}",
              f"lr{fmt_num(cfg.get('local_lr', RUN_DEFAULTS['local_lr']))}"]
     if cfg.get("clients_per_round") is not None:
@@ -164,18 +141,14 @@ def run_key(cfg: dict[str, Any]) -> str:
                      attack_dirname(cfg.get("attack") or {"kind": "none"}), f"seed{cfg['seed']}"])
 
 
-DEFAULT_PARTITION = {"cifar10": "shards", "fmnist": "shards", "femnist": "natural", "shakespeare": "natural",
-                     "adult": "domain", "synthetic": "natural", "digits": "shards"}
-SEEDED_SCHEMES = ("shards", "iid")  # other schemes (natural, domain) do not depend on the seed
-
-
 def partition_key(cfg: dict[str, Any]) -> str:
     """Partition file stem: a partition depends on dataset, scheme, options and (maybe) the seed."""
     options = cfg.get("dataset_options") or {}
     opts = "_".join(f"{k}{_fmt_value(v)}" for k, v in sorted(options.items()))
-    scheme = cfg.get("partition") or DEFAULT_PARTITION.get(cfg["dataset"], "default")
+    dataset = dataset_info(cfg["dataset"])
+    scheme = cfg.get("partition") or dataset.default_partition
     name = f"{cfg['dataset']}-{scheme}" + (f"_{opts}" if opts else "")
-    seeded = scheme in SEEDED_SCHEMES or bool(options.get("shuffle"))
+    seeded = scheme in dataset.seeded_partitions or bool(options.get("shuffle"))
     return f"{name}/seed{cfg['seed']}" if seeded else f"{name}/fixed"
 
 
@@ -199,15 +172,17 @@ def row_label(algorithm: str, hparams: dict[str, Any] | None, entry_run: dict[st
               attack: dict[str, Any] | None) -> str:
     """Human-readable row label, paper notation: ``FedMGDA+ η=1.5, decay=1/10``."""
     raw = dict(hparams or {})
+    info = algorithm_info(algorithm)
     bits = []
-    order = list(HP_SYMBOL)
+    order = list(info.hparams)  # the order the algorithm declares them in: "η=1.5, decay=1/10"
     for k, v in sorted(hparam_values(algorithm, hparams).items(),
                        key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0])):
         shown = raw[k] if isinstance(raw.get(k), str) else fmt_display(v, k)
-        bits.append(f"{HP_SYMBOL.get(k, k)}={shown}")
+        symbol = info.hparams[k].symbol if k in info.hparams else ""
+        bits.append(f"{symbol or k}={shown}")
     for k, v in sorted((entry_run or {}).items()):
-        bits.append(f"{HP_SYMBOL.get(k, k)}={_fmt_value(v)}")
-    label = DISPLAY.get(algorithm, algorithm) + (" " + ", ".join(bits) if bits else "")
+        bits.append(f"{RUN_FIELD_SYMBOL.get(k, k)}={_fmt_value(v)}")
+    label = info.display + (" " + ", ".join(bits) if bits else "")
     if attack and attack.get("kind", "none") != "none":
         label += f" [{attack['kind']} {fmt_num(to_number(attack.get('value', 0)))}]"
     return label
@@ -293,24 +268,27 @@ def _resources(config: dict[str, Any], dataset: str) -> dict[str, Any]:
     return res
 
 
-HPARAM_RANGES = {  # (low, high, low_open): checked before any job starts
-    "eta": (0.0, math.inf, True), "decay": (0.0, 1.0, False), "beta": (0.0, 1.0, True),
-    "epsilon": (0.0, 1.0, False), "mu": (0.0, math.inf, False), "q": (0.0, math.inf, False),
-    "L": (0.0, math.inf, True), "gamma_w": (0.0, math.inf, True), "gamma_lambda": (0.0, math.inf, False),
-}
+def dataset_info(name: str) -> Dataset:
+    try:
+        return get_dataset(name)
+    except ConfigError as err:
+        raise RegistryError(str(err)) from None
+
+
+def algorithm_info(algorithm: str) -> Algorithm:
+    """The catalog's entry of ``algorithm`` (a built-in, or a plug-in the config loaded)."""
+    try:
+        return get_algorithm(algorithm)
+    except ConfigError as err:
+        raise RegistryError(str(err)) from None
 
 
 def check_hparams(owner: str, algorithm: str, hparams: dict[str, Any] | None) -> None:
-    if algorithm not in ALGORITHMS:
-        raise RegistryError(f"{owner}: unknown algorithm {algorithm!r}; known: {', '.join(ALGORITHMS)}")
-    for k, v in (hparams or {}).items():
-        x = to_number(v)
-        if k not in HPARAM_RANGES:
-            raise RegistryError(f"{owner}: unknown hyper-parameter {k!r} of {algorithm}")
-        low, high, low_open = HPARAM_RANGES[k]
-        if (x <= low if low_open else x < low) or x > high or math.isnan(x):
-            bracket = "(" if low_open else "["
-            raise RegistryError(f"{owner}: {algorithm} {k} = {v} is outside {bracket}{low}, {high}]")
+    """Names and ranges of a grid entry's hyper-parameters (fractions like 1/10 allowed)."""
+    try:
+        algorithm_info(algorithm).resolve({k: to_number(v) for k, v in (hparams or {}).items()})
+    except (ConfigError, RegistryError) as err:
+        raise RegistryError(f"{owner}: {err}") from None
 
 
 def _normalise_attack(attack: dict[str, Any] | None) -> dict[str, Any]:
@@ -361,6 +339,10 @@ def _readings_to_run(name: str, exp: dict[str, Any], experiments: dict[str, dict
 
 def expand(config: dict[str, Any]) -> Registry:
     """Expand a (schema-validated) registry config into runs, rows, tables and figures."""
+    try:
+        load_plugins(config.get("plugins") or [])
+    except ConfigError as err:
+        raise RegistryError(str(err)) from None
     settings = config.get("settings") or {}
     grids = config.get("grids") or {}
     only = config.get("only")
@@ -411,6 +393,8 @@ def expand(config: dict[str, Any]) -> Registry:
                         if not cfg["dataset_options"]:
                             del cfg["dataset_options"]
                         cfg["algorithm"] = algorithm
+                        if algorithms()[algorithm].plugin:  # the training job loads it from there
+                            cfg["plugin"] = algorithms()[algorithm].plugin
                         before = dict(cfg)
                         cfg = apply_readings(cfg, chosen)
                         if variant is not None:

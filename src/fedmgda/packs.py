@@ -24,11 +24,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from fedmgda.catalog import get_algorithm
 from fedmgda.experiments import RUN_DEFAULTS, RunSpec, _fmt_value, fmt_num
 
-# the proximal term's mu where the algorithm has one and the run config leaves it implied
-# (fedmgda.aggregators.ALGORITHMS defaults; tests/test_packs.py checks they agree)
-PROX_DEFAULT_MU = {"fedprox": 0.01, "mgda_prox": 0.1}
 # run fields that are process-wide (torch.backends flags) or the device: packed runs share them
 PROCESS_FIELDS = ("device", "batched", "cuda_graphs", "deterministic", "tf32")
 PROCESS_DEFAULTS = {"device": "auto", "batched": True, "cuda_graphs": True, "deterministic": True, "tf32": False}
@@ -36,10 +34,7 @@ PROCESS_DEFAULTS = {"device": "auto", "batched": True, "cuda_graphs": True, "det
 
 def prox_mu(cfg: Mapping[str, Any]) -> float:
     """The proximal coefficient of the run's local training (0 without a proximal term)."""
-    hp = cfg.get("hparams") or {}
-    if "mu" in hp:
-        return float(hp["mu"])
-    return PROX_DEFAULT_MU.get(cfg["algorithm"], 0.0)
+    return get_algorithm(cfg["algorithm"], cfg.get("plugin")).prox_mu(cfg.get("hparams"))
 
 
 def pack_group(cfg: Mapping[str, Any]) -> str:

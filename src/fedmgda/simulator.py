@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from fedmgda.aggregators import RoundContext, make_aggregator
 from fedmgda.attacks import force_attacker, loss_bias, loss_scale
+from fedmgda.catalog import get_algorithm
 from fedmgda.client import (
     ClientResult,
     CudaGraphs,
@@ -138,14 +139,15 @@ class Simulation:
         torch.manual_seed(cfg.seed)  # the same initial model for every algorithm of a seed
         module = build_model(model_name, tuple(data.x.shape[1:]), data.num_classes).to(self.device)
         self.model = FlatModel(module)
-        self.aggregator = make_aggregator(cfg.algorithm, server_hparams(cfg), cfg.rounds, self.num_users)
+        self.algorithm = get_algorithm(cfg.algorithm, cfg.plugin)  # what the rule needs (fedmgda.catalog)
+        self.aggregator = make_aggregator(cfg.algorithm, server_hparams(cfg), cfg.rounds, self.num_users, cfg.plugin)
         batch = None if cfg.batch_size == "full" else int(cfg.batch_size)
-        self.local = LocalHParams(cfg.local_epochs, batch, cfg.local_lr, cfg.momentum, self.aggregator.prox_mu)
+        self.local = LocalHParams(cfg.local_epochs, batch, cfg.local_lr, cfg.momentum, self.algorithm.prox_mu(cfg.hparams))
         graphs = CudaGraphs() if cfg.batched and cfg.cuda_graphs and self.device.type == "cuda" else None
         self.trainer = LocalTrainer(self.model, self.local, graphs=graphs)
         self.per_round = cfg.clients_per_round or max(1, math.floor(cfg.participation * self.num_users + 1e-9))
         self.per_round = min(self.per_round, self.num_users)
-        self.needs_pre_round_loss = cfg.track_improvement or cfg.algorithm == "qfedavg"
+        self.needs_pre_round_loss = cfg.track_improvement or self.algorithm.needs_pre_round_losses
         self.rounds_started = self.rounds_done = 0  # in this process (for progress lines)
         self.mean_acc = math.nan  # the latest evaluated mean user accuracy
         self._last_losses: tuple | None = None  # (w, its version, users, losses): round t's post is round t+1's pre
@@ -269,7 +271,7 @@ class Simulation:
             w_next, info = self.aggregator.aggregate(w, updates, ctx)
         except (FloatingPointError, ValueError, ArithmeticError):
             w_next, info = w.new_full(w.shape, float("nan")), {"eta": float("nan")}
-        row["eta"] = info["eta"]
+        row["eta"] = info.get("eta", float("nan"))
         if not (torch.isfinite(w_next).all() and math.isfinite(row["train_loss"])):
             state.diverged_round = t + 1
             return row, w
@@ -306,7 +308,7 @@ class Simulation:
             "final": None,
             "protocol": None,
         }
-        average = cfg.final_model == "average" or (cfg.final_model == "auto" and self.aggregator.averages_iterates)
+        average = cfg.final_model == "average" or (cfg.final_model == "auto" and self.algorithm.averages_iterates)
         final_w = state.iterate_sum / cfg.rounds if average else w
         if not diverged:
             summary["final_model"] = "average of all iterates" if average else "last iterate"

@@ -8,7 +8,8 @@ import yaml
 from snakemake.exceptions import WorkflowError
 
 from fedmgda.claims import parse_claims
-from fedmgda.experiments import OFFLINE_DATASETS, RegistryError, item_spec, validate_runs
+from fedmgda.catalog import DOWNLOADED_DATASETS, OFFLINE_DATASETS
+from fedmgda.experiments import RegistryError, item_spec, validate_runs
 from fedmgda.experiments import expand as expand_registry
 from fedmgda.packs import assign_packs, pack_resources, pack_rule_name
 
@@ -52,7 +53,7 @@ def download_marker(dataset):
 wildcard_constraints:
     run=r"[^/]+/[^/]+/[^/]+/[^/]+/seed\d+",
     part=r"[^/]+/(seed\d+|fixed)",
-    dataset="|".join(d for d in ("cifar10", "fmnist", "femnist", "shakespeare", "adult")),
+    dataset="|".join(DOWNLOADED_DATASETS),
 
 
 def write_json(path, data):

@@ -1,8 +1,8 @@
 """The dataset registry: one entry per dataset (loader, model, partitions, options, raw files),
 and the two entry points that everything else uses, ``make_partition`` and ``load_federated``.
 
-Adding a dataset = one module with ``RAW_FILES`` and ``load(raw_dir, options) -> RawData``, plus
-one ``DatasetSpec`` below.
+Adding a dataset = one module with ``RAW_FILES`` and ``load(raw_dir, options) -> RawData``, one
+``fedmgda.catalog.Dataset`` (its name, model and partitions) and one ``DatasetSpec`` below.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from fedmgda import catalog
 from fedmgda.data import adult, cifar10, digits, femnist, fmnist, shakespeare, synthetic
 from fedmgda.data.base import FederatedDataset
 from fedmgda.data.download import DataError, RawFile, ensure_files
@@ -51,65 +52,46 @@ class DatasetSpec:
     description: str = ""
 
 
-def _spec(**kw) -> DatasetSpec:
+def _spec(name: str, **kw) -> DatasetSpec:
+    """The loader side of a dataset; its name, model and partitions come from the catalog."""
+    info = catalog.DATASETS[name]
     kw["options"] = MappingProxyType(dict(kw["options"]))
     kw["option_values"] = MappingProxyType(dict(kw.get("option_values", {})))
-    return DatasetSpec(**kw)
+    return DatasetSpec(name=name, model=info.model, default_partition=info.default_partition, partitions=info.partitions,
+                       seeded_partitions=info.seeded_partitions, description=info.description, **kw)
 
 
 _SORT = {"sort": ("stable", "quicksort")}
 
-DATASETS: dict[str, DatasetSpec] = {
-    "cifar10": _spec(
-        name="cifar10", model="cnn_cifar", num_classes=10, input_shape=(3, 32, 32),
-        default_partition="shards", partitions=("shards", "iid"), raw_files=cifar10.RAW_FILES,
-        options={"num_users": 100, "num_shards": 500, "shard_size": 100, "sort": "stable"},
-        option_values=_SORT, load=cifar10.load, global_tests=("test",),
-        description="CIFAR-10, 100 users, 500 label-sorted shards of 100, 5 per user"),
-    "fmnist": _spec(
-        name="fmnist", model="cnn_fmnist", num_classes=10, input_shape=(1, 28, 28),
-        default_partition="shards", partitions=("shards", "iid"), raw_files=fmnist.RAW_FILES,
-        options={"num_users": 100, "shard_setting": "code", "sort": "stable"},
-        option_values={**_SORT, "shard_setting": ("code", "paper")}, load=fmnist.load,
-        global_tests=("test",),
-        description="Fashion-MNIST, 100 users; code: 300 shards of 200, 3 per user; "
-                    "paper text: 500 shards of 120, 5 per user"),
-    "femnist": _spec(
-        name="femnist", model="cnn_femnist", num_classes=62, input_shape=(1, 28, 28),
-        default_partition="natural", partitions=("natural",), raw_files=femnist.RAW_FILES,
-        options={"split": "source", "max_users": 0, "shuffle": False},
-        option_values={"split": ("source", "80_10_10"), "shuffle": (False, True)},
-        load=femnist.load, seeded_partitions=(),
-        description="TFF federated EMNIST-62, one user per writer (3 400)"),
-    "shakespeare": _spec(
-        name="shakespeare", model="lstm_shakespeare", num_classes=80, input_shape=(80,),
-        default_partition="natural", partitions=("natural",), raw_files=shakespeare.RAW_FILES,
-        options={"split": "source", "shuffle": False},
-        option_values={"split": ("source", "80_10_10"), "shuffle": (False, True)},
-        load=shakespeare.load, seeded_partitions=(),
-        description="LEAF Shakespeare, 31 roles (q-FFL subsample), next-character prediction"),
-    "adult": _spec(
-        name="adult", model="logreg", num_classes=2, input_shape=(99,),
-        default_partition="domain", partitions=("domain", "iid"), raw_files=adult.RAW_FILES,
-        options={"shift_by_one": False, "num_users": 2, "clients": "both"},
-        option_values={"shift_by_one": (False, True), "clients": ("both", "phd")}, load=adult.load,
-        global_tests=("uniform", "phd", "non_phd"),
-        description="UCI Adult, 99 binary features; client 0 = PhD, client 1 = non-PhD"),
-    "synthetic": _spec(
-        name="synthetic", model="logreg", num_classes=10, input_shape=(60,),
-        default_partition="natural", partitions=("natural",), raw_files=(),
-        options={"alpha": 1.0, "beta": 1.0, "num_users": 30, "data_seed": 0, "max_samples": 500,
-                 "split": "80_10_10", "shuffle": False},
-        option_values={"split": ("80_10_10",), "shuffle": (False, True)},
-        load=synthetic.load, seeded_partitions=(),
-        description="q-FFL Synthetic(alpha, beta), one user per generated device"),
-    "digits": _spec(
-        name="digits", model="mlp_digits", num_classes=10, input_shape=(64,),
-        default_partition="shards", partitions=("shards", "iid"), raw_files=(),
-        options={"num_users": 20, "shards_per_user": 2, "sort": "stable"},
-        option_values=_SORT, load=digits.load,
-        description="scikit-learn digits (1 797 8x8 images), 20 users x 2 label-sorted shards"),
-}
+DATASETS: dict[str, DatasetSpec] = {spec.name: spec for spec in (
+    _spec("cifar10", num_classes=10, input_shape=(3, 32, 32), raw_files=cifar10.RAW_FILES,
+           options={"num_users": 100, "num_shards": 500, "shard_size": 100, "sort": "stable"},
+           option_values=_SORT, load=cifar10.load, global_tests=("test",)),
+    _spec("fmnist", num_classes=10, input_shape=(1, 28, 28), raw_files=fmnist.RAW_FILES,
+           options={"num_users": 100, "shard_setting": "code", "sort": "stable"},
+           option_values={**_SORT, "shard_setting": ("code", "paper")}, load=fmnist.load,
+           global_tests=("test",)),
+    _spec("femnist", num_classes=62, input_shape=(1, 28, 28), raw_files=femnist.RAW_FILES,
+           options={"split": "source", "max_users": 0, "shuffle": False},
+           option_values={"split": ("source", "80_10_10"), "shuffle": (False, True)},
+           load=femnist.load),
+    _spec("shakespeare", num_classes=80, input_shape=(80,), raw_files=shakespeare.RAW_FILES,
+           options={"split": "source", "shuffle": False},
+           option_values={"split": ("source", "80_10_10"), "shuffle": (False, True)},
+           load=shakespeare.load),
+    _spec("adult", num_classes=2, input_shape=(99,), raw_files=adult.RAW_FILES,
+           options={"shift_by_one": False, "num_users": 2, "clients": "both"},
+           option_values={"shift_by_one": (False, True), "clients": ("both", "phd")}, load=adult.load,
+           global_tests=("uniform", "phd", "non_phd")),
+    _spec("synthetic", num_classes=10, input_shape=(60,), raw_files=(),
+           options={"alpha": 1.0, "beta": 1.0, "num_users": 30, "data_seed": 0, "max_samples": 500,
+                    "split": "80_10_10", "shuffle": False},
+           option_values={"split": ("80_10_10",), "shuffle": (False, True)},
+           load=synthetic.load),
+    _spec("digits", num_classes=10, input_shape=(64,), raw_files=(),
+           options={"num_users": 20, "shards_per_user": 2, "sort": "stable"},
+           option_values=_SORT, load=digits.load),
+)}
 
 
 def get_spec(name: str) -> DatasetSpec:

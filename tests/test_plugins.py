@@ -1,0 +1,81 @@
+"""Plug-in aggregators (docs/plugins.md): one file with an Aggregator subclass, named in a config,
+runs like a built-in -- validated, trained, resumed, labelled."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from toy_federated import make_toy_federated, toy_config
+
+from fedmgda.catalog import algorithms, get_algorithm, load_plugins
+from fedmgda.config import ConfigError
+from fedmgda.experiments import RegistryError, expand
+from fedmgda.simulator import run
+
+REPO = Path(__file__).resolve().parents[1]
+FEDAVGM = f"{REPO}/examples/fedavgm.py:FedAvgM"
+
+
+def test_example_plugin_is_declared_like_a_builtin():
+    [info] = load_plugins([FEDAVGM])
+    assert algorithms()["fedavgm"] is info and info.display == "FedAvgM" and info.plugin == FEDAVGM
+    assert info.resolve({}) == {"eta": 1.0, "beta": 0.9}
+    with pytest.raises(ConfigError, match="beta = 1.5 is out of range"):
+        info.resolve({"beta": 1.5})
+    assert not (info.proximal or info.needs_pre_round_losses or info.averages_iterates)
+    assert load_plugins([FEDAVGM]) == [info]  # loading twice is harmless
+
+
+def test_fedavgm_with_zero_momentum_is_fedavg_and_momentum_changes_it():
+    data = make_toy_federated()
+    plain = run(toy_config(algorithm="fedavg"), data=data, model_name="logreg")
+    zero = run(toy_config(algorithm="fedavgm", hparams={"beta": 0.0}, plugin=FEDAVGM), data=data, model_name="logreg")
+    moving = run(toy_config(algorithm="fedavgm", hparams={"beta": 0.9}, plugin=FEDAVGM), data=data, model_name="logreg")
+    assert torch.allclose(plain.final_weights, zero.final_weights, atol=1e-6)
+    assert not torch.allclose(plain.final_weights, moving.final_weights, atol=1e-3)
+
+
+@pytest.mark.parametrize("path,message", [
+    ("examples/nothere.py:X", "no file"),
+    (f"{REPO}/examples/fedavgm.py:Nope", "has no Nope"),
+    (f"{REPO}/examples/fedavgm.py:HParam", "not a subclass"),
+    ("fedmgda.aggregators:QFedAvg", "declare its name"),
+    ("no_such_module_xyz:Thing", "cannot import"),
+    ("just-a-name", "expected path/to/file.py:Class"),
+])
+def test_bad_plugins_are_one_clear_error(path, message):
+    with pytest.raises(ConfigError, match=message):
+        load_plugins([path])
+
+
+def test_a_plugin_cannot_take_a_builtin_name(tmp_path):
+    (tmp_path / "clash.py").write_text(
+        "from fedmgda.aggregators import Aggregator\n"
+        "class Clash(Aggregator):\n    name = 'fedavg'\n    def aggregate(self, w, updates, ctx):\n        return w, {}\n")
+    with pytest.raises(ConfigError, match="'fedavg' is a built-in"):
+        load_plugins([f"{tmp_path}/clash.py:Clash"])
+
+
+def _config(**extra):
+    return {"profile": "t", "settings": {"s": {"dataset": "digits", "rounds": 3}},
+            "experiments": {"e": {"setting": "s", "grid": [{"algorithm": "fedavgm", "hparams": {"beta": 0.5}},
+                                                          {"algorithm": "fedavg"}]}}, **extra}
+
+
+def test_registry_runs_a_plugin_with_its_path_and_label():
+    reg = expand(_config(plugins=[FEDAVGM]))
+    [spec] = [s for s in reg.runs.values() if s.config["algorithm"] == "fedavgm"]
+    assert spec.config["plugin"] == FEDAVGM and "/fedavgm/beta0.5/" in spec.key
+    [row] = [r for r in reg.rows["e"] if r.algorithm == "fedavgm"]
+    assert row.label == "FedAvgM β=0.5" and row.key == "fedavgm beta=0.5"
+    assert get_algorithm("fedavgm").plugin == FEDAVGM
+
+
+def test_registry_rejects_an_undeclared_algorithm_and_bad_hparams():
+    with pytest.raises(RegistryError, match="unknown algorithm 'fedsgd'"):
+        expand({**_config(), "experiments": {"e": {"setting": "s", "grid": [{"algorithm": "fedsgd"}]}}})
+    with pytest.raises(RegistryError, match="unknown hyper-parameter"):
+        expand({**_config(plugins=[FEDAVGM]), "experiments": {"e": {"setting": "s", "grid": [
+            {"algorithm": "fedavgm", "hparams": {"gamma": 1}}]}}})
