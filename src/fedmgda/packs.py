@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fedmgda.experiments import RUN_DEFAULTS, RunSpec, _fmt_value, fmt_num
+from fedmgda.schema import def_defaults
 
 # the proximal term's mu where the algorithm has one and the run config leaves it implied
 # (fedmgda.aggregators.ALGORITHMS defaults; tests/test_packs.py checks they agree)
@@ -73,8 +74,8 @@ def pack_group(cfg: Mapping[str, Any]) -> str:
 
 
 def pack_size(spec: RunSpec) -> int:
-    """``resources.<dataset>.pack`` (or ``resources.default.pack``); 1 when not set."""
-    return int(spec.resources.get("pack", 1))
+    """``resources.<dataset>.pack`` (or ``resources.default.pack``; the schema's default 1)."""
+    return int({**def_defaults("resources"), **spec.resources}["pack"])
 
 
 def assign_packs(runs: Mapping[str, RunSpec]) -> dict[str, list[str]]:
@@ -127,10 +128,12 @@ def pack_resources(specs: list[RunSpec]) -> dict[str, int]:
     - ``runtime``: the *sum* of the runs' runtimes times ``pack_runtime`` (default 1, i.e. no
       speed-up assumed; set it below 1 once packing has been measured on the hardware), and at
       least the longest run's runtime.
+
+    Keys a run's resources lack take the schema's defaults (``$defs/resources``).
     """
-    res = [s.resources for s in specs]
-    factor = max(float(r.get("pack_runtime", 1.0)) for r in res)
-    per_run_mem = max(int(r.get("pack_mem_mb", 0)) for r in res)
+    res = [{**def_defaults("resources"), **s.resources} for s in specs]
+    factor = max(float(r["pack_runtime"]) for r in res)
+    per_run_mem = max(int(r["pack_mem_mb"]) for r in res)
     longest = max(int(r["runtime"]) for r in res)
     return {
         "threads": max(int(r["threads"]) for r in res),
