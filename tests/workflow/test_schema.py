@@ -17,8 +17,9 @@ from fedmgda.experiments import RegistryError, _normalise_attack, expand
 from fedmgda.packs import pack_resources, pack_size
 from fedmgda.schema import def_defaults, render_readme, with_defaults
 from fedmgda.schema import main as schema_cli
+from fedmgda.tables import build_table
 
-from .conftest import REPO
+from .conftest import REPO, write_run
 
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
 
@@ -246,3 +247,12 @@ def test_claim_defaults_are_the_schemas():
     claim = SCHEMA["$defs"]["claim"]["properties"]
     assert {c["agg"] for c in claims} == {claim["agg"]["default"]}
     assert {c["seeds"] for c in claims} == {claim["seeds"]["default"]}
+
+
+def test_table_scale_default_is_the_schemas(runs_dir):
+    write_run(runs_dir, "r/seed1", [0.5, 0.7])
+    row = {"experiment": "t", "key": "fedavg", "label": "FedAvg", "algorithm": "fedavg", "hparams": {},
+           "attack": {"kind": "none"}, "seeds": [1], "runs": ["r/seed1"]}
+    spec = {"name": "t", "paper": None, "columns": {"Average": "protocol.mean_acc"}, "rows": [row]}
+    scale = SCHEMA["$defs"]["table"]["properties"]["scale"]["default"]
+    assert build_table(spec, runs_dir).iloc[0]["Average repro_mean"] == pytest.approx(0.6 * scale)
