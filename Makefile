@@ -20,7 +20,7 @@ SETUP_STAMP := .venv/.setup-stamp
 export PATH := $(abspath .venv/bin):$(PATH)
 endif
 
-.PHONY: setup quick paper test test-fast lint dry-run benchmark clean
+.PHONY: setup quick paper test test-fast lint dry-run benchmark config-docs clean
 
 setup: $(SETUP_STAMP)
 
@@ -54,6 +54,10 @@ lint: setup
 
 benchmark: setup
 	$(PY) benchmarks/bench_rounds.py $(BENCH_ARGS)
+
+# config/README.md's key tables from workflow/schemas/config.schema.yaml (fedmgda.schema)
+config-docs: setup
+	$(PY) -m fedmgda.schema config/README.md
 
 clean:
 	rm -rf .venv .setup-stamp-env .snakemake

@@ -28,6 +28,7 @@ from typing import Any
 
 from fedmgda.catalog import Algorithm, Dataset, algorithms, get_algorithm, get_dataset, load_plugins
 from fedmgda.config import ConfigError, RunConfig  # no torch import: the Snakefile parses fast
+from fedmgda.schema import def_defaults, with_defaults
 from fedmgda.variants import VariantError, apply_readings, check_readings, get_variant
 
 # symbols of run fields a grid entry may set (hyper-parameters carry theirs: fedmgda.catalog)
@@ -259,12 +260,10 @@ def _resolve_named(value: Any, pool: dict[str, Any], what: str, owner: str) -> A
 
 
 def _resources(config: dict[str, Any], dataset: str) -> dict[str, Any]:
-    res = dict((config.get("resources") or {}).get("default") or {})
-    res.update((config.get("resources") or {}).get(dataset) or {})
-    res.setdefault("gpu", 0)
-    res.setdefault("mem_mb", 2000)
-    res.setdefault("runtime", 30)
-    res.setdefault("threads", 1)
+    """The schema's defaults, then ``resources.default``, then ``resources.<dataset>``."""
+    res = def_defaults("resources")
+    res.update(config["resources"].get("default") or {})
+    res.update(config["resources"].get(dataset) or {})
     return res
 
 
@@ -338,16 +337,18 @@ def _readings_to_run(name: str, exp: dict[str, Any], experiments: dict[str, dict
 
 
 def expand(config: dict[str, Any]) -> Registry:
-    """Expand a (schema-validated) registry config into runs, rows, tables and figures."""
+    """Expand a (schema-validated) registry config into runs, rows, tables and figures.
+    Absent top-level keys take the schema's defaults (:func:`fedmgda.schema.with_defaults`)."""
+    config = with_defaults(config)
     try:
-        load_plugins(config.get("plugins") or [])
+        load_plugins(config["plugins"])
     except ConfigError as err:
         raise RegistryError(str(err)) from None
-    settings = config.get("settings") or {}
-    grids = config.get("grids") or {}
-    only = config.get("only")
-    exp_over = config.get("experiment_overrides") or {}
-    unknown = sorted(set(exp_over) - set(config.get("experiments") or {}))
+    settings = config["settings"]
+    grids = config["grids"]
+    only = config["only"]
+    exp_over = config["experiment_overrides"]
+    unknown = sorted(set(exp_over) - set(config["experiments"]))
     if unknown:
         raise RegistryError(f"experiment_overrides names unknown experiment(s): {', '.join(unknown)}")
 
@@ -355,7 +356,7 @@ def expand(config: dict[str, Any]) -> Registry:
     rows: dict[str, list[Row]] = {}
     partitions: dict[str, dict[str, Any]] = {}
     experiments = {name: {**copy.deepcopy(exp), **copy.deepcopy(exp_over.get(name) or {})}
-                   for name, exp in (config.get("experiments") or {}).items()}
+                   for name, exp in config["experiments"].items()}
     for name, exp in experiments.items():
         exp, readings = _readings_to_run(name, exp, experiments)
         setting = _resolve_named(exp.get("setting"), settings, "setting", f"experiment {name}")
@@ -364,15 +365,15 @@ def expand(config: dict[str, Any]) -> Registry:
         grid = _resolve_named(exp.get("grid"), grids, "grid", f"experiment {name}")
         if not grid:
             raise RegistryError(f"experiment {name}: empty grid")
-        seeds = config.get("seeds") or exp.get("seeds") or [1]
-        base = dict(config.get("run_defaults") or {})
+        seeds = config["seeds"] or exp.get("seeds") or [1]
+        base = dict(config["run_defaults"])
         base.update(setting)
         base.update(exp.get("run") or {})
         if exp.get("rounds") is not None:
             base["rounds"] = exp["rounds"]
-        if config.get("rounds") is not None:
+        if config["rounds"] is not None:
             base["rounds"] = config["rounds"]
-        base.update(config.get("run_overrides") or {})
+        base.update(config["run_overrides"])
         exp_rows: list[Row] = []
         changed: dict[str, bool] = {}  # per varied variant: whether it changed any run
         for variant, reading, chosen in readings:
@@ -399,7 +400,7 @@ def expand(config: dict[str, Any]) -> Registry:
                         cfg = apply_readings(cfg, chosen)
                         if variant is not None:
                             changed[variant] = changed.get(variant, False) or get_variant(variant).concerns(before)
-                        cfg.update(config.get("run_overrides") or {})
+                        cfg.update(config["run_overrides"])
                         bad = sorted(set(cfg) - RUN_FIELDS)
                         if bad:
                             raise RegistryError(f"experiment {name}: unknown run field(s) {', '.join(bad)}")
@@ -409,10 +410,10 @@ def expand(config: dict[str, Any]) -> Registry:
                         cfg["seed"] = int(seed)
                         if config.get("device"):
                             cfg["device"] = config["device"]
-                        cfg.setdefault("raw_dir", config.get("raw_dir", "resources/raw"))
+                        cfg.setdefault("raw_dir", config["raw_dir"])
                         rk = run_key(cfg)
                         pk = None
-                        if config.get("partition_jobs", True):
+                        if config["partition_jobs"]:
                             pk = partition_key(cfg)
                             partitions[pk] = {"dataset": cfg["dataset"], "partition": cfg.get("partition"),
                                               "seed": int(seed), "options": cfg.get("dataset_options") or {},
@@ -439,13 +440,13 @@ def expand(config: dict[str, Any]) -> Registry:
         rows[name] = exp_rows
 
     tables = {}
-    for name, spec in (config.get("tables") or {}).items():
+    for name, spec in config["tables"].items():
         spec = copy.deepcopy(spec)
         spec.setdefault("experiments", [name])
         spec["name"] = name
         tables[name] = spec
     figures = {}
-    for name, spec in (config.get("figures") or {}).items():
+    for name, spec in config["figures"].items():
         spec = copy.deepcopy(spec)
         if "experiment" in spec:
             spec["experiments"] = [spec.pop("experiment")]

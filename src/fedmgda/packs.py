@@ -26,6 +26,7 @@ from typing import Any
 
 from fedmgda.catalog import get_algorithm
 from fedmgda.experiments import RUN_DEFAULTS, RunSpec, _fmt_value, fmt_num
+from fedmgda.schema import def_defaults
 
 # run fields that are process-wide (torch.backends flags) or the device: packed runs share them
 PROCESS_FIELDS = ("device", "batched", "cuda_graphs", "deterministic", "tf32")
@@ -68,8 +69,8 @@ def pack_group(cfg: Mapping[str, Any]) -> str:
 
 
 def pack_size(spec: RunSpec) -> int:
-    """``resources.<dataset>.pack`` (or ``resources.default.pack``); 1 when not set."""
-    return int(spec.resources.get("pack", 1))
+    """``resources.<dataset>.pack`` (or ``resources.default.pack``; the schema's default 1)."""
+    return int({**def_defaults("resources"), **spec.resources}["pack"])
 
 
 def assign_packs(runs: Mapping[str, RunSpec]) -> dict[str, list[str]]:
@@ -122,10 +123,12 @@ def pack_resources(specs: list[RunSpec]) -> dict[str, int]:
     - ``runtime``: the *sum* of the runs' runtimes times ``pack_runtime`` (default 1, i.e. no
       speed-up assumed; set it below 1 once packing has been measured on the hardware), and at
       least the longest run's runtime.
+
+    Keys a run's resources lack take the schema's defaults (``$defs/resources``).
     """
-    res = [s.resources for s in specs]
-    factor = max(float(r.get("pack_runtime", 1.0)) for r in res)
-    per_run_mem = max(int(r.get("pack_mem_mb", 0)) for r in res)
+    res = [{**def_defaults("resources"), **s.resources} for s in specs]
+    factor = max(float(r["pack_runtime"]) for r in res)
+    per_run_mem = max(int(r["pack_mem_mb"]) for r in res)
     longest = max(int(r["runtime"]) for r in res)
     return {
         "threads": max(int(r["threads"]) for r in res),

@@ -26,10 +26,10 @@ PROFILE = REG.profile
 R = f"results/{PROFILE}"
 RUNS_DIR = f"{R}/runs"
 LOGS = f"logs/{PROFILE}"
-RAW_DIR = config.get("raw_dir", "resources/raw")
+RAW_DIR = config["raw_dir"]
 PYTHON = "python"  # the interpreter Snakemake jobs use (an activated env / conda)
 WF = f"{PYTHON} -m fedmgda.workflow_cli"
-TRAIN = config.get("train_command", "fedmgda train")
+TRAIN = config["train_command"]
 
 CONDA_ENV = "../envs/fedmgda.yaml"  # relative to workflow/rules/
 # jobs import the package from src/ (also inside a rule's conda env, where it is not installed)

@@ -12,7 +12,7 @@ rule download:
         download_marker("{dataset}"),
     params:
         raw_dir=lambda w: RAW_DIR,
-        no_download="" if config.get("allow_download", True) else "--no-download",
+        no_download="" if config["allow_download"] else "--no-download",
         wf=WF,
     log:
         f"{LOGS}/download/{{dataset}}.log",

@@ -37,7 +37,7 @@ rule runs_index:
 
 rule report_notebook:
     input:
-        notebook=config.get("report", {}).get("notebook", "notebooks/report.ipynb"),
+        notebook=config["report"]["notebook"],
         index=f"{R}/runs_index.csv",
         tables=TABLE_FILES,
         figures=FIGURE_FILES,
