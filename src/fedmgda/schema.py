@@ -148,7 +148,28 @@ def config_docs(schema: dict[str, Any] | None = None) -> str:
         if isinstance(d.get("additionalProperties"), dict):
             lines += [f"Other keys: {_cell(type_text(d['additionalProperties'], defs))}.", ""]
         lines += _table(d["properties"], defs)
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + ["", *algorithm_docs()]) + "\n"
+
+
+def _range(h) -> str:
+    low = "(" if h.low_open else "["
+    high = "∞)" if h.high == float("inf") else f"{h.high:g}]"
+    return f"{low}{h.low:g}, {high}"
+
+
+def algorithm_docs() -> list[str]:
+    """The built-in algorithms of ``fedmgda.catalog`` (a plug-in declares its own: docs/plugins.md)."""
+    from fedmgda.catalog import BUILTIN_ALGORITHMS
+
+    lines = ["### algorithms", "",
+             "A grid entry's `algorithm` and its `hparams` (from src/fedmgda/catalog.py; a hyper-parameter "
+             "left out takes its default; *implied* defaults are left out of run paths).", "",
+             "| algorithm | shown as | hyper-parameters: default, range | server rule |", "|---|---|---|---|"]
+    for a in BUILTIN_ALGORITHMS.values():
+        hps = "; ".join(f"`{k}`: {'unset' if h.default is None else f'{h.default:g}'}, {_range(h)}"
+                        + (" (implied)" if k in a.implied else "") for k, h in a.hparams.items())
+        lines.append(f"| `{a.name}` | {a.display} | {_cell(hps) or '—'} | {_cell(a.summary)} |")
+    return lines
 
 
 def render_readme(text: str, schema: dict[str, Any] | None = None) -> str:
