@@ -9,6 +9,8 @@ CORES ?= 2
 SNAKEMAKE_ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?= --only cifar10_b10_p0.1 fmnist_b10_p0.1 --rounds 1
+# the transcription of the paper's Tables 6-14 (kept outside the repository)
+PAPER_TABLES ?= ../shared/reference/paper_tables.md
 
 ifneq ($(VIRTUAL_ENV)$(CONDA_PREFIX),)
 PY := python
@@ -20,7 +22,7 @@ SETUP_STAMP := .venv/.setup-stamp
 export PATH := $(abspath .venv/bin):$(PATH)
 endif
 
-.PHONY: setup quick paper test test-fast lint dry-run benchmark config-docs clean
+.PHONY: setup quick paper test test-fast lint dry-run benchmark config-docs paper-reference clean
 
 setup: $(SETUP_STAMP)
 
@@ -49,7 +51,7 @@ test-fast: setup
 	$(PY) -m pytest -q -m "not slow and not slurm and not realdata" $(PYTEST_ARGS)
 
 lint: setup
-	$(PY) -m ruff check src tests
+	$(PY) -m ruff check src tests scripts
 	$(PY) -m snakemake --lint
 
 benchmark: setup
@@ -58,6 +60,10 @@ benchmark: setup
 # config/README.md's key tables from workflow/schemas/config.schema.yaml (fedmgda.schema)
 config-docs: setup
 	$(PY) -m fedmgda.schema config/README.md
+
+# rewrite the package's copy of the paper's numbers (src/fedmgda/reference/paper_tables.csv)
+paper-reference: setup
+	$(PY) scripts/paper_reference.py $(PAPER_TABLES)
 
 clean:
 	rm -rf .venv .setup-stamp-env .snakemake

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import importlib.util
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
 
 from fedmgda.tables import paper_reference
 
-from .paper_reference import parse
+from .conftest import REPO
 
-MD = Path("/work/shared/reference/paper_tables.md")
+SCRIPT = REPO / "scripts/paper_reference.py"  # the maintainer script that writes the CSV
+_spec = importlib.util.spec_from_file_location("paper_reference", SCRIPT)
+script = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(script)
+MD = script.DEFAULT_MD
 
 
 def test_reference_has_every_table_and_row_count():
@@ -37,10 +43,27 @@ def test_reference_values_spot_checks():
 
 @pytest.mark.skipif(not MD.is_file(), reason="the shared transcription is not available here")
 def test_reference_csv_matches_the_transcribed_markdown():
-    parsed = pd.DataFrame(parse(MD))
+    parsed = pd.DataFrame(script.parse(MD))
     ref = paper_reference()
     assert len(parsed) == len(ref)
     merged = parsed.merge(ref, on=["table", "row", "column"], suffixes=("_md", "_csv"))
     assert len(merged) == len(ref)
     assert (merged["mean_md"].round(2) == merged["mean_csv"]).all()
     assert (merged["std_md"].round(2) == merged["std_csv"]).all()
+
+
+def test_script_rewrites_the_csv_byte_for_byte(tmp_path):
+    if not MD.is_file():
+        pytest.skip("the shared transcription is not available here")
+    out = tmp_path / "paper_tables.csv"
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(MD), "--out", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes() == (REPO / "src/fedmgda/reference/paper_tables.csv").read_bytes()
+
+
+def test_script_names_the_missing_markdown(tmp_path):
+    missing = tmp_path / "paper_tables.md"
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(missing), "--out", str(tmp_path / "x.csv")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and str(missing) in proc.stderr and "PAPER_TABLES=" in proc.stderr
+    assert not (tmp_path / "x.csv").exists()

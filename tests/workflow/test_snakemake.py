@@ -1,11 +1,15 @@
 """The Snakemake workflow itself: the paper DAG resolves (>= 1000 training jobs), and the tiny
-config runs end to end (train -> table -> figure -> report); one deleted figure reruns alone."""
+config runs end to end (train -> table -> figure -> report), its `snakemake --report` holds every
+table, figure and the claims with their captions; one deleted figure reruns alone."""
 
 from __future__ import annotations
 
+import html
+import json
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -101,6 +105,47 @@ def test_tiny_config_end_to_end(workdir):
     assert "fairness_worst5" in claims and "improved_participants" in claims
     html = (out / "report/report.html").read_text()
     assert "Tiny table" in html and "Run time" in html and "claims, checked" in html
+
+
+def _report_json(page: str, name: str):
+    """One of the JSON objects the Snakemake report page embeds (`var <name> = {...};`)."""
+    m = re.search(rf'<script id="{name}">\s*var \w+ = (.*?);\s*</script>', page, re.S)
+    assert m, f"no {name} in the report page"
+    return json.loads(m.group(1))
+
+
+@pytest.mark.slow
+def test_snakemake_report_holds_every_table_figure_and_the_claims_with_captions(workdir, tmp_path):
+    # runs after the end-to-end test, on its outputs (before the next test deletes a figure)
+    out = workdir / "results/test"
+    if not (out / "claims.md").exists():
+        pytest.skip("needs the end-to-end run")
+    cfg = yaml.safe_load((workdir / "config/test.yaml").read_text())
+    reg = expand(cfg)
+    archive = tmp_path / "report.zip"
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--configfile", "config/test.yaml", "--report", str(archive)],
+                          cwd=workdir, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    with zipfile.ZipFile(archive) as zf:
+        names = zf.namelist()
+        page = zf.read(next(n for n in names if n.endswith("/report.html"))).decode()
+    categories = _report_json(page, "categories")
+    tables = {t: [f"results/test/tables/{t}.{ext}" for ext in ("csv", "md")] for t in reg.tables}
+    figures = {f: [f"results/test/figures/{f}.{ext}" for ext in ("pdf", "png")] for f in reg.figures}
+    assert set(categories) == {"Tables", "Figures", "Claims"}
+    assert {t: sorted(v) for t, v in categories["Tables"].items()} == tables  # one subcategory each
+    assert {f: sorted(v) for f, v in categories["Figures"].items()} == figures
+    assert sorted(f for v in categories["Claims"].values() for f in v) == [f"results/test/claims.{e}" for e in ("csv", "md")]
+    results = _report_json(page, "results")
+    stored = {Path(n).name for n in names if "/data/raw/" in n}  # the files themselves, beside the page
+    for specs, files in ((reg.tables, tables), (reg.figures, figures)):
+        for name, spec in specs.items():
+            for f in files[name]:
+                assert Path(f).name in stored
+                assert html.escape(spec["title"], quote=False) in results[f]["caption"], f
+    for f in ("claims.csv", "claims.md"):
+        assert f in stored and "claims, checked on the runs" in results[f"results/test/{f}"]["caption"]
+    assert '<tt class="docutils literal">test</tt>' in _report_json(page, "workflow-desc")  # the profile
 
 
 @pytest.mark.slow

@@ -10,8 +10,10 @@ if CLAIMS:
         input:
             run_summaries(claim_runs(CLAIMS)),
         output:
-            csv=f"{R}/claims.csv",
-            md=f"{R}/claims.md",
+            csv=report(f"{R}/claims.csv", caption=CAPTIONS["claims"], category="Claims",
+                       labels={"file": "csv"}),
+            md=report(f"{R}/claims.md", caption=CAPTIONS["claims"], category="Claims",
+                      labels={"file": "markdown"}),
         params:
             spec=json.dumps(CLAIMS, ensure_ascii=False),
             runs_dir=lambda w: RUNS_DIR,

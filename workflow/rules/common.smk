@@ -1,6 +1,7 @@
 """Registry -> run keys, partition keys, table / figure / report targets (fedmgda.experiments)."""
 
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -40,6 +41,17 @@ TABLE_FILES = [f"{R}/tables/{t}.{ext}" for t in REG.tables for ext in ("csv", "m
 FIGURE_FILES = [f"{R}/figures/{f}.{ext}" for f in REG.figures for ext in ("pdf", "png")]
 CLAIM_FILES = [f"{R}/claims.csv", f"{R}/claims.md"] if CLAIMS else []
 REPORT_FILES = [f"{R}/report/report.ipynb", f"{R}/report/report.html"]
+
+
+# `snakemake --report`: captions (workflow/report/*.rst, relative to workflow/rules/) are Jinja
+# templates rendered per job, so one generic caption per kind reads the item's title from params.
+CAPTIONS = {kind: f"../report/{kind}.rst" for kind in ("table", "figure", "claims")}
+
+
+def caption_title(spec, name):
+    """The registry title of a table / figure as caption text: reStructuredText markup characters
+    escaped, so a title shows literally."""
+    return re.sub(r"([\\`*_|])", r"\\\1", str(spec.get("title") or name))
 
 
 def run_summaries(keys):

@@ -11,9 +11,12 @@ for _name, _spec in REG.figures.items():
         input:
             run_summaries([r for row in _fig_spec["rows"] for r in row["runs"]]),
         output:
-            pdf=f"{R}/figures/{_name}.pdf",
-            png=f"{R}/figures/{_name}.png",
+            pdf=report(f"{R}/figures/{_name}.pdf", caption=CAPTIONS["figure"], category="Figures",
+                       subcategory=_name, labels={"figure": _name, "file": "pdf"}),
+            png=report(f"{R}/figures/{_name}.png", caption=CAPTIONS["figure"], category="Figures",
+                       subcategory=_name, labels={"figure": _name, "file": "png"}),
         params:
+            title=caption_title(_spec, _name),
             spec=json.dumps(_fig_spec, ensure_ascii=False),
             runs_dir=lambda w: RUNS_DIR,
             wf=WF,

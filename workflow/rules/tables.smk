@@ -9,9 +9,12 @@ for _name, _spec in REG.tables.items():
         input:
             run_summaries(REG.runs_of(_spec["experiments"])),
         output:
-            csv=f"{R}/tables/{_name}.csv",
-            md=f"{R}/tables/{_name}.md",
+            csv=report(f"{R}/tables/{_name}.csv", caption=CAPTIONS["table"], category="Tables",
+                       subcategory=_name, labels={"table": _name, "file": "csv"}),
+            md=report(f"{R}/tables/{_name}.md", caption=CAPTIONS["table"], category="Tables",
+                      subcategory=_name, labels={"table": _name, "file": "markdown"}),
         params:
+            title=caption_title(_spec, _name),
             spec=json.dumps(item_spec(REG, _spec), ensure_ascii=False),
             runs_dir=lambda w: RUNS_DIR,
             wf=WF,

@@ -1,20 +1,30 @@
-"""Parse /work/shared/reference/paper_tables.md (the transcription of the paper's Tables 6-14)
-into the long table stored at src/fedmgda/reference/paper_tables.csv.
+"""Parse paper_tables.md (the transcription of the paper's Tables 6-14, kept outside the
+repository in ../shared/reference/) into the long table shipped as package data,
+src/fedmgda/reference/paper_tables.csv.
 
-Run ``python tests/workflow/paper_reference.py PAPER_TABLES.md`` to (re)write the CSV; the test
-``test_paper_tables.py`` re-parses the markdown (when present) and checks the CSV against it.
-Row keys are made with :func:`fedmgda.experiments.row_key`, the same function that names the
-registry's rows, so tables can match paper rows to reproduced rows.
+    make paper-reference [PAPER_TABLES=path/to/paper_tables.md]
+    python scripts/paper_reference.py [path/to/paper_tables.md] [--out CSV]
+
+The test tests/workflow/test_paper_tables.py re-parses the markdown (when present) and checks the
+CSV against it. Row keys are made with :func:`fedmgda.experiments.row_key`, the same function that
+names the registry's rows, so tables can match paper rows to reproduced rows.
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
 import re
 import sys
 from pathlib import Path
 
-from fedmgda.experiments import row_key
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))  # works without `pip install -e .`
+
+from fedmgda.experiments import row_key  # noqa: E402
+
+DEFAULT_MD = REPO.parent / "shared/reference/paper_tables.md"
+DEFAULT_CSV = REPO / "src/fedmgda/reference/paper_tables.csv"
 
 NAMES = {"FedMGDA": "fedmgda", "FedMGDA+": "fedmgda_plus", "MGDA-Prox": "mgda_prox", "FedAvg": "fedavg",
          "FedAvg-n": "fedavg_n", "FedProx": "fedprox", "q-FedAvg": "qfedavg", "AFL": "afl"}
@@ -126,9 +136,22 @@ def write_csv(rows: list[dict], path: str | Path) -> None:
             w.writerow({**r, "mean": f"{r['mean']:.2f}", "std": f"{r['std']:.2f}"})
 
 
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("markdown", nargs="?", type=Path, default=DEFAULT_MD,
+                    help=f"the transcription of the paper's tables (default: {DEFAULT_MD})")
+    ap.add_argument("--out", type=Path, default=DEFAULT_CSV, help=f"the CSV to write (default: {DEFAULT_CSV})")
+    args = ap.parse_args(argv)
+    if not args.markdown.is_file():
+        print(f"paper_reference: {args.markdown} not found. It is the transcription of the paper's "
+              "Tables 6-14 (not part of this repository); pass its path: "
+              "make paper-reference PAPER_TABLES=path/to/paper_tables.md", file=sys.stderr)
+        return 2
+    rows = parse(args.markdown)
+    write_csv(rows, args.out)
+    print(f"wrote {len(rows)} values to {args.out}")
+    return 0
+
+
 if __name__ == "__main__":
-    md = sys.argv[1] if len(sys.argv) > 1 else "/work/shared/reference/paper_tables.md"
-    dest = Path(__file__).resolve().parents[2] / "src/fedmgda/reference/paper_tables.csv"
-    rows = parse(md)
-    write_csv(rows, dest)
-    print(f"wrote {len(rows)} values to {dest}")
+    sys.exit(main())
