@@ -45,7 +45,7 @@ REPORT_FILES = [f"{R}/report/report.ipynb", f"{R}/report/report.html"]
 
 # `snakemake --report`: captions (workflow/report/*.rst, relative to workflow/rules/) are Jinja
 # templates rendered per job, so one generic caption per kind reads the item's title from params.
-CAPTIONS = {kind: f"../report/{kind}.rst" for kind in ("table", "figure", "claims")}
+CAPTIONS = {kind: f"../report/{kind}.rst" for kind in ("table", "figure", "claims", "notebook")}
 
 
 def caption_title(spec, name):

@@ -65,7 +65,7 @@ rule report_html:
     input:
         f"{R}/report/report.ipynb",
     output:
-        f"{R}/report/report.html",
+        report(f"{R}/report/report.html", caption=CAPTIONS["notebook"], category="Report"),
     log:
         f"{LOGS}/report/nbconvert.log",
     benchmark:
