@@ -22,17 +22,18 @@ def clients(sizes, dim=7, classes=3, seed=0):
     return x, y, [torch.arange(int(starts[i]), int(starts[i + 1])) for i in range(len(sizes))]
 
 
+@pytest.mark.parametrize("classes", [2, 3])  # two: the steps on the logit difference
 @pytest.mark.parametrize("mu", [0.0, 0.3])
 @pytest.mark.parametrize("batch_size", [4, None])
-def test_analytic_step_follows_the_autograd_trajectory(mu, batch_size):
+def test_analytic_step_follows_the_autograd_trajectory(mu, batch_size, classes):
     """Different client sizes (padding, clients done early), momentum, prox, a scaling attacker,
     two epochs, and one start model per client (packed runs)."""
     torch.manual_seed(0)
-    flat = FlatModel(build_model("logreg", (7,), 3))
+    flat = FlatModel(build_model("logreg", (7,), classes))
     hparams = LocalHParams(epochs=2, batch_size=batch_size, lr=0.1, momentum=0.5, mu=mu)
     trainer = LocalTrainer(flat, hparams)
     assert trainer.analytic is not None
-    x, y, idx = clients([13, 3, 9, 22, 9])
+    x, y, idx = clients([13, 3, 9, 22, 9], classes=classes)
     starts = flat.initial_vector() + 0.3 * torch.randn(len(idx), flat.num_params)
     scales = torch.tensor([1.0, 2.5, 1.0, 1.0, 0.5])
     batched = trainer.train_batched(starts, x, y, idx, [torch.Generator().manual_seed(k) for k in range(len(idx))], scales)
@@ -43,15 +44,16 @@ def test_analytic_step_follows_the_autograd_trajectory(mu, batch_size):
 
 
 
+@pytest.mark.parametrize("classes", [2, 3])
 @pytest.mark.parametrize("mu", [0.0, 0.3])
-def test_clients_sharing_a_minibatch_sequence_train_as_one_group(mu):
+def test_clients_sharing_a_minibatch_sequence_train_as_one_group(mu, classes):
     """Packed runs of one seed give the same user the same minibatch order: such clients share one
     gathered minibatch and one matmul, each with its own start model and scale; groups of unequal
     size (empty slots) and a group that stops early."""
     torch.manual_seed(0)
-    flat = FlatModel(build_model("logreg", (7,), 3))
+    flat = FlatModel(build_model("logreg", (7,), classes))
     trainer = LocalTrainer(flat, LocalHParams(epochs=1, batch_size=4, lr=0.1, momentum=0.5, mu=mu))
-    x, y, (big, small) = clients([21, 6])
+    x, y, (big, small) = clients([21, 6], classes=classes)
     idx = [big, small, big, big, small]
     seeds = [7, 3, 7, 7, 3]
     starts = flat.initial_vector() + 0.3 * torch.randn(len(idx), flat.num_params)
@@ -74,11 +76,12 @@ def test_models_that_are_not_linear_softmax_keep_the_autograd_step():
     assert LinearSoftmaxSteps.eligible(FlatModel(build_model("logreg", (99,), 2)))
 
 
+@pytest.mark.parametrize("classes", [2, 3])
 @pytest.mark.parametrize("algorithm,hparams", [("qfedavg", {"q": 0.5}), ("fedprox", {"mu": 0.1}), ("fedmgda_plus", {"eta": 1.0})])
-def test_packed_analytic_runs_match_the_sequential_reference(algorithm, hparams):
+def test_packed_analytic_runs_match_the_sequential_reference(algorithm, hparams, classes):
     """Packed runs (their own seeds and attacks) with batched participant losses, against each
     run alone on the reference path (batched: false)."""
-    data = make_toy_federated(num_users=5)
+    data = make_toy_federated(num_users=5, classes=classes)
     data.train_idx[0] = data.train_idx[0][:5]  # unequal clients
     common = dict(algorithm=algorithm, hparams=hparams, rounds=4, participation=1.0, batch_size=4)
     configs = [toy_config(seed=1, **common), toy_config(seed=2, attack={"kind": "scaling", "user": 1, "value": 3.0}, **common)]

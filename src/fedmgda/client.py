@@ -232,6 +232,16 @@ class LinearSoftmaxSteps:
     steps, so the groups with a minibatch at a step are a prefix (as ``active`` in
     ``_local_steps``). Same minibatch order, hence the same trajectory as the autograd step up to
     float rounding.
+
+    Two classes (Adult) take the logit difference instead: the loss depends on W|b only through
+    v = w_1 - w_0 (the class-1 minus the class-0 column), its gradient in w_1 is
+    g = [x 1]^T (c * (sigmoid(x v) - y)) and minus that in w_0, so the data term moves w_1 and w_0
+    by opposite amounts and leaves w_1 + w_0 as it was (the proximal term, 2 mu (w_j - w_start_j),
+    is opposite on the two as well). The steps then run on v alone, one column per member:
+        buf <- momentum * buf + g + mu (v - v_start),   v <- v - 2 lr buf,
+    and the update of w_1 is (v - v_start) / 2, that of w_0 its negative: the same SGD in exact
+    arithmetic, with half the matmul width and a sigmoid for the softmax (about half the step's
+    operations, and these steps cost their per-operation overhead).
     """
 
     chunk_elements = 1 << 22  # gathered samples x features per chunk of steps (16 MB in float32)
@@ -288,25 +298,33 @@ class LinearSoftmaxSteps:
         lr, momentum, mu = self.hparams.lr, self.hparams.momentum, self.hparams.mu
         n = positions.shape[0]
         classes, features = self.classes, self.features
+        binary = classes == 2
+        cols = 1 if binary else classes  # weight columns per member: v, or W|b's columns
         x1, onehot = self._augmented(data_x, data_y, w_start.dtype, classes)
+        if binary:
+            onehot = onehot[:, 1:]  # y
         sequences, group, slot, members = self._groups(positions)
         groups, steps, width = sequences.shape
         # flat [W (C x D) row-major, b] per client -> its slot of (groups, D + 1, members, C)
         flat_start = w_start.expand(n, -1)
         per_client = torch.cat([flat_start[:, : classes * features].view(n, classes, features).transpose(1, 2), flat_start[:, None, classes * features :]], dim=1)
-        starts = per_client.new_zeros(groups, features + 1, members, classes)
+        if binary:
+            per_client = per_client[:, :, 1:] - per_client[:, :, :1]  # v = w_1 - w_0
+        starts = per_client.new_zeros(groups, features + 1, members, cols)
         starts[group, :, slot] = per_client
         slot_scale = scales.new_zeros(groups, members)  # empty slots: scale 0, so they never move
         slot_scale[group, slot] = scales
-        w = starts.clone().view(groups, features + 1, members * classes)
+        w = starts.clone().view(groups, features + 1, members * cols)
         buf = torch.zeros_like(w)
         starts = starts.view_as(w)
+        # binary: buf is w_1's, v moves twice w_1's step; w_1's proximal gradient is mu (v - v_start)
+        step_size, prox_weight = (2 * lr, mu) if binary else (lr, 2 * mu)
         loss_sum = torch.zeros(groups, members, device=w.device, dtype=w.dtype)
         prox_sum = torch.zeros_like(loss_sum)
         real = sequences >= 0
         group_active = (real[:, :, 0].sum(dim=1)[:, None] > torch.arange(steps, device=real.device)).sum(dim=0).tolist()
         chunk = max(1, self.chunk_elements // (groups * width * (features + 1)))
-        logits = w.new_zeros(min(chunk, steps), groups, width, members * classes)
+        logits = w.new_zeros(min(chunk, steps), groups, width, members * cols)
         first = 0
         while first < steps:
             k = group_active[first]  # groups with a minibatch at this step: a prefix; constant over the chunk
@@ -317,30 +335,39 @@ class LinearSoftmaxSteps:
             per_batch = slot_scale[None, :k] / mask.sum(dim=2).clamp(min=1)[:, :, None]  # scale / real samples, (steps, groups, members)
             coef = (mask[:, :, :, None] * per_batch[:, :, None, :]).unsqueeze(4)  # (steps, groups, width, members, 1)
             x = x1[pos.clamp(min=0)]  # (steps, groups, width, D + 1)
-            target = onehot[pos.clamp(min=0)].mul_(mask.unsqueeze(3)).unsqueeze(3)  # (steps, groups, width, 1, C)
+            target = onehot[pos.clamp(min=0)].mul_(mask.unsqueeze(3)).unsqueeze(3)  # (steps, groups, width, 1, cols)
             neg_target = (target * -coef).flatten(3)
-            coef = coef.expand(-1, -1, -1, -1, classes).flatten(3)
+            coef = coef.expand(-1, -1, -1, -1, cols).flatten(3)
             used = logits[: last - first, :k]
             w_k, buf_k, starts_k = w[:k], buf[:k], starts[:k]
             for x_s, z_s, target_s, coef_s in zip(x.unbind(0), used.unbind(0), neg_target.unbind(0), coef.unbind(0)):
                 z = torch.bmm(x_s, w_k, out=z_s)
-                # softmax over each member's classes, written out: torch.softmax costs 4x more on
-                # these tiny (groups, width, members, classes) tensors on the CPU
-                z4 = z.view(k, width, members, classes)
-                p = (z4 - z4.amax(dim=3, keepdim=True)).exp_()
-                p = p.div_(p.sum(dim=3, keepdim=True)).view_as(z)
+                if binary:
+                    p = torch.sigmoid(z)  # P(class 1), the softmax of the two logits
+                else:
+                    # softmax over each member's classes, written out: torch.softmax costs 4x more
+                    # on these tiny (groups, width, members, classes) tensors on the CPU
+                    z4 = z.view(k, width, members, classes)
+                    p = (z4 - z4.amax(dim=3, keepdim=True)).exp_()
+                    p = p.div_(p.sum(dim=3, keepdim=True)).view_as(z)
                 buf_k.baddbmm_(x_s.transpose(1, 2), torch.addcmul(target_s, p, coef_s), beta=momentum)
                 if mu:
                     gap = w_k - starts_k
-                    buf_k.add_(gap, alpha=2 * mu)
-                    prox_sum[:k] += gap.square().view(k, features + 1, members, classes).sum(dim=(1, 3))
-                w_k.sub_(buf_k, alpha=lr)
+                    buf_k.add_(gap, alpha=prox_weight)
+                    prox_sum[:k] += gap.square().view(k, features + 1, members, cols).sum(dim=(1, 3))
+                w_k.sub_(buf_k, alpha=step_size)
             # as the autograd objective: each minibatch's summed NLL, then / real samples * scale
-            log_p = torch.log_softmax(used.view(*used.shape[:3], members, classes), dim=4)
-            nll_sums = log_p.mul_(target).sum(dim=(2, 4)).neg_()  # (steps, groups, members)
+            if binary:  # -log p(y) = softplus(z) - y z, z the logit difference
+                nll_sums = (F.softplus(used).mul_(mask.unsqueeze(3)) - used * target.flatten(3)).sum(dim=2)
+            else:
+                log_p = torch.log_softmax(used.view(*used.shape[:3], members, classes), dim=4)
+                nll_sums = log_p.mul_(target).sum(dim=(2, 4)).neg_()  # (steps, groups, members)
             loss_sum[:k] += (nll_sums * per_batch).sum(dim=0)
             first = last
-        update = (w - starts).view(groups, features + 1, members, classes)[group, :, slot]  # (clients, D + 1, C)
+        update = (w - starts).view(groups, features + 1, members, cols)[group, :, slot]  # (clients, D + 1, cols)
+        if binary:  # ||w - w_start||^2 = 2 ||(v - v_start) / 2||^2; w_0 and w_1 move by -/+ (v - v_start) / 2
+            prox_sum = prox_sum / 2
+            update = torch.cat([-update / 2, update / 2], dim=2)
         steps_done = (positions[:, :, 0] >= 0).sum(dim=1).to(w.dtype)  # a client's minibatch s is real iff its first slot is
         loss = (loss_sum + mu * prox_sum)[group, slot]
         flat = torch.cat([update[:, :features].transpose(1, 2).reshape(n, -1), update[:, features]], dim=1)
