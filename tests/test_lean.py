@@ -2,6 +2,7 @@
 autograd reference path, and the progress lines of ``fedmgda train``."""
 
 import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -76,12 +77,14 @@ def test_models_that_are_not_linear_softmax_keep_the_autograd_step():
     assert LinearSoftmaxSteps.eligible(FlatModel(build_model("logreg", (99,), 2)))
 
 
-@pytest.mark.parametrize("classes", [2, 3])
+@pytest.mark.parametrize("classes,dim", [(2, 10), (3, 10), (2, 3)])  # dim 3, binarised: many equal samples
 @pytest.mark.parametrize("algorithm,hparams", [("qfedavg", {"q": 0.5}), ("fedprox", {"mu": 0.1}), ("fedmgda_plus", {"eta": 1.0})])
-def test_packed_analytic_runs_match_the_sequential_reference(algorithm, hparams, classes):
-    """Packed runs (their own seeds and attacks) with batched participant losses, against each
-    run alone on the reference path (batched: false)."""
-    data = make_toy_federated(num_users=5, classes=classes)
+def test_packed_analytic_runs_match_the_sequential_reference(algorithm, hparams, classes, dim):
+    """Packed runs (their own seeds and attacks) with batched participant losses and evaluation,
+    against each run alone on the reference path (batched: false)."""
+    data = make_toy_federated(num_users=5, classes=classes, dim=dim)
+    if dim == 3:  # the labels stay those of the real-valued features: equal samples, different labels
+        data = replace(data, x=(data.x > 0).float(), global_test={k: ((x > 0).float(), y) for k, (x, y) in data.global_test.items()})
     data.train_idx[0] = data.train_idx[0][:5]  # unequal clients
     common = dict(algorithm=algorithm, hparams=hparams, rounds=4, participation=1.0, batch_size=4)
     configs = [toy_config(seed=1, **common), toy_config(seed=2, attack={"kind": "scaling", "user": 1, "value": 3.0}, **common)]
@@ -89,8 +92,11 @@ def test_packed_analytic_runs_match_the_sequential_reference(algorithm, hparams,
     for cfg, result in zip(configs, packed):
         alone = run(toy_config(**{**cfg.to_dict(), "attack": cfg.attack.__dict__, "batched": False}), data=data, model_name="logreg")
         assert torch.allclose(result.final_weights, alone.final_weights, rtol=1e-5, atol=1e-6)
-        for column in ("train_loss", "improved_loss", "mean_acc"):
+        for column in ("train_loss", "improved_loss", "improved_acc", "mean_acc", "worst5_acc", "test_acc_pooled"):
             assert result.metrics[column].to_numpy() == pytest.approx(alone.metrics[column].to_numpy(), rel=1e-5, nan_ok=True)
+        for column in ("accuracy", "loss"):
+            assert result.per_user[column].to_numpy() == pytest.approx(alone.per_user[column].to_numpy(), rel=1e-5)
+        assert result.summary["final"] == pytest.approx(alone.summary["final"], rel=1e-6)
 
 
 def test_training_prints_progress_lines(tmp_path, capsys):
