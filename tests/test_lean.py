@@ -57,17 +57,34 @@ def test_clients_sharing_a_minibatch_sequence_train_as_one_group(mu, classes):
     x, y, (big, small) = clients([21, 6], classes=classes)
     idx = [big, small, big, big, small]
     seeds = [7, 3, 7, 7, 3]
+    generators = {seed: torch.Generator().manual_seed(seed) for seed in set(seeds)}  # one plan per (samples, generator)
     starts = flat.initial_vector() + 0.3 * torch.randn(len(idx), flat.num_params)
     scales = torch.tensor([1.0, 2.0, 0.5, 1.0, 1.0])
-    batched = trainer.train_batched(starts, x, y, idx, [torch.Generator().manual_seed(k) for k in seeds], scales)
-    sequences, _, _, members = LinearSoftmaxSteps._groups(torch.stack([
-        torch.nn.functional.pad(trainer.padded_batches(i, torch.Generator().manual_seed(k)), (0, 0, 0, 6 - len(i) // 4 - (len(i) % 4 > 0)), value=-1)
-        for i, k in zip(idx, seeds)]))
-    assert len(sequences) == 2 and members == 3
+    batched = trainer.train_batched(starts, x, y, idx, [generators[k] for k in seeds], scales)
+    plans = [trainer.padded_batches(i, torch.Generator().manual_seed(k)) for i, k in [(big, 7), (small, 3)]]
+    sequences, group, slot, members = LinearSoftmaxSteps._groups(plans, [0, 1, 0, 0, 1])
+    assert sequences.shape == (2, 6, 4) and members == 3
+    assert group.tolist() == [0, 1, 0, 0, 1] and slot.tolist() == [0, 0, 1, 2, 1]
     for k, i in enumerate(idx):
         reference = trainer.train(starts[k], x[i], y[i], torch.Generator().manual_seed(seeds[k]), float(scales[k]))
         assert torch.allclose(batched[k].update, reference.update, rtol=1e-5, atol=1e-6)
         assert torch.allclose(batched[k].train_loss, reference.train_loss, rtol=1e-5)
+
+
+def test_clients_given_the_same_samples_and_generator_share_one_minibatch_plan():
+    """Packed runs pass one (index tensor, generator) per seed and user: drawn once, as if each
+    client had its own generator of that seed."""
+    torch.manual_seed(0)
+    flat = FlatModel(build_model("logreg", (7,), 2))
+    trainer = LocalTrainer(flat, LocalHParams(epochs=1, batch_size=4, lr=0.1, momentum=0.5))
+    x, y, (big, small) = clients([21, 6], classes=2)
+    starts = flat.initial_vector() + 0.3 * torch.randn(4, flat.num_params)
+    g_big, g_small = torch.Generator().manual_seed(7), torch.Generator().manual_seed(3)
+    shared = trainer.train_batched(starts, x, y, [big, small, big, big], [g_big, g_small, g_big, g_big], torch.ones(4))
+    own = trainer.train_batched(starts, x, y, [big, small, big, big], [torch.Generator().manual_seed(k) for k in (7, 3, 7, 7)], torch.ones(4))
+    for a, b in zip(shared, own):
+        assert torch.allclose(a.update, b.update, rtol=1e-6, atol=1e-7) and torch.allclose(a.train_loss, b.train_loss, rtol=1e-6)
+
 
 def test_models_that_are_not_linear_softmax_keep_the_autograd_step():
     for name, shape, classes in [("cnn_fmnist", (1, 28, 28), 10), ("mlp_digits", (64,), 10)]:

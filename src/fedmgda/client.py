@@ -147,10 +147,23 @@ class LocalTrainer:
         w_start: the start (P,), or one per client (clients, P) when several runs are packed.
         data_x, data_y: the pooled samples; client_idx[i]: client i's sample indices into them
         (best on the CPU: the minibatch plan is built there and sent to the device in one copy).
+        Clients given the same index tensor and the same generator object share one minibatch
+        plan, drawn once (packed runs of one seed: the same user's minibatch order).
         """
         self.model.module.train(self.dropout)
         device = data_x.device
-        batches = [self.padded_batches(idx.cpu(), g) for idx, g in zip(client_idx, generators)]
+        plans: dict[tuple[int, int], int] = {}
+        distinct: list[torch.Tensor] = []
+        for idx, g in zip(client_idx, generators):
+            if (id(idx), id(g)) not in plans:
+                plans[id(idx), id(g)] = len(distinct)
+                distinct.append(self.padded_batches(idx.cpu(), g))
+        plan_of = [plans[id(idx), id(g)] for idx, g in zip(client_idx, generators)]
+        if self.analytic is not None:  # the steps of each distinct plan, its clients side by side
+            with single_thread_on_cpu(device, True):
+                updates, mean_loss = self.analytic(w_start, data_x, data_y, distinct, plan_of, scales.to(device=device, dtype=w_start.dtype))
+            return [ClientResult(update=u, train_loss=loss) for u, loss in zip(updates, mean_loss)]
+        batches = [distinct[i] for i in plan_of]
         order = sorted(range(len(batches)), key=lambda i: -len(batches[i]))  # most steps first
         width = max(b.shape[1] for b in batches)
         positions = torch.full((len(batches), len(batches[order[0]]), width), -1, dtype=torch.long)
@@ -163,13 +176,10 @@ class LocalTrainer:
         inputs = (w_start, positions.to(device), scales.to(device=device, dtype=w_start.dtype)[order])
 
         def local_steps(w_start, positions, scales):
-            if self.analytic is not None:
-                return self.analytic(w_start, data_x, data_y, positions, scales, active)
             return self._local_steps(w_start, data_x, data_y, positions, scales, active)
 
         if self.graphs is None:
-            with single_thread_on_cpu(device, self.analytic is not None):
-                updates, mean_loss = local_steps(*inputs)
+            updates, mean_loss = local_steps(*inputs)
         else:
             key = (tuple(positions.shape), active, w_start.dtype, data_x.data_ptr(), self.dropout)
             updates, mean_loss = self.graphs(key, local_steps, inputs)
@@ -218,13 +228,14 @@ def single_thread_on_cpu(device: torch.device, active: bool = True):
 
 
 class LinearSoftmaxSteps:
-    """``LocalTrainer._local_steps`` for a model log_softmax(x W^T + b), gradient written out.
+    """The batched client update of ``LocalTrainer.train_batched`` for a model log_softmax(x W^T + b),
+    gradient written out.
 
     Per client and step, with c = scale * mask / (real samples of the minibatch):
         grad W|b = [x 1]^T (c * (softmax(z) - onehot(y))) + 2 mu (w - w_start),  z = [x 1] [W|b]^T
     and the momentum update of ``LocalTrainer.step`` (the first step's buffer is the gradient:
-    the buffer starts at zero). Clients with the same minibatch sequence form a group (packed runs
-    of one seed draw the same order for the same user: Table 7's 115 runs have 10 sequences), whose
+    the buffer starts at zero). The clients of one minibatch plan form a group (packed runs of one
+    seed draw the same order for the same user: Table 7's 115 runs have 10 plans), whose
     weights sit side by side as (features + 1, members x classes), bias last: each step is one
     ``bmm`` forward and one in-place ``baddbmm_`` (gradient and momentum) per group, on samples
     gathered once per group. Minibatches are gathered a chunk of steps at a time, and a chunk's
@@ -268,42 +279,38 @@ class LinearSoftmaxSteps:
         return self._x1, self._onehot
 
     @staticmethod
-    def _groups(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-        """Clients with identical minibatch sequences: (the groups' sequences, most steps first;
-        each client's group; each client's slot in its group; the largest group's size)."""
-        n = positions.shape[0]
-        rows = positions.view(n, -1)
-        # group by an integer fingerprint of each row (exact arithmetic, so equal rows always
-        # agree; cheap), then check that the members of a group are equal
-        probe = torch.randint(1, 1 << 31, (rows.shape[1],), generator=torch.Generator().manual_seed(0)).to(rows.device)
-        _, group = torch.unique((rows * probe).sum(dim=1), return_inverse=True)
-        first = torch.full((int(group.max()) + 1,), n, dtype=torch.long, device=rows.device).scatter_reduce_(0, group, torch.arange(n, device=rows.device), "amin")
-        if not torch.equal(rows, rows[first[group]]):  # a fingerprint collision: group exactly
-            _, group = torch.unique(rows, dim=0, return_inverse=True)
-            first = torch.full((int(group.max()) + 1,), n, dtype=torch.long, device=rows.device).scatter_reduce_(0, group, torch.arange(n, device=rows.device), "amin")
-        sequences = rows[first]
-        sequences = sequences.view(-1, *positions.shape[1:])
-        order = torch.argsort(-(sequences[:, :, 0] >= 0).sum(dim=1), stable=True)
-        rank = torch.empty_like(order)
-        rank[order] = torch.arange(len(order), device=order.device)
-        group = rank[group]
-        slot = torch.zeros_like(group)
-        counts = torch.zeros(len(order), dtype=torch.long, device=group.device)
-        for i, g in enumerate(group.tolist()):  # a client's slot: how many of its group came before it
-            slot[i] = counts[g]
-            counts[g] += 1
-        return sequences[order], group, slot, int(counts.max())
+    def _groups(plans: list[torch.Tensor], plan_of: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """The clients of each plan as a group: (the plans padded to one (groups, steps, width)
+        tensor, most steps first; each client's group; each client's slot in its group, in the
+        clients' order; the largest group's size)."""
+        order = sorted(range(len(plans)), key=lambda i: -len(plans[i]))  # most steps first
+        sequences = torch.full((len(plans), len(plans[order[0]]), max(p.shape[1] for p in plans)), -1, dtype=torch.long)
+        for row, i in enumerate(order):
+            sequences[row, : plans[i].shape[0], : plans[i].shape[1]] = plans[i]
+        rank = torch.empty(len(plans), dtype=torch.long)
+        rank[order] = torch.arange(len(plans))
+        group = rank[plan_of]
+        # a client's slot: how many of its group come before it
+        by_group = torch.argsort(group, stable=True)
+        counts = torch.bincount(group, minlength=len(plans))
+        slot = torch.empty_like(group)
+        slot[by_group] = torch.arange(len(group)) - (counts.cumsum(0) - counts)[group[by_group]]
+        return sequences, group, slot, int(counts.max())
 
-    def __call__(self, w_start, data_x, data_y, positions, scales, active: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(self, w_start, data_x, data_y, plans: list[torch.Tensor], plan_of: list[int], scales) -> tuple[torch.Tensor, torch.Tensor]:
+        """The updates and mean losses of clients (rows, in ``plan_of``'s order) from ``w_start``
+        ((P,), or one row per client): plans[k] is a minibatch plan as ``padded_batches`` makes it,
+        plan_of[i] client i's."""
         lr, momentum, mu = self.hparams.lr, self.hparams.momentum, self.hparams.mu
-        n = positions.shape[0]
+        n = len(plan_of)
         classes, features = self.classes, self.features
         binary = classes == 2
         cols = 1 if binary else classes  # weight columns per member: v, or W|b's columns
         x1, onehot = self._augmented(data_x, data_y, w_start.dtype, classes)
         if binary:
             onehot = onehot[:, 1:]  # y
-        sequences, group, slot, members = self._groups(positions)
+        sequences, group, slot, members = self._groups(plans, plan_of)
+        sequences, group, slot = sequences.to(w_start.device), group.to(w_start.device), slot.to(w_start.device)
         groups, steps, width = sequences.shape
         # flat [W (C x D) row-major, b] per client -> its slot of (groups, D + 1, members, C)
         flat_start = w_start.expand(n, -1)
@@ -368,7 +375,7 @@ class LinearSoftmaxSteps:
         if binary:  # ||w - w_start||^2 = 2 ||(v - v_start) / 2||^2; w_0 and w_1 move by -/+ (v - v_start) / 2
             prox_sum = prox_sum / 2
             update = torch.cat([-update / 2, update / 2], dim=2)
-        steps_done = (positions[:, :, 0] >= 0).sum(dim=1).to(w.dtype)  # a client's minibatch s is real iff its first slot is
+        steps_done = real[:, :, 0].sum(dim=1).to(w.dtype)[group]  # a minibatch s is real iff its first slot is
         loss = (loss_sum + mu * prox_sum)[group, slot]
         flat = torch.cat([update[:, :features].transpose(1, 2).reshape(n, -1), update[:, features]], dim=1)
         return flat, loss / steps_done

@@ -575,12 +575,19 @@ def train_packed(sims: list[Simulation], requests: list[tuple[torch.Tensor, int,
             results[j][k] = sim.trainer.train(requests[j][0], sim.data.x[idx], sim.data.y[idx], torch.Generator().manual_seed(seed), loss_scale(sim.cfg.attack, user(j, k)))
             continue
         torch.manual_seed(derived_seed(*(key for j, k in members for key in client_key(j, k))))  # dropout, per client by vmap
+        # clients of one seed, user and partition draw one minibatch plan: the same samples and generator
+        plans: dict[tuple, tuple[torch.Tensor, torch.Generator]] = {}
+        for j, k in members:
+            key = (*client_key(j, k), sims[j].partition_key)
+            if key not in plans:
+                plans[key] = (sims[j].train_idx_cpu[user(j, k)], torch.Generator().manual_seed(derived_seed(*client_key(j, k))))
+        shared = [plans[(*client_key(j, k), sims[j].partition_key)] for j, k in members]
         trained = lead.trainer.train_batched(
             torch.stack([requests[j][0] for j, _ in members]),
             lead.data.x,
             lead.data.y,
-            [sims[j].train_idx_cpu[user(j, k)] for j, k in members],
-            [torch.Generator().manual_seed(derived_seed(*client_key(j, k))) for j, k in members],
+            [idx for idx, _ in shared],
+            [generator for _, generator in shared],
             torch.tensor([loss_scale(sims[j].cfg.attack, user(j, k)) for j, k in members]),
         )
         for (j, k), result in zip(members, trained):
