@@ -1,9 +1,15 @@
+import pytest
 import torch
 import torch.nn.functional as F
 
-import pytest
-
-from fedmgda.client import DistinctSamples, FlatModel, LocalHParams, LocalTrainer, evaluate_linear, evaluate_samples
+from fedmgda.client import (
+    DistinctSamples,
+    FlatModel,
+    LocalHParams,
+    LocalTrainer,
+    evaluate_linear,
+    evaluate_samples,
+)
 from fedmgda.models import build_model
 
 

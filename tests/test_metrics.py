@@ -1,7 +1,13 @@
 import numpy as np
 import torch
 
-from fedmgda.metrics import accuracy_stats, improved_fraction, participant_stats, per_owner_mean, sum_of_batch_means
+from fedmgda.metrics import (
+    accuracy_stats,
+    improved_fraction,
+    participant_stats,
+    per_owner_mean,
+    sum_of_batch_means,
+)
 
 
 def test_accuracy_stats_follow_the_papers_plotting_code():

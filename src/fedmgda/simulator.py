@@ -31,10 +31,10 @@ from fedmgda.attacks import force_attacker, loss_bias, loss_scale
 from fedmgda.client import (
     ClientResult,
     CudaGraphs,
+    DistinctSamples,
     FlatModel,
     LocalHParams,
     LocalTrainer,
-    DistinctSamples,
     evaluate_linear,
     evaluate_samples,
     single_thread_on_cpu,
