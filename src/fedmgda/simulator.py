@@ -104,7 +104,7 @@ class LossRequest:
 
 @dataclass
 class EvalRequest:
-    """A run asks for ``evaluate(w, with_global)``."""
+    """A run asks for ``evaluate(w, with_global)`` (its evaluation rounds)."""
 
     w: torch.Tensor
     with_global: bool
@@ -189,10 +189,11 @@ class Simulation:
         pooled = torch.cat(idx)
         per_sample, correct = evaluate_samples(self.model, w, self.data.x[pooled], self.data.y[pooled])
         sizes = [len(i) for i in idx]
-        return self._per_sample_total(participant_stats(per_sample, correct, sizes, self.local.batch_size), sizes)
+        return self.reported_stats(participant_stats(per_sample, correct, sizes, self.local.batch_size), sizes)
 
-    def _per_sample_total(self, stats: dict[str, torch.Tensor], sizes: list[int]) -> dict[str, torch.Tensor]:
-        """With qffl_loss = batch_sum_per_sample, F_i divided by the participant's train samples."""
+    def reported_stats(self, stats: dict[str, torch.Tensor], sizes: list[int]) -> dict[str, torch.Tensor]:
+        """``participant_stats`` as this run reports them: with qffl_loss = batch_sum_per_sample,
+        F_i divided by the participant's train samples."""
         if self.cfg.qffl_loss == "batch_sum_per_sample":
             stats["total"] = stats["total"] / torch.tensor(sizes, device=stats["total"].device, dtype=stats["total"].dtype)
         return stats
@@ -253,8 +254,9 @@ class Simulation:
     def steps(self, out_dir: str | Path | None = None):
         """The run as a generator: it yields (w, t, users) whenever a round's clients must be
         trained and is sent back their (updates, train losses), yields a LossRequest when its
-        participants' losses are needed and is sent back ``participant_losses``, an EvalRequest
-        when its model is evaluated and is sent back ``evaluate``, and returns the RunResult. Driving several runs' generators together is what ``run_packed`` does."""
+        participants' losses are needed and is sent back ``participant_losses``, yields an
+        EvalRequest when its model is evaluated and is sent back ``evaluate``, and returns the
+        RunResult. Driving several runs' generators together is what ``run_packed`` does."""
         cfg = self.cfg
         out = Path(out_dir) if out_dir is not None else None
         state = self._resume(out) if out is not None else None
@@ -510,7 +512,7 @@ def linear_participant_losses(sims: list[Simulation], ws: list[torch.Tensor], us
     per_sample, correct = (pairs.expand(values) for values in evaluate_linear(lead.model, torch.stack(ws), pairs.x, pairs.y))  # (samples, runs)
     sizes = [len(lead.data.train_idx[user]) for user in users]
     stats = participant_stats(per_sample, correct, sizes, lead.local.batch_size)  # (users, runs) each
-    return [sim._per_sample_total({key: value[:, r] for key, value in stats.items()}, sizes) for r, sim in enumerate(sims)]
+    return [sim.reported_stats({key: value[:, r] for key, value in stats.items()}, sizes) for r, sim in enumerate(sims)]
 
 
 def evaluate_packed(sims: list[Simulation], requests: list[EvalRequest]) -> list[tuple[np.ndarray, np.ndarray, dict[str, float]]]:
