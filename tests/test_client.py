@@ -1,7 +1,15 @@
+import pytest
 import torch
 import torch.nn.functional as F
 
-from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, evaluate_samples
+from fedmgda.client import (
+    DistinctSamples,
+    FlatModel,
+    LocalHParams,
+    LocalTrainer,
+    evaluate_linear,
+    evaluate_samples,
+)
 from fedmgda.models import build_model
 
 
@@ -91,3 +99,28 @@ def test_evaluate_samples_in_eval_mode():
     out = module(x)
     assert torch.allclose(loss, F.nll_loss(out, y, reduction="none"), atol=1e-6)  # no dropout
     assert torch.equal(correct, (out.argmax(1) == y).float())
+
+
+@pytest.mark.parametrize("classes", [2, 3])
+def test_evaluate_linear_evaluates_several_models_as_evaluate_samples_each(classes):
+    """One matrix product for several linear + log_softmax models; a model of equal logits (zero
+    weights: every class ties) predicts class 0, as argmax does."""
+    _, flat, x, y = setup("logreg", (10,), classes, n=31)
+    ws = torch.stack([flat.initial_vector() + 0.5 * torch.randn(flat.num_params) for _ in range(4)] + [torch.zeros(flat.num_params)])
+    per_sample, correct = evaluate_linear(flat, ws, x, y)
+    assert per_sample.shape == correct.shape == (31, 5)
+    for r, w in enumerate(ws):
+        loss, right = evaluate_samples(flat, w, x, y)
+        assert torch.allclose(per_sample[:, r], loss, rtol=1e-6, atol=1e-6)
+        assert torch.equal(correct[:, r], right)
+    assert torch.equal(correct[:, -1], (y == 0).float())
+
+
+def test_distinct_samples_give_each_sample_its_pairs_value():
+    x = torch.tensor([[0.0, 1.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0], [1.0, 0.0]])
+    y = torch.tensor([1, 0, 1, 0, 0])
+    pairs = DistinctSamples(x, y)
+    assert len(pairs.y) == 3  # (01, 1), (10, 0), (01, 0)
+    assert torch.equal(pairs.x[pairs.inverse], x) and torch.equal(pairs.y[pairs.inverse], y)
+    values = torch.stack([pairs.y * 10.0, pairs.x[:, 0]], dim=1)  # (pairs, 2)
+    assert torch.equal(pairs.expand(values), torch.stack([y * 10.0, x[:, 0]], dim=1))

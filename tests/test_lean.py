@@ -2,6 +2,7 @@
 autograd reference path, and the progress lines of ``fedmgda train``."""
 
 import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -22,17 +23,18 @@ def clients(sizes, dim=7, classes=3, seed=0):
     return x, y, [torch.arange(int(starts[i]), int(starts[i + 1])) for i in range(len(sizes))]
 
 
+@pytest.mark.parametrize("classes", [2, 3])  # two: the steps on the logit difference
 @pytest.mark.parametrize("mu", [0.0, 0.3])
 @pytest.mark.parametrize("batch_size", [4, None])
-def test_analytic_step_follows_the_autograd_trajectory(mu, batch_size):
+def test_analytic_step_follows_the_autograd_trajectory(mu, batch_size, classes):
     """Different client sizes (padding, clients done early), momentum, prox, a scaling attacker,
     two epochs, and one start model per client (packed runs)."""
     torch.manual_seed(0)
-    flat = FlatModel(build_model("logreg", (7,), 3))
+    flat = FlatModel(build_model("logreg", (7,), classes))
     hparams = LocalHParams(epochs=2, batch_size=batch_size, lr=0.1, momentum=0.5, mu=mu)
     trainer = LocalTrainer(flat, hparams)
     assert trainer.analytic is not None
-    x, y, idx = clients([13, 3, 9, 22, 9])
+    x, y, idx = clients([13, 3, 9, 22, 9], classes=classes)
     starts = flat.initial_vector() + 0.3 * torch.randn(len(idx), flat.num_params)
     scales = torch.tensor([1.0, 2.5, 1.0, 1.0, 0.5])
     batched = trainer.train_batched(starts, x, y, idx, [torch.Generator().manual_seed(k) for k in range(len(idx))], scales)
@@ -43,28 +45,46 @@ def test_analytic_step_follows_the_autograd_trajectory(mu, batch_size):
 
 
 
+@pytest.mark.parametrize("classes", [2, 3])
 @pytest.mark.parametrize("mu", [0.0, 0.3])
-def test_clients_sharing_a_minibatch_sequence_train_as_one_group(mu):
+def test_clients_sharing_a_minibatch_sequence_train_as_one_group(mu, classes):
     """Packed runs of one seed give the same user the same minibatch order: such clients share one
     gathered minibatch and one matmul, each with its own start model and scale; groups of unequal
     size (empty slots) and a group that stops early."""
     torch.manual_seed(0)
-    flat = FlatModel(build_model("logreg", (7,), 3))
+    flat = FlatModel(build_model("logreg", (7,), classes))
     trainer = LocalTrainer(flat, LocalHParams(epochs=1, batch_size=4, lr=0.1, momentum=0.5, mu=mu))
-    x, y, (big, small) = clients([21, 6])
+    x, y, (big, small) = clients([21, 6], classes=classes)
     idx = [big, small, big, big, small]
     seeds = [7, 3, 7, 7, 3]
+    generators = {seed: torch.Generator().manual_seed(seed) for seed in set(seeds)}  # one plan per (samples, generator)
     starts = flat.initial_vector() + 0.3 * torch.randn(len(idx), flat.num_params)
     scales = torch.tensor([1.0, 2.0, 0.5, 1.0, 1.0])
-    batched = trainer.train_batched(starts, x, y, idx, [torch.Generator().manual_seed(k) for k in seeds], scales)
-    sequences, _, _, members = LinearSoftmaxSteps._groups(torch.stack([
-        torch.nn.functional.pad(trainer.padded_batches(i, torch.Generator().manual_seed(k)), (0, 0, 0, 6 - len(i) // 4 - (len(i) % 4 > 0)), value=-1)
-        for i, k in zip(idx, seeds)]))
-    assert len(sequences) == 2 and members == 3
+    batched = trainer.train_batched(starts, x, y, idx, [generators[k] for k in seeds], scales)
+    plans = [trainer.padded_batches(i, torch.Generator().manual_seed(k)) for i, k in [(big, 7), (small, 3)]]
+    sequences, group, slot, members = LinearSoftmaxSteps._groups(plans, [0, 1, 0, 0, 1])
+    assert sequences.shape == (2, 6, 4) and members == 3
+    assert group.tolist() == [0, 1, 0, 0, 1] and slot.tolist() == [0, 0, 1, 2, 1]
     for k, i in enumerate(idx):
         reference = trainer.train(starts[k], x[i], y[i], torch.Generator().manual_seed(seeds[k]), float(scales[k]))
         assert torch.allclose(batched[k].update, reference.update, rtol=1e-5, atol=1e-6)
         assert torch.allclose(batched[k].train_loss, reference.train_loss, rtol=1e-5)
+
+
+def test_clients_given_the_same_samples_and_generator_share_one_minibatch_plan():
+    """Packed runs pass one (index tensor, generator) per seed and user: drawn once, as if each
+    client had its own generator of that seed."""
+    torch.manual_seed(0)
+    flat = FlatModel(build_model("logreg", (7,), 2))
+    trainer = LocalTrainer(flat, LocalHParams(epochs=1, batch_size=4, lr=0.1, momentum=0.5))
+    x, y, (big, small) = clients([21, 6], classes=2)
+    starts = flat.initial_vector() + 0.3 * torch.randn(4, flat.num_params)
+    g_big, g_small = torch.Generator().manual_seed(7), torch.Generator().manual_seed(3)
+    shared = trainer.train_batched(starts, x, y, [big, small, big, big], [g_big, g_small, g_big, g_big], torch.ones(4))
+    own = trainer.train_batched(starts, x, y, [big, small, big, big], [torch.Generator().manual_seed(k) for k in (7, 3, 7, 7)], torch.ones(4))
+    for a, b in zip(shared, own):
+        assert torch.allclose(a.update, b.update, rtol=1e-6, atol=1e-7) and torch.allclose(a.train_loss, b.train_loss, rtol=1e-6)
+
 
 def test_models_that_are_not_linear_softmax_keep_the_autograd_step():
     for name, shape, classes in [("cnn_fmnist", (1, 28, 28), 10), ("mlp_digits", (64,), 10)]:
@@ -74,20 +94,27 @@ def test_models_that_are_not_linear_softmax_keep_the_autograd_step():
     assert LinearSoftmaxSteps.eligible(FlatModel(build_model("logreg", (99,), 2)))
 
 
+@pytest.mark.parametrize("classes,dim", [(2, 10), (3, 10), (2, 3)])  # dim 3, binarised: many equal samples
 @pytest.mark.parametrize("algorithm,hparams", [("qfedavg", {"q": 0.5}), ("fedprox", {"mu": 0.1}), ("fedmgda_plus", {"eta": 1.0})])
-def test_packed_analytic_runs_match_the_sequential_reference(algorithm, hparams):
-    """Packed runs (their own seeds and attacks) with batched participant losses, against each
-    run alone on the reference path (batched: false)."""
-    data = make_toy_federated(num_users=5)
+def test_packed_analytic_runs_match_the_sequential_reference(algorithm, hparams, classes, dim):
+    """Packed runs (their own seeds and attacks) with batched participant losses and evaluation,
+    against each run alone on the reference path (batched: false)."""
+    data = make_toy_federated(num_users=5, classes=classes, dim=dim)
+    if dim == 3:  # the labels stay those of the real-valued features: equal samples, different labels
+        data = replace(data, x=(data.x > 0).float(), global_test={k: ((x > 0).float(), y) for k, (x, y) in data.global_test.items()})
     data.train_idx[0] = data.train_idx[0][:5]  # unequal clients
     common = dict(algorithm=algorithm, hparams=hparams, rounds=4, participation=1.0, batch_size=4)
-    configs = [toy_config(seed=1, **common), toy_config(seed=2, attack={"kind": "scaling", "user": 1, "value": 3.0}, **common)]
+    # the second run reports F_i per sample (a q-FedAvg reading; packed with the other one)
+    configs = [toy_config(seed=1, **common), toy_config(seed=2, attack={"kind": "scaling", "user": 1, "value": 3.0}, qffl_loss="batch_sum_per_sample", **common)]
     packed = run_packed([Simulation(cfg, data=data, model_name="logreg") for cfg in configs], [None, None])
     for cfg, result in zip(configs, packed):
         alone = run(toy_config(**{**cfg.to_dict(), "attack": cfg.attack.__dict__, "batched": False}), data=data, model_name="logreg")
         assert torch.allclose(result.final_weights, alone.final_weights, rtol=1e-5, atol=1e-6)
-        for column in ("train_loss", "improved_loss", "mean_acc"):
+        for column in ("train_loss", "improved_loss", "improved_acc", "mean_acc", "worst5_acc", "test_acc_pooled"):
             assert result.metrics[column].to_numpy() == pytest.approx(alone.metrics[column].to_numpy(), rel=1e-5, nan_ok=True)
+        for column in ("accuracy", "loss"):
+            assert result.per_user[column].to_numpy() == pytest.approx(alone.per_user[column].to_numpy(), rel=1e-5)
+        assert result.summary["final"] == pytest.approx(alone.summary["final"], rel=1e-6)
 
 
 def test_training_prints_progress_lines(tmp_path, capsys):

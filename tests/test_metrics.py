@@ -1,7 +1,13 @@
 import numpy as np
 import torch
 
-from fedmgda.metrics import accuracy_stats, improved_fraction, per_owner_mean, sum_of_batch_means
+from fedmgda.metrics import (
+    accuracy_stats,
+    improved_fraction,
+    participant_stats,
+    per_owner_mean,
+    sum_of_batch_means,
+)
 
 
 def test_accuracy_stats_follow_the_papers_plotting_code():
@@ -38,3 +44,22 @@ def test_sum_of_batch_means_of_packed_runs_is_one_sum_per_column():
     columns = torch.stack([losses, 2 * losses], dim=1)
     assert sum_of_batch_means(columns, 10).tolist() == [4.5 + 14.5 + 22, 2 * (4.5 + 14.5 + 22)]
     assert sum_of_batch_means(columns, None).tolist() == columns.mean(dim=0).tolist()
+
+
+def test_participant_stats_of_one_run_and_of_packed_runs():
+    losses = torch.arange(25, dtype=torch.float64)
+    correct = (torch.arange(25) % 3 == 0).double()
+    one = participant_stats(losses, correct, [20, 5], 10)
+    assert one["loss"].tolist() == [9.5, 22.0]
+    assert one["acc"].tolist() == [7 / 20, 2 / 5]
+    assert one["total"].tolist() == [4.5 + 14.5, 22.0]
+    packed = participant_stats(torch.stack([losses, 2 * losses], dim=1), torch.stack([correct, 1 - correct], dim=1), [20, 5], 10)
+    assert packed["loss"].shape == (2, 2)
+    assert packed["loss"][:, 0].tolist() == one["loss"].tolist() and packed["total"][:, 1].tolist() == (2 * one["total"]).tolist()
+    assert packed["acc"][:, 1].tolist() == (1 - one["acc"]).tolist()
+
+
+def test_per_owner_mean_of_packed_runs_is_one_mean_per_column():
+    values = torch.tensor([[1.0, 0.0], [2.0, 1.0], [3.0, 1.0], [10.0, 1.0]])
+    means = per_owner_mean(values, torch.tensor([0, 0, 1, 1]), 3)
+    assert means.tolist() == [[1.5, 0.5], [6.5, 1.0], [0.0, 0.0]]

@@ -3,7 +3,7 @@ import itertools
 import numpy as np
 import pytest
 
-from fedmgda.qp import box_bounds, min_norm_weights, project_to_simplex
+from fedmgda.qp import box_bounds, interior_point_weights, min_norm_weights, project_to_simplex
 
 
 def random_gram(m: int, dim: int, rng: np.random.Generator, normalise: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -113,3 +113,36 @@ def test_bad_inputs_raise():
         min_norm_weights(np.eye(3), 0.5, np.array([0.5, 0.5, 0.5]))
     with pytest.raises(FloatingPointError):
         min_norm_weights(np.full((2, 2), np.nan), 1.0)
+
+
+def min_norm(gram: np.ndarray, lam: np.ndarray) -> float:
+    return float(lam @ gram @ lam)
+
+
+@pytest.mark.parametrize("epsilon", [0.05, 0.2, 0.5, 1.0])
+def test_two_updates_closed_form_agrees_with_the_interior_point_solver(epsilon):
+    """m = 2 (Adult) is solved in closed form; cvxopt's answer on the same problems, raw and
+    normalised updates, the box active or not, and degenerate pairs: equal updates, a zero update,
+    opposite updates, nearly equal updates, updates of very different norms."""
+    rng = np.random.default_rng(int(epsilon * 100))
+    pairs = [random_gram(2, 8, rng, normalise=k % 2 == 0)[1] for k in range(40)]
+    u = rng.normal(size=8)
+    pairs += [np.stack([u, u]), np.stack([u, 0 * u]), np.stack([0 * u, u]), np.stack([u, -u]), np.stack([u, 3 * u]),
+              np.stack([u, u + 1e-9 * rng.normal(size=8)]), np.stack([1e-6 * u, rng.normal(size=8)])]
+    lower, upper = box_bounds(np.full(2, 0.5), epsilon)
+    for g in pairs:
+        gram = g @ g.T
+        lam = min_norm_weights(gram, epsilon)
+        assert abs(lam.sum() - 1) < 1e-12 and (lam >= lower - 1e-12).all() and (lam <= upper + 1e-12).all()
+        scale = gram.diagonal().max()
+        reference = interior_point_weights(gram / scale, lower, upper)
+        # the closed form is exact (KKT) and at least as good as cvxopt's answer (up to the
+        # rounding of the Gram matrix: equal updates); the same weights up to the interior-point
+        # accuracy where the minimiser is unique (the parabola is curved)
+        assert kkt_violation(gram / scale, lam, lower, upper, tol=1e-12) < 1e-9
+        assert min_norm(gram, lam) <= min_norm(gram, reference) + 1e-8 * scale
+        if np.sum((g[0] - g[1]) ** 2) > 1e-6 * scale:
+            assert np.allclose(lam, reference, atol=1e-5)
+    same = min_norm_weights(np.ones((2, 2)), epsilon)
+    assert same.tolist() == [0.5, 0.5]  # equal updates: every weighting is the same direction; uniform
+    assert min_norm_weights(np.array([[0.0, 0.0], [0.0, 4.0]]), epsilon)[0] == upper[0]  # a zero update: as much weight as the box allows

@@ -147,10 +147,23 @@ class LocalTrainer:
         w_start: the start (P,), or one per client (clients, P) when several runs are packed.
         data_x, data_y: the pooled samples; client_idx[i]: client i's sample indices into them
         (best on the CPU: the minibatch plan is built there and sent to the device in one copy).
+        Clients given the same index tensor and the same generator object share one minibatch
+        plan, drawn once (packed runs of one seed: the same user's minibatch order).
         """
         self.model.module.train(self.dropout)
         device = data_x.device
-        batches = [self.padded_batches(idx.cpu(), g) for idx, g in zip(client_idx, generators)]
+        plans: dict[tuple[int, int], int] = {}
+        distinct: list[torch.Tensor] = []
+        for idx, g in zip(client_idx, generators):
+            if (id(idx), id(g)) not in plans:
+                plans[id(idx), id(g)] = len(distinct)
+                distinct.append(self.padded_batches(idx.cpu(), g))
+        plan_of = [plans[id(idx), id(g)] for idx, g in zip(client_idx, generators)]
+        if self.analytic is not None:  # the steps of each distinct plan, its clients side by side
+            with single_thread_on_cpu(device, True):
+                updates, mean_loss = self.analytic(w_start, data_x, data_y, distinct, plan_of, scales.to(device=device, dtype=w_start.dtype))
+            return [ClientResult(update=u, train_loss=loss) for u, loss in zip(updates, mean_loss)]
+        batches = [distinct[i] for i in plan_of]
         order = sorted(range(len(batches)), key=lambda i: -len(batches[i]))  # most steps first
         width = max(b.shape[1] for b in batches)
         positions = torch.full((len(batches), len(batches[order[0]]), width), -1, dtype=torch.long)
@@ -163,13 +176,10 @@ class LocalTrainer:
         inputs = (w_start, positions.to(device), scales.to(device=device, dtype=w_start.dtype)[order])
 
         def local_steps(w_start, positions, scales):
-            if self.analytic is not None:
-                return self.analytic(w_start, data_x, data_y, positions, scales, active)
             return self._local_steps(w_start, data_x, data_y, positions, scales, active)
 
         if self.graphs is None:
-            with single_thread_on_cpu(device, self.analytic is not None):
-                updates, mean_loss = local_steps(*inputs)
+            updates, mean_loss = local_steps(*inputs)
         else:
             key = (tuple(positions.shape), active, w_start.dtype, data_x.data_ptr(), self.dropout)
             updates, mean_loss = self.graphs(key, local_steps, inputs)
@@ -218,13 +228,14 @@ def single_thread_on_cpu(device: torch.device, active: bool = True):
 
 
 class LinearSoftmaxSteps:
-    """``LocalTrainer._local_steps`` for a model log_softmax(x W^T + b), gradient written out.
+    """The batched client update of ``LocalTrainer.train_batched`` for a model log_softmax(x W^T + b),
+    gradient written out.
 
     Per client and step, with c = scale * mask / (real samples of the minibatch):
         grad W|b = [x 1]^T (c * (softmax(z) - onehot(y))) + 2 mu (w - w_start),  z = [x 1] [W|b]^T
     and the momentum update of ``LocalTrainer.step`` (the first step's buffer is the gradient:
-    the buffer starts at zero). Clients with the same minibatch sequence form a group (packed runs
-    of one seed draw the same order for the same user: Table 7's 115 runs have 10 sequences), whose
+    the buffer starts at zero). The clients of one minibatch plan form a group (packed runs of one
+    seed draw the same order for the same user: Table 7's 115 runs have 10 plans), whose
     weights sit side by side as (features + 1, members x classes), bias last: each step is one
     ``bmm`` forward and one in-place ``baddbmm_`` (gradient and momentum) per group, on samples
     gathered once per group. Minibatches are gathered a chunk of steps at a time, and a chunk's
@@ -232,6 +243,16 @@ class LinearSoftmaxSteps:
     steps, so the groups with a minibatch at a step are a prefix (as ``active`` in
     ``_local_steps``). Same minibatch order, hence the same trajectory as the autograd step up to
     float rounding.
+
+    Two classes (Adult) take the logit difference instead: the loss depends on W|b only through
+    v = w_1 - w_0 (the class-1 minus the class-0 column), its gradient in w_1 is
+    g = [x 1]^T (c * (sigmoid(x v) - y)) and minus that in w_0, so the data term moves w_1 and w_0
+    by opposite amounts and leaves w_1 + w_0 as it was (the proximal term, 2 mu (w_j - w_start_j),
+    is opposite on the two as well). The steps then run on v alone, one column per member:
+        buf <- momentum * buf + g + mu (v - v_start),   v <- v - 2 lr buf,
+    and the update of w_1 is (v - v_start) / 2, that of w_0 its negative: the same SGD in exact
+    arithmetic, with half the matmul width and a sigmoid for the softmax (about half the step's
+    operations, and these steps cost their per-operation overhead).
     """
 
     chunk_elements = 1 << 22  # gathered samples x features per chunk of steps (16 MB in float32)
@@ -258,55 +279,59 @@ class LinearSoftmaxSteps:
         return self._x1, self._onehot
 
     @staticmethod
-    def _groups(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-        """Clients with identical minibatch sequences: (the groups' sequences, most steps first;
-        each client's group; each client's slot in its group; the largest group's size)."""
-        n = positions.shape[0]
-        rows = positions.view(n, -1)
-        # group by an integer fingerprint of each row (exact arithmetic, so equal rows always
-        # agree; cheap), then check that the members of a group are equal
-        probe = torch.randint(1, 1 << 31, (rows.shape[1],), generator=torch.Generator().manual_seed(0)).to(rows.device)
-        _, group = torch.unique((rows * probe).sum(dim=1), return_inverse=True)
-        first = torch.full((int(group.max()) + 1,), n, dtype=torch.long, device=rows.device).scatter_reduce_(0, group, torch.arange(n, device=rows.device), "amin")
-        if not torch.equal(rows, rows[first[group]]):  # a fingerprint collision: group exactly
-            _, group = torch.unique(rows, dim=0, return_inverse=True)
-            first = torch.full((int(group.max()) + 1,), n, dtype=torch.long, device=rows.device).scatter_reduce_(0, group, torch.arange(n, device=rows.device), "amin")
-        sequences = rows[first]
-        sequences = sequences.view(-1, *positions.shape[1:])
-        order = torch.argsort(-(sequences[:, :, 0] >= 0).sum(dim=1), stable=True)
-        rank = torch.empty_like(order)
-        rank[order] = torch.arange(len(order), device=order.device)
-        group = rank[group]
-        slot = torch.zeros_like(group)
-        counts = torch.zeros(len(order), dtype=torch.long, device=group.device)
-        for i, g in enumerate(group.tolist()):  # a client's slot: how many of its group came before it
-            slot[i] = counts[g]
-            counts[g] += 1
-        return sequences[order], group, slot, int(counts.max())
+    def _groups(plans: list[torch.Tensor], plan_of: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """The clients of each plan as a group: (the plans padded to one (groups, steps, width)
+        tensor, most steps first; each client's group; each client's slot in its group, in the
+        clients' order; the largest group's size)."""
+        order = sorted(range(len(plans)), key=lambda i: -len(plans[i]))  # most steps first
+        sequences = torch.full((len(plans), len(plans[order[0]]), max(p.shape[1] for p in plans)), -1, dtype=torch.long)
+        for row, i in enumerate(order):
+            sequences[row, : plans[i].shape[0], : plans[i].shape[1]] = plans[i]
+        rank = torch.empty(len(plans), dtype=torch.long)
+        rank[order] = torch.arange(len(plans))
+        group = rank[plan_of]
+        # a client's slot: how many of its group come before it
+        by_group = torch.argsort(group, stable=True)
+        counts = torch.bincount(group, minlength=len(plans))
+        slot = torch.empty_like(group)
+        slot[by_group] = torch.arange(len(group)) - (counts.cumsum(0) - counts)[group[by_group]]
+        return sequences, group, slot, int(counts.max())
 
-    def __call__(self, w_start, data_x, data_y, positions, scales, active: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(self, w_start, data_x, data_y, plans: list[torch.Tensor], plan_of: list[int], scales) -> tuple[torch.Tensor, torch.Tensor]:
+        """The updates and mean losses of clients (rows, in ``plan_of``'s order) from ``w_start``
+        ((P,), or one row per client): plans[k] is a minibatch plan as ``padded_batches`` makes it,
+        plan_of[i] client i's."""
         lr, momentum, mu = self.hparams.lr, self.hparams.momentum, self.hparams.mu
-        n = positions.shape[0]
+        n = len(plan_of)
         classes, features = self.classes, self.features
+        binary = classes == 2
+        cols = 1 if binary else classes  # weight columns per member: v, or W|b's columns
         x1, onehot = self._augmented(data_x, data_y, w_start.dtype, classes)
-        sequences, group, slot, members = self._groups(positions)
+        if binary:
+            onehot = onehot[:, 1:]  # y
+        sequences, group, slot, members = self._groups(plans, plan_of)
+        sequences, group, slot = sequences.to(w_start.device), group.to(w_start.device), slot.to(w_start.device)
         groups, steps, width = sequences.shape
         # flat [W (C x D) row-major, b] per client -> its slot of (groups, D + 1, members, C)
         flat_start = w_start.expand(n, -1)
         per_client = torch.cat([flat_start[:, : classes * features].view(n, classes, features).transpose(1, 2), flat_start[:, None, classes * features :]], dim=1)
-        starts = per_client.new_zeros(groups, features + 1, members, classes)
+        if binary:
+            per_client = per_client[:, :, 1:] - per_client[:, :, :1]  # v = w_1 - w_0
+        starts = per_client.new_zeros(groups, features + 1, members, cols)
         starts[group, :, slot] = per_client
         slot_scale = scales.new_zeros(groups, members)  # empty slots: scale 0, so they never move
         slot_scale[group, slot] = scales
-        w = starts.clone().view(groups, features + 1, members * classes)
+        w = starts.clone().view(groups, features + 1, members * cols)
         buf = torch.zeros_like(w)
         starts = starts.view_as(w)
+        # binary: buf is w_1's, v moves twice w_1's step; w_1's proximal gradient is mu (v - v_start)
+        step_size, prox_weight = (2 * lr, mu) if binary else (lr, 2 * mu)
         loss_sum = torch.zeros(groups, members, device=w.device, dtype=w.dtype)
         prox_sum = torch.zeros_like(loss_sum)
         real = sequences >= 0
         group_active = (real[:, :, 0].sum(dim=1)[:, None] > torch.arange(steps, device=real.device)).sum(dim=0).tolist()
         chunk = max(1, self.chunk_elements // (groups * width * (features + 1)))
-        logits = w.new_zeros(min(chunk, steps), groups, width, members * classes)
+        logits = w.new_zeros(min(chunk, steps), groups, width, members * cols)
         first = 0
         while first < steps:
             k = group_active[first]  # groups with a minibatch at this step: a prefix; constant over the chunk
@@ -317,31 +342,40 @@ class LinearSoftmaxSteps:
             per_batch = slot_scale[None, :k] / mask.sum(dim=2).clamp(min=1)[:, :, None]  # scale / real samples, (steps, groups, members)
             coef = (mask[:, :, :, None] * per_batch[:, :, None, :]).unsqueeze(4)  # (steps, groups, width, members, 1)
             x = x1[pos.clamp(min=0)]  # (steps, groups, width, D + 1)
-            target = onehot[pos.clamp(min=0)].mul_(mask.unsqueeze(3)).unsqueeze(3)  # (steps, groups, width, 1, C)
+            target = onehot[pos.clamp(min=0)].mul_(mask.unsqueeze(3)).unsqueeze(3)  # (steps, groups, width, 1, cols)
             neg_target = (target * -coef).flatten(3)
-            coef = coef.expand(-1, -1, -1, -1, classes).flatten(3)
+            coef = coef.expand(-1, -1, -1, -1, cols).flatten(3)
             used = logits[: last - first, :k]
             w_k, buf_k, starts_k = w[:k], buf[:k], starts[:k]
             for x_s, z_s, target_s, coef_s in zip(x.unbind(0), used.unbind(0), neg_target.unbind(0), coef.unbind(0)):
                 z = torch.bmm(x_s, w_k, out=z_s)
-                # softmax over each member's classes, written out: torch.softmax costs 4x more on
-                # these tiny (groups, width, members, classes) tensors on the CPU
-                z4 = z.view(k, width, members, classes)
-                p = (z4 - z4.amax(dim=3, keepdim=True)).exp_()
-                p = p.div_(p.sum(dim=3, keepdim=True)).view_as(z)
+                if binary:
+                    p = torch.sigmoid(z)  # P(class 1), the softmax of the two logits
+                else:
+                    # softmax over each member's classes, written out: torch.softmax costs 4x more
+                    # on these tiny (groups, width, members, classes) tensors on the CPU
+                    z4 = z.view(k, width, members, classes)
+                    p = (z4 - z4.amax(dim=3, keepdim=True)).exp_()
+                    p = p.div_(p.sum(dim=3, keepdim=True)).view_as(z)
                 buf_k.baddbmm_(x_s.transpose(1, 2), torch.addcmul(target_s, p, coef_s), beta=momentum)
                 if mu:
                     gap = w_k - starts_k
-                    buf_k.add_(gap, alpha=2 * mu)
-                    prox_sum[:k] += gap.square().view(k, features + 1, members, classes).sum(dim=(1, 3))
-                w_k.sub_(buf_k, alpha=lr)
+                    buf_k.add_(gap, alpha=prox_weight)
+                    prox_sum[:k] += gap.square().view(k, features + 1, members, cols).sum(dim=(1, 3))
+                w_k.sub_(buf_k, alpha=step_size)
             # as the autograd objective: each minibatch's summed NLL, then / real samples * scale
-            log_p = torch.log_softmax(used.view(*used.shape[:3], members, classes), dim=4)
-            nll_sums = log_p.mul_(target).sum(dim=(2, 4)).neg_()  # (steps, groups, members)
+            if binary:  # -log p(y) = softplus(z) - y z, z the logit difference
+                nll_sums = (F.softplus(used).mul_(mask.unsqueeze(3)) - used * target.flatten(3)).sum(dim=2)
+            else:
+                log_p = torch.log_softmax(used.view(*used.shape[:3], members, classes), dim=4)
+                nll_sums = log_p.mul_(target).sum(dim=(2, 4)).neg_()  # (steps, groups, members)
             loss_sum[:k] += (nll_sums * per_batch).sum(dim=0)
             first = last
-        update = (w - starts).view(groups, features + 1, members, classes)[group, :, slot]  # (clients, D + 1, C)
-        steps_done = (positions[:, :, 0] >= 0).sum(dim=1).to(w.dtype)  # a client's minibatch s is real iff its first slot is
+        update = (w - starts).view(groups, features + 1, members, cols)[group, :, slot]  # (clients, D + 1, cols)
+        if binary:  # ||w - w_start||^2 = 2 ||(v - v_start) / 2||^2; w_0 and w_1 move by -/+ (v - v_start) / 2
+            prox_sum = prox_sum / 2
+            update = torch.cat([-update / 2, update / 2], dim=2)
+        steps_done = real[:, :, 0].sum(dim=1).to(w.dtype)[group]  # a minibatch s is real iff its first slot is
         loss = (loss_sum + mu * prox_sum)[group, slot]
         flat = torch.cat([update[:, :features].transpose(1, 2).reshape(n, -1), update[:, features]], dim=1)
         return flat, loss / steps_done
@@ -438,3 +472,45 @@ def evaluate_samples(model: FlatModel, w: torch.Tensor, x: torch.Tensor, y: torc
         empty = x.new_zeros(0, dtype=torch.float32)
         return empty, empty
     return torch.cat(losses), torch.cat(correct)
+
+
+@torch.no_grad()
+def evaluate_linear(model: FlatModel, ws: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``evaluate_samples`` of several linear + log_softmax models (``LinearSoftmaxSteps.eligible``)
+    at once, in one matrix product: ``ws`` (models, P) flat weights; per-sample NLL and correctness
+    as (samples, models). The logits are laid out classes first, (classes, models, samples), so
+    that the softmax and the argmax run over the leading dimension (several times faster on the
+    CPU than over a short trailing one); the prediction is the first of equal maxima, as
+    ``torch.argmax``'s (written out: torch.argmax over a leading dimension is slow on the CPU)."""
+    classes, features = model.shapes[0]
+    models = len(ws)
+    weight = ws[:, : classes * features].reshape(models, classes, features).transpose(0, 1).reshape(classes * models, features)
+    bias = ws[:, classes * features :].T.reshape(-1, 1)
+    logits = torch.addmm(bias, weight, x.flatten(1).to(ws.dtype).T).view(classes, models, len(y))
+    log_p = F.log_softmax(logits, dim=0)
+    per_sample = -log_p.gather(0, y.view(1, 1, -1).expand(1, models, -1))[0]
+    if classes == 2:
+        correct = (log_p[1] > log_p[0]) == y.bool()
+    else:
+        best, predicted = log_p[0], torch.zeros_like(per_sample, dtype=y.dtype)
+        for c in range(1, classes):
+            predicted = torch.where(log_p[c] > best, c, predicted)
+            best = torch.maximum(best, log_p[c])
+        correct = predicted == y
+    return per_sample.T.contiguous(), correct.to(per_sample.dtype).T.contiguous()
+
+
+class DistinctSamples:
+    """The distinct (features, label) pairs of a set of samples and each sample's pair: samples
+    that are equal have equal losses, so a model can be evaluated once per pair and the values
+    read back per sample (``expand``). Adult's 99 binary features: 32 561 train samples are
+    9 646 pairs, 16 281 test samples 5 891."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor):
+        x = x.flatten(1)
+        pairs, self.inverse = torch.unique(torch.cat([x, y[:, None].to(x.dtype)], dim=1), dim=0, return_inverse=True)
+        self.x, self.y = pairs[:, :-1], pairs[:, -1].to(y.dtype)
+
+    def expand(self, values: torch.Tensor) -> torch.Tensor:
+        """Values of the pairs, (pairs, ...), as values of the samples, (samples, ...)."""
+        return values[self.inverse]

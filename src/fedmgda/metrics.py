@@ -36,10 +36,11 @@ def improved_fraction(before: torch.Tensor, after: torch.Tensor, higher_is_bette
 
 
 def per_owner_mean(values: torch.Tensor, owner: torch.Tensor, num_owners: int) -> torch.Tensor:
-    """Mean of ``values`` grouped by ``owner`` (one index per value), for owners 0..num_owners-1."""
-    total = torch.zeros(num_owners, dtype=torch.float64, device=values.device).index_add_(0, owner, values.double())
-    count = torch.zeros(num_owners, dtype=torch.float64, device=values.device).index_add_(0, owner, torch.ones_like(values, dtype=torch.float64))
-    return total / count.clamp(min=1)
+    """Mean of ``values`` grouped by ``owner`` (one index per value), for owners 0..num_owners-1.
+    ``values`` is (samples,) or (samples, runs): then one mean per owner and column."""
+    total = torch.zeros(num_owners, *values.shape[1:], dtype=torch.float64, device=values.device).index_add_(0, owner, values.double())
+    count = torch.zeros(num_owners, dtype=torch.float64, device=values.device).index_add_(0, owner, torch.ones(len(owner), dtype=torch.float64, device=values.device))
+    return total / count.clamp(min=1).view(-1, *[1] * (values.dim() - 1))
 
 
 def sum_of_batch_means(per_sample: torch.Tensor, batch_size: int | None) -> torch.Tensor:
@@ -52,3 +53,16 @@ def sum_of_batch_means(per_sample: torch.Tensor, batch_size: int | None) -> torc
     full = n - n % batch_size
     total = per_sample[:full].reshape(full // batch_size, batch_size, *per_sample.shape[1:]).mean(dim=1).sum(dim=0)
     return total + per_sample[full:].mean(dim=0) if full < n else total
+
+
+def participant_stats(per_sample: torch.Tensor, correct: torch.Tensor, sizes: list[int], batch_size: int | None) -> dict[str, torch.Tensor]:
+    """Each participant's mean loss (``loss``), accuracy (``acc``) and F_i (``total``: the sum of
+    its minibatch means, ``sum_of_batch_means``) from the per-sample losses and correctness of the
+    participants' pooled samples (``sizes[i]`` samples of participant i, in order). (samples,)
+    inputs give (participants,) outputs; (samples, runs) inputs, of packed runs, (participants, runs)."""
+    loss, acc, total = [], [], []
+    for user_losses, user_correct in zip(per_sample.split(sizes), correct.split(sizes)):
+        loss.append(user_losses.mean(dim=0))
+        acc.append(user_correct.mean(dim=0))
+        total.append(sum_of_batch_means(user_losses, batch_size))
+    return {"loss": torch.stack(loss), "acc": torch.stack(acc), "total": torch.stack(total)}

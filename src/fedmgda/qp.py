@@ -3,8 +3,9 @@
     lambda* = argmin_lambda || sum_i lambda_i g_i ||^2
               s.t. lambda in the simplex, || lambda - lambda0 ||_inf <= epsilon
 
-It is solved on the m x m Gram matrix K_ij = <g_i, g_j> with cvxopt's interior-point QP solver.
-The authors' code uses quadprog (an exact active-set method that fails on a singular Gram
+It is solved on the m x m Gram matrix K_ij = <g_i, g_j>: for m = 2 in closed form (the minimum of
+a parabola on a segment), for m > 2 with cvxopt's interior-point QP solver. The authors' code uses
+quadprog (an exact active-set method that fails on a singular Gram
 matrix); cvxopt accepts a positive semi-definite K, and we polish its answer onto the feasible set,
 so the difference is at the level of the solver tolerance (tests check KKT to 1e-6).
 """
@@ -49,6 +50,28 @@ def min_norm_weights(gram: np.ndarray, epsilon: float = 1.0, lambda0: np.ndarray
     if scale <= 0.0:  # every update is zero: any weighting gives the same (zero) direction
         return lambda0.copy()
     quadratic = 0.5 * (gram + gram.T) / scale  # symmetrised and scaled: the minimiser is unchanged
+    if m == 2:
+        return two_weights(quadratic, lower, upper, lambda0)
+    return interior_point_weights(quadratic, lower, upper)
+
+
+def two_weights(quadratic: np.ndarray, lower: np.ndarray, upper: np.ndarray, lambda0: np.ndarray) -> np.ndarray:
+    """The minimiser for two updates in closed form (protocol.md §4.3): with lambda = (l, 1 - l),
+    ||l u_1 + (1 - l) u_2||^2 is a parabola in l with curvature ||u_1 - u_2||^2 and its minimum at
+    l* = <u_2 - u_1, u_2> / ||u_1 - u_2||^2, clipped to l's interval [lower_1, upper_1] (the box of
+    lambda_2 = 1 - l is the same interval: lambda0 is on the simplex). ``quadratic`` is symmetric.
+    Equal updates (no curvature, up to rounding) give the same direction for every l: lambda0."""
+    curvature = quadratic[0, 0] - 2 * quadratic[0, 1] + quadratic[1, 1]
+    if not curvature > 0:
+        return lambda0.copy()
+    first = float(np.clip((quadratic[1, 1] - quadratic[0, 1]) / curvature, lower[0], upper[0]))
+    return np.array([first, 1.0 - first])
+
+
+def interior_point_weights(quadratic: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """The minimiser of lambda^T Q lambda over {sum = 1, lower <= lambda <= upper} by cvxopt (any m),
+    polished onto the feasible set. ``quadratic``: symmetric, scaled to a largest diagonal of 1."""
+    m = len(quadratic)
     identity = np.eye(m)
     solution = solvers.qp(
         matrix(quadratic),

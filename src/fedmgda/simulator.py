@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
 from fedmgda.aggregators import RoundContext, make_aggregator
 from fedmgda.attacks import force_attacker, loss_bias, loss_scale
@@ -33,9 +32,11 @@ from fedmgda.catalog import get_algorithm
 from fedmgda.client import (
     ClientResult,
     CudaGraphs,
+    DistinctSamples,
     FlatModel,
     LocalHParams,
     LocalTrainer,
+    evaluate_linear,
     evaluate_samples,
     single_thread_on_cpu,
     size_groups,
@@ -46,8 +47,8 @@ from fedmgda.metrics import (
     STAT_KEYS,
     accuracy_stats,
     improved_fraction,
+    participant_stats,
     per_owner_mean,
-    sum_of_batch_means,
 )
 from fedmgda.models import build_model
 
@@ -103,6 +104,14 @@ class LossRequest:
 
 
 @dataclass
+class EvalRequest:
+    """A run asks for ``evaluate(w, with_global)`` (its evaluation rounds)."""
+
+    w: torch.Tensor
+    with_global: bool
+
+
+@dataclass
 class _State:
     """What a checkpoint holds (everything else is rebuilt from the config)."""
 
@@ -151,8 +160,11 @@ class Simulation:
         self.rounds_started = self.rounds_done = 0  # in this process (for progress lines)
         self.mean_acc = math.nan  # the latest evaluated mean user accuracy
         self._last_losses: tuple | None = None  # (w, its version, users, losses): round t's post is round t+1's pre
-        # runs whose partitions match can have their participant losses evaluated together
-        self.partition_key = hashlib.sha1(b"".join(i.numpy().tobytes() + b"|" for i in self.train_idx_cpu)).hexdigest()
+        # runs whose partitions (train and test) match can have their participant losses and
+        # their evaluations computed together
+        self.partition_key = hashlib.sha1(b"".join(i.numpy().tobytes() + b"|" for i in [*self.train_idx_cpu, *(i.cpu() for i in data.test_idx)])).hexdigest()
+        self._distinct_train: tuple[list[int], DistinctSamples] | None = None  # the latest participants' (packed linear runs)
+        self._distinct_test: DistinctSamples | None = None
 
         test_idx = self.data.test_idx
         self.test_owner = torch.cat([torch.full((len(i),), u, device=self.device) for u, i in enumerate(test_idx)])
@@ -179,13 +191,14 @@ class Simulation:
         pooled = torch.cat(idx)
         per_sample, correct = evaluate_samples(self.model, w, self.data.x[pooled], self.data.y[pooled])
         sizes = [len(i) for i in idx]
-        loss, acc, total = [], [], []
-        for user_losses, user_correct in zip(per_sample.split(sizes), correct.split(sizes)):
-            loss.append(user_losses.mean())
-            acc.append(user_correct.mean())
-            f = sum_of_batch_means(user_losses, self.local.batch_size)
-            total.append(f / len(user_losses) if self.cfg.qffl_loss == "batch_sum_per_sample" else f)
-        return {"loss": torch.stack(loss), "acc": torch.stack(acc), "total": torch.stack(total)}
+        return self.reported_stats(participant_stats(per_sample, correct, sizes, self.local.batch_size), sizes)
+
+    def reported_stats(self, stats: dict[str, torch.Tensor], sizes: list[int]) -> dict[str, torch.Tensor]:
+        """``participant_stats`` as this run reports them: with qffl_loss = batch_sum_per_sample,
+        F_i divided by the participant's train samples."""
+        if self.cfg.qffl_loss == "batch_sum_per_sample":
+            stats["total"] = stats["total"] / torch.tensor(sizes, device=stats["total"].device, dtype=stats["total"].dtype)
+        return stats
 
     def _losses(self, w: torch.Tensor, users: list[int]):
         """``participant_losses(w, users)`` asked of the driver (a generator), remembered once:
@@ -211,6 +224,26 @@ class Simulation:
             out[f"test_acc_{name}"] = float(evaluate_samples(self.model, w, x, y)[1].mean())
         return out
 
+    def evaluate(self, w: torch.Tensor, with_global: bool) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+        """``evaluate_users`` and, with ``with_global``, ``evaluate_global`` (else {})."""
+        acc, loss = self.evaluate_users(w)
+        return acc, loss, self.evaluate_global(w) if with_global else {}
+
+    def distinct_train(self, users: list[int]) -> DistinctSamples:
+        """The participants' pooled train samples as ``DistinctSamples`` (the latest participants' are kept)."""
+        if self._distinct_train is None or self._distinct_train[0] != users:
+            pooled = torch.cat([self.data.train_idx[user] for user in users])
+            self._distinct_train = (list(users), DistinctSamples(self.data.x[pooled], self.data.y[pooled]))
+        return self._distinct_train[1]
+
+    def distinct_test(self) -> DistinctSamples:
+        """The users' test samples (``test_x``), then each global test set, as ``DistinctSamples``."""
+        if self._distinct_test is None:
+            global_sets = list(self.data.global_test.values())
+            x = torch.cat([self.test_x.flatten(1), *(gx.flatten(1) for gx, _ in global_sets)])
+            self._distinct_test = DistinctSamples(x, torch.cat([self.test_y, *(gy for _, gy in global_sets)]))
+        return self._distinct_test
+
     def model_stats(self, w: torch.Tensor) -> dict[str, float]:
         acc, _ = self.evaluate_users(w)
         return {**accuracy_stats(acc, self.test_sizes), **self.evaluate_global(w)}
@@ -223,7 +256,8 @@ class Simulation:
     def steps(self, out_dir: str | Path | None = None):
         """The run as a generator: it yields (w, t, users) whenever a round's clients must be
         trained and is sent back their (updates, train losses), yields a LossRequest when its
-        participants' losses are needed and is sent back ``participant_losses``, and returns the
+        participants' losses are needed and is sent back ``participant_losses``, yields an
+        EvalRequest when its model is evaluated and is sent back ``evaluate``, and returns the
         RunResult. Driving several runs' generators together is what ``run_packed`` does."""
         cfg = self.cfg
         out = Path(out_dir) if out_dir is not None else None
@@ -281,10 +315,10 @@ class Simulation:
             row["improved_acc"] = improved_fraction(pre["acc"], post["acc"], higher_is_better=True)
         store_users = t % cfg.per_user_every == 0 or t == cfg.rounds - 1
         if t % cfg.eval_every == 0 or store_users:
-            acc, loss = self.evaluate_users(w_next)
+            acc, loss, global_acc = yield EvalRequest(w_next, store_users)
             row.update(accuracy_stats(acc, self.test_sizes))
             if store_users:
-                row.update(self.evaluate_global(w_next))
+                row.update(global_acc)
                 state.per_user_rows.append(pd.DataFrame({"round": t + 1, "user": np.arange(self.num_users), "n_test": self.test_sizes, "accuracy": acc, "loss": loss}))
         return row, w_next
 
@@ -436,9 +470,9 @@ def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None], progre
 
 def serve_packed(sims: list[Simulation], requests: list) -> list:
     """Answer one request of each run: training requests with ``train_packed``, LossRequests with
-    ``losses_packed`` (each kind for all runs asking it at once)."""
+    ``losses_packed``, EvalRequests with ``evaluate_packed`` (each kind for all runs asking it at once)."""
     answers: list = [None] * len(sims)
-    for kind, serve in ((LossRequest, losses_packed), (tuple, train_packed)):
+    for kind, serve in ((LossRequest, losses_packed), (tuple, train_packed), (EvalRequest, evaluate_packed)):
         chosen = [i for i, request in enumerate(requests) if isinstance(request, kind)]
         if chosen:
             for i, answer in zip(chosen, serve([sims[i] for i in chosen], [requests[i] for i in chosen])):
@@ -446,44 +480,65 @@ def serve_packed(sims: list[Simulation], requests: list) -> list:
     return answers
 
 
-def losses_packed(sims: list[Simulation], requests: list[LossRequest]) -> list[dict[str, torch.Tensor]]:
-    """``participant_losses`` of each run. Batched linear + log_softmax models evaluate the runs
-    that share the participants (and partition) in one matrix product over the pooled samples."""
-    lead = sims[0]
-    if not (lead.cfg.batched and lead.trainer.analytic is not None):
-        return [sim.participant_losses(r.w, r.users) for sim, r in zip(sims, requests)]
-    groups: dict[tuple, list[int]] = {}
-    for j, (sim, request) in enumerate(zip(sims, requests)):
-        groups.setdefault((tuple(request.users), sim.partition_key), []).append(j)
-    answers: list = [None] * len(sims)
-    for (users, _), members in groups.items():
-        losses = linear_participant_losses([sims[j] for j in members], [requests[j].w for j in members], list(users))
-        for j, answer in zip(members, losses):
+def by_group(keys: list, serve) -> list:
+    """``serve(members)`` (one answer per member) for the members of each group of equal keys,
+    the answers in the keys' order."""
+    groups: dict = {}
+    for j, key in enumerate(keys):
+        groups.setdefault(key, []).append(j)
+    answers: list = [None] * len(keys)
+    for members in groups.values():
+        for j, answer in zip(members, serve(members)):
             answers[j] = answer
     return answers
 
 
+def linear_batched(sims: list[Simulation]) -> bool:
+    return sims[0].cfg.batched and sims[0].trainer.analytic is not None
+
+
+def losses_packed(sims: list[Simulation], requests: list[LossRequest]) -> list[dict[str, torch.Tensor]]:
+    """``participant_losses`` of each run. Batched linear + log_softmax models evaluate the runs
+    that share the participants (and partition) in one matrix product (``linear_participant_losses``)."""
+    if not linear_batched(sims):
+        return [sim.participant_losses(r.w, r.users) for sim, r in zip(sims, requests)]
+    keys = [(tuple(r.users), sim.partition_key) for sim, r in zip(sims, requests)]
+    return by_group(keys, lambda members: linear_participant_losses([sims[j] for j in members], [requests[j].w for j in members], requests[members[0]].users))
+
+
 def linear_participant_losses(sims: list[Simulation], ws: list[torch.Tensor], users: list[int]) -> list[dict[str, torch.Tensor]]:
     """``participant_losses`` of several runs' linear + log_softmax models ``ws`` (one per run, the
-    same partition and participants): the pooled samples are read once for all."""
+    same partition and participants), evaluated once per distinct sample for all runs."""
     lead = sims[0]
-    idx = [lead.data.train_idx[user] for user in users]
-    pooled = torch.cat(idx)
-    x, y = lead.data.x[pooled].flatten(1), lead.data.y[pooled]
-    classes, features = lead.model.shapes[0]
-    w = torch.stack(ws)
-    logits = F.linear(x.to(w.dtype), w[:, : classes * features].reshape(-1, features), w[:, classes * features :].reshape(-1))
-    log_p = F.log_softmax(logits.view(len(y), len(ws), classes), dim=2)
-    per_sample = -log_p.gather(2, y.view(-1, 1, 1).expand(-1, len(ws), 1)).squeeze(2)
-    correct = (log_p.argmax(dim=2) == y[:, None]).to(per_sample.dtype)
-    loss, acc, total = [], [], []
-    for user_losses, user_correct in zip(per_sample.split([len(i) for i in idx]), correct.split([len(i) for i in idx])):
-        loss.append(user_losses.mean(dim=0))
-        acc.append(user_correct.mean(dim=0))
-        total.append(sum_of_batch_means(user_losses, lead.local.batch_size))
-    loss, acc, total = torch.stack(loss, dim=1), torch.stack(acc, dim=1), torch.stack(total, dim=1)  # (runs, users)
-    sizes = torch.tensor([len(i) for i in idx], device=total.device, dtype=total.dtype)
-    return [{"loss": loss[r], "acc": acc[r], "total": total[r] / sizes if sim.cfg.qffl_loss == "batch_sum_per_sample" else total[r]} for r, sim in enumerate(sims)]
+    pairs = lead.distinct_train(users)
+    per_sample, correct = (pairs.expand(values) for values in evaluate_linear(lead.model, torch.stack(ws), pairs.x, pairs.y))  # (samples, runs)
+    sizes = [len(lead.data.train_idx[user]) for user in users]
+    stats = participant_stats(per_sample, correct, sizes, lead.local.batch_size)  # (users, runs) each
+    return [sim.reported_stats({key: value[:, r] for key, value in stats.items()}, sizes) for r, sim in enumerate(sims)]
+
+
+def evaluate_packed(sims: list[Simulation], requests: list[EvalRequest]) -> list[tuple[np.ndarray, np.ndarray, dict[str, float]]]:
+    """``evaluate`` of each run. Batched linear + log_softmax models evaluate the runs that share
+    the partition in one matrix product (``linear_evaluate``)."""
+    if not linear_batched(sims):
+        return [sim.evaluate(r.w, r.with_global) for sim, r in zip(sims, requests)]
+    return by_group([sim.partition_key for sim in sims], lambda members: linear_evaluate([sims[j] for j in members], [requests[j] for j in members]))
+
+
+def linear_evaluate(sims: list[Simulation], requests: list[EvalRequest]) -> list[tuple[np.ndarray, np.ndarray, dict[str, float]]]:
+    """``evaluate`` of several runs' linear + log_softmax models (the same partition), evaluated
+    once per distinct test sample (the users' and the global test sets') for all runs."""
+    lead = sims[0]
+    pairs = lead.distinct_test()
+    per_sample, correct = (pairs.expand(values) for values in evaluate_linear(lead.model, torch.stack([r.w for r in requests]), pairs.x, pairs.y))  # (samples, runs)
+    n = len(lead.test_y)
+    acc = per_owner_mean(correct[:n], lead.test_owner, lead.num_users).T.cpu().numpy()  # (runs, users)
+    loss = per_owner_mean(per_sample[:n], lead.test_owner, lead.num_users).T.cpu().numpy()
+    global_acc, start = {}, n
+    for name, (_, gy) in lead.data.global_test.items():
+        global_acc[f"test_acc_{name}"] = correct[start : start + len(gy)].mean(dim=0).tolist()
+        start += len(gy)
+    return [(acc[r], loss[r], {key: values[r] for key, values in global_acc.items()} if request.with_global else {}) for r, request in enumerate(requests)]
 
 
 def train_packed(sims: list[Simulation], requests: list[tuple[torch.Tensor, int, list[int]]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -524,12 +579,19 @@ def train_packed(sims: list[Simulation], requests: list[tuple[torch.Tensor, int,
             results[j][k] = sim.trainer.train(requests[j][0], sim.data.x[idx], sim.data.y[idx], torch.Generator().manual_seed(seed), loss_scale(sim.cfg.attack, user(j, k)))
             continue
         torch.manual_seed(derived_seed(*(key for j, k in members for key in client_key(j, k))))  # dropout, per client by vmap
+        # clients of one seed, user and partition draw one minibatch plan: the same samples and generator
+        plans: dict[tuple, tuple[torch.Tensor, torch.Generator]] = {}
+        for j, k in members:
+            key = (*client_key(j, k), sims[j].partition_key)
+            if key not in plans:
+                plans[key] = (sims[j].train_idx_cpu[user(j, k)], torch.Generator().manual_seed(derived_seed(*client_key(j, k))))
+        shared = [plans[(*client_key(j, k), sims[j].partition_key)] for j, k in members]
         trained = lead.trainer.train_batched(
             torch.stack([requests[j][0] for j, _ in members]),
             lead.data.x,
             lead.data.y,
-            [sims[j].train_idx_cpu[user(j, k)] for j, k in members],
-            [torch.Generator().manual_seed(derived_seed(*client_key(j, k))) for j, k in members],
+            [idx for idx, _ in shared],
+            [generator for _, generator in shared],
             torch.tensor([loss_scale(sims[j].cfg.attack, user(j, k)) for j, k in members]),
         )
         for (j, k), result in zip(members, trained):
