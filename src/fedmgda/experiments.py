@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from fedmgda.catalog import Algorithm, Dataset, algorithms, get_algorithm, get_dataset, load_plugins
+from fedmgda.catalog import Algorithm, Dataset, get_algorithm, get_dataset, load_plugins
 from fedmgda.config import ConfigError, RunConfig  # no torch import: the Snakefile parses fast
 from fedmgda.schema import def_defaults, with_defaults
 from fedmgda.variants import VariantError, apply_readings, check_readings, get_variant
@@ -394,8 +394,9 @@ def expand(config: dict[str, Any]) -> Registry:
                         if not cfg["dataset_options"]:
                             del cfg["dataset_options"]
                         cfg["algorithm"] = algorithm
-                        if algorithms()[algorithm].plugin:  # the training job loads it from there
-                            cfg["plugin"] = algorithms()[algorithm].plugin
+                        plugin = algorithm_info(algorithm).plugin
+                        if plugin:  # the training job loads the plug-in from there
+                            cfg["plugin"] = plugin
                         before = dict(cfg)
                         cfg = apply_readings(cfg, chosen)
                         if variant is not None:
