@@ -7,7 +7,6 @@ from fedmgda.aggregators import (
     decay_per_100_rounds,
     make_aggregator,
     normalise_rows,
-    resolve_hparams,
 )
 from fedmgda.catalog import BUILTIN_ALGORITHMS, get_algorithm
 from fedmgda.config import ConfigError
@@ -112,13 +111,13 @@ def test_afl_steps_with_current_lambda_then_ascends_and_projects():
 
 def test_unknown_algorithm_and_bad_hparams_are_clear_errors():
     with pytest.raises(ConfigError, match="unknown algorithm 'fedsgd'"):
-        resolve_hparams("fedsgd", {})
+        get_algorithm("fedsgd").resolve({})
     with pytest.raises(ConfigError, match="unknown hyper-parameter"):
-        resolve_hparams("fedavg", {"eta": 2.0})
+        get_algorithm("fedavg").resolve({"eta": 2.0})
     with pytest.raises(ConfigError, match="epsilon = 1.5 is out of range"):
-        resolve_hparams("fedmgda_plus", {"epsilon": 1.5})
+        get_algorithm("fedmgda_plus").resolve({"epsilon": 1.5})
     with pytest.raises(ConfigError, match="eta = -1"):
-        resolve_hparams("fedavg_n", {"eta": -1.0})
+        get_algorithm("fedavg_n").resolve({"eta": -1.0})
     with pytest.raises(ConfigError, match="must be a number"):
-        resolve_hparams("qfedavg", {"q": "high"})
+        get_algorithm("qfedavg").resolve({"q": "high"})
     assert set(BUILTIN_ALGORITHMS) == {"fedavg", "fedavg_n", "fedprox", "qfedavg", "afl", "fedmgda", "fedmgda_plus", "mgda_prox"}

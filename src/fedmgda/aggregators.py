@@ -32,11 +32,6 @@ from fedmgda.catalog import Algorithm, HParam, get_algorithm, import_object
 from fedmgda.qp import min_norm_weights, project_to_simplex
 
 
-def resolve_hparams(algorithm: str, hparams: dict[str, Any] | None, plugin: str | None = None) -> dict[str, float | None]:
-    """The algorithm's hyper-parameters with defaults filled in; one clear error if invalid."""
-    return get_algorithm(algorithm, plugin).resolve(hparams)
-
-
 def decay_per_100_rounds(decay: float | None, beta: float | None, rounds: int) -> float:
     """The per-100-round factor beta of eta_t = eta * beta^floor(t/100) (protocol.md §4.4).
 
