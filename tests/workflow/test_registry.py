@@ -141,3 +141,34 @@ def test_command_line_overrides_are_typed():
     assert cfg["seeds"] == [1] and cfg["only"] == ["table8"]
     assert cfg["experiment_overrides"]["table8"] == {"seeds": [1, 5000], "run": {"batch_size": "full"}}
     assert cfg["grids"]["g"][0]["hparams"]["decay"] == "1/10"  # not an override key: untouched
+
+
+def test_a_table_binds_its_columns_to_experiments():
+    """q-FFL's Table 2 shape: one table over two experiments, each column from one of them; a
+    variants table's columns may name the base experiments. Bad bindings: one error each."""
+    cfg = load("test.yaml")
+    cfg["experiments"]["tiny_b"] = {"setting": "digits_b10", "grid": "tiny", "seeds": [1], "rounds": 3}
+    cfg["experiments"]["tiny_v"] = {"variants_of": "tiny", "vary": ["local_momentum"]}
+    cfg["experiments"]["tiny"]["variants"] = {"local_momentum": "code"}
+    both = {"A": {"experiment": "tiny", "source": "final.mean_acc"},
+            "B": {"experiment": "tiny_b", "source": "final.var_acc", "scale": 10000}}
+    cfg["tables"] = {"two": {"experiments": ["tiny", "tiny_b"], "paper": None, "columns": both},
+                     "two_v": {"kind": "variants", "experiments": ["tiny_v"], "paper": None,
+                               "columns": {"A": {"experiment": "tiny", "source": "final.mean_acc"}}}}
+    reg = expand(cfg)
+    two = reg.tables["two"]
+    assert two["columns"] == {"A": "final.mean_acc", "B": "final.var_acc"}
+    assert two["column_experiment"] == {"A": "tiny", "B": "tiny_b"} and two["column_scale"] == {"B": 10000.0}
+    assert reg.tables["two_v"]["column_experiment"] == {"A": "tiny_v"}  # the base names its sensitivity experiment
+
+    def error(columns, experiments=("tiny", "tiny_b")):
+        bad = copy.deepcopy(cfg)
+        bad["tables"] = {"t": {"experiments": list(experiments), "paper": None, "columns": columns}}
+        with pytest.raises(RegistryError) as err:
+            expand(bad)
+        return str(err.value)
+
+    assert "bind every column or none" in error({**both, "C": "final.mean_acc"})
+    assert "names experiment 'nope', which the table does not show" in error(
+        {**both, "B": {"experiment": "nope", "source": "final.mean_acc"}})
+    assert "no column shows experiment(s) tiny_b" in error({"A": both["A"]})
