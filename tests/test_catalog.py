@@ -12,12 +12,13 @@ import yaml
 from fedmgda import catalog
 from fedmgda.aggregators import Aggregator, make_aggregator
 from fedmgda.catalog import BUILTIN_ALGORITHMS, DATASETS, PARTITIONS, import_object
+from fedmgda.schema import SCHEMA_PATH
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_schema_enums_are_the_catalog():
-    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    schema = yaml.safe_load(SCHEMA_PATH.read_text())
     run = schema["$defs"]["runfields"]["properties"]
     assert run["dataset"]["enum"] == list(DATASETS)
     assert [p for p in run["partition"]["enum"] if p is not None] == list(PARTITIONS)
@@ -49,7 +50,7 @@ def test_name_lists_are_written_once():
     line: a list kept by hand elsewhere would drift from the catalog. The schema's dataset enum is
     the one copy, checked equal above."""
     sources = [*REPO.glob("src/fedmgda/**/*.py"), *REPO.glob("workflow/**/*.smk"), REPO / "Snakefile",
-               *REPO.glob("workflow/scripts/*.py"), REPO / "workflow/schemas/config.schema.yaml"]
+               *REPO.glob("workflow/scripts/*.py"), SCHEMA_PATH]
     offenders = []
     for path in sources:
         if path.name == "catalog.py":

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from fedmgda.config import ConfigError
+from fedmgda.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class Algorithm:
     aggregator: ``module:Class`` of its ``fedmgda.aggregators.Aggregator`` (imported when a run is
                built, so that this module needs no torch).
     The flags describe the server rule (docs, tests) and tell the simulator what to compute:
-    ``proximal`` (the clients add (mu/2)||w - w_t||^2, mu = hyper-parameter ``mu``),
+    ``proximal`` (the clients add mu ||w - w_t||^2, no 1/2, mu = hyper-parameter ``mu``),
     ``needs_pre_round_losses`` (F_i of w_t on each participant before it trains) and
     ``averages_iterates`` (the run's output is the average of all iterates).
     """
@@ -181,19 +181,27 @@ def import_object(path: str) -> Any:
         raise ConfigError(f"plug-in {path!r}: {where} has no {attr}") from None
 
 
+_AGGREGATOR_BASE = "fedmgda.aggregators.Aggregator"
+
+
+def _is_aggregator(cls: Any) -> bool:
+    """Whether ``cls`` subclasses fedmgda.aggregators.Aggregator, checked by name: the
+    aggregators import this module (and torch), so this module never imports them."""
+    return isinstance(cls, type) and any(f"{base.__module__}.{base.__qualname__}" == _AGGREGATOR_BASE
+                                         for base in cls.__mro__[1:])
+
+
 _DECLARED = ("normalised_updates", "min_norm_qp", "proximal", "needs_pre_round_losses", "averages_iterates")
 
 
 def load_plugins(paths: Iterable[str]) -> list[Algorithm]:
     """Load and register plug-in aggregators; each declares ``name``, ``display``, ``hparams``
     (name -> HParam), optionally ``implied`` and the flags of :class:`Algorithm`."""
-    from fedmgda.aggregators import Aggregator  # torch: only when a config names plug-ins
-
     loaded = []
     for path in paths:
         cls = import_object(path)
-        if not (isinstance(cls, type) and issubclass(cls, Aggregator)):
-            raise ConfigError(f"plug-in {path!r} is not a subclass of fedmgda.aggregators.Aggregator")
+        if not _is_aggregator(cls):
+            raise ConfigError(f"plug-in {path!r} is not a subclass of {_AGGREGATOR_BASE}")
         name = getattr(cls, "name", None)
         if not isinstance(name, str) or not name.isidentifier():
             raise ConfigError(f"plug-in {path!r}: declare its name as a class attribute, e.g. name = \"fedavgm\"")

@@ -14,9 +14,8 @@ from typing import Any
 
 import yaml
 
-
-class ConfigError(ValueError):
-    """An invalid run configuration; the message names the offending key."""
+from fedmgda.catalog import get_algorithm
+from fedmgda.errors import ConfigError  # also importable from here, as before
 
 
 @dataclass
@@ -114,9 +113,6 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     def validate(self) -> None:
-        # imported here: the catalog imports this module's ConfigError
-        from fedmgda.catalog import get_algorithm
-
         def positive(name: str, value: float) -> None:
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ConfigError(f"{name} must be a positive number, got {value!r}")

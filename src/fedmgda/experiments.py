@@ -27,7 +27,8 @@ from fractions import Fraction
 from typing import Any
 
 from fedmgda.catalog import Algorithm, Dataset, get_algorithm, get_dataset, load_plugins
-from fedmgda.config import ConfigError, RunConfig  # no torch import: the Snakefile parses fast
+from fedmgda.config import RunConfig  # no torch import: the Snakefile parses fast
+from fedmgda.errors import ConfigError
 from fedmgda.schema import def_defaults, with_defaults
 from fedmgda.variants import VariantError, apply_readings, check_readings, get_variant
 
@@ -494,12 +495,8 @@ def expand(config: dict[str, Any]) -> Registry:
 def validate_runs(reg: Registry) -> None:
     """Every run config through the library's own validation (RunConfig), before any job starts.
 
-    Skipped (silently) when the library's training modules cannot be imported here.
+    Skipped (silently) when a plug-in's module cannot be imported here.
     """
-    try:
-        from fedmgda.config import ConfigError, RunConfig
-    except ImportError:  # pragma: no cover
-        return
     for key, spec in reg.runs.items():
         try:
             RunConfig.from_dict(dict(spec.config))

@@ -41,8 +41,9 @@ from fedmgda.client import (
     single_thread_on_cpu,
     size_groups,
 )
-from fedmgda.config import ConfigError, RunConfig
+from fedmgda.config import RunConfig
 from fedmgda.data.base import FederatedDataset
+from fedmgda.errors import ConfigError
 from fedmgda.metrics import (
     STAT_KEYS,
     accuracy_stats,

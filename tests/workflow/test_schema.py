@@ -16,13 +16,13 @@ from fedmgda.claims import parse_claims
 from fedmgda.config import RunConfig
 from fedmgda.experiments import RegistryError, _normalise_attack, expand
 from fedmgda.packs import pack_resources, pack_size
-from fedmgda.schema import def_defaults, render_readme, with_defaults
+from fedmgda.schema import SCHEMA_PATH, def_defaults, render_readme, with_defaults
 from fedmgda.schema import main as schema_cli
 from fedmgda.tables import build_table
 
 from .conftest import REPO, write_run
 
-SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+SCHEMA = yaml.safe_load(SCHEMA_PATH.read_text())
 
 
 def test_shipped_configs_are_valid():
