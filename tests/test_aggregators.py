@@ -71,7 +71,7 @@ def test_mgda_prox_defaults():
 
 
 def test_decay_schedule_is_the_papers_total_factor_applied_per_100_rounds():
-    # protocol.md §4.4 table: 1/10 at T=2000 -> 0.8913, 1/40 at T=3000 -> 0.8843, 1/3 at T=500 -> 0.8027
+    # docs/protocol.md §4.4 table: 1/10 at T=2000 -> 0.8913, 1/40 at T=3000 -> 0.8843, 1/3 at T=500 -> 0.8027
     assert decay_per_100_rounds(0.1, None, 2000) == pytest.approx(0.8913, abs=1e-4)
     assert decay_per_100_rounds(1 / 40, None, 3000) == pytest.approx(0.8843, abs=1e-4)
     assert decay_per_100_rounds(1 / 3, None, 500) == pytest.approx(0.8027, abs=1e-4)

@@ -1,4 +1,4 @@
-"""Server-side aggregation of FedMGDA+ and its baselines (protocol.md §4).
+"""Server-side aggregation of FedMGDA+ and its baselines (docs/protocol.md §4).
 
 Every algorithm runs the same client update (``fedmgda.client``); they differ only in the client's
 proximal weight and in how the server combines the returned updates u_i = w_i - w:
@@ -33,7 +33,7 @@ from fedmgda.qp import min_norm_weights, project_to_simplex
 
 
 def decay_per_100_rounds(decay: float | None, beta: float | None, rounds: int) -> float:
-    """The per-100-round factor beta of eta_t = eta * beta^floor(t/100) (protocol.md §4.4).
+    """The per-100-round factor beta of eta_t = eta * beta^floor(t/100) (docs/protocol.md §4.4).
 
     ``decay`` is the paper's notation: the total shrink factor over ``rounds`` rounds
     (beta = decay^(100/T)); 0 and 1 both mean no decay. ``beta`` gives the code's flag directly.
@@ -128,7 +128,7 @@ class WeightedUpdates(Aggregator):
 
 @dataclass
 class QFedAvg(Aggregator):
-    """q-FedAvg (protocol.md §4.5): Delta_i = F_i^q L u_i, h_i = q F_i^(q-1) ||L u_i||^2 + L F_i^q,
+    """q-FedAvg (docs/protocol.md §4.5): Delta_i = F_i^q L u_i, h_i = q F_i^(q-1) ||L u_i||^2 + L F_i^q,
     w <- w + sum Delta_i / sum h_i, with F_i the participant's pre-round loss."""
 
     q: float = 0.1
@@ -144,7 +144,7 @@ class QFedAvg(Aggregator):
 
 @dataclass
 class AFL(Aggregator):
-    """Agnostic FL as in the authors' Adult code (protocol.md §4.5): w <- w + gamma_w sum lambda_i u_i
+    """Agnostic FL as in the authors' Adult code (docs/protocol.md §4.5): w <- w + gamma_w sum lambda_i u_i
     with the current lambda over all users, then lambda_i += gamma_lambda * loss_i for the round's
     participants and lambda is projected onto the simplex. The output is the average iterate."""
 

@@ -4,7 +4,7 @@ The registry (``fedmgda.experiments``), the config checks, the simulator, the da
 (``fedmgda.data.registry``, which adds loaders and raw files) and the Snakefile's wildcard
 constraints all ask this module. It imports no torch, so the Snakefile parses fast.
 
-Algorithms are the paper's eight (protocol.md §4) plus any plug-in aggregators a config names
+Algorithms are the paper's eight (docs/protocol.md §4) plus any plug-in aggregators a config names
 under ``plugins`` (docs/plugins.md): a plug-in is a subclass of ``fedmgda.aggregators.Aggregator``
 that declares the same facts as an :class:`Algorithm` below on itself.
 """
@@ -48,7 +48,7 @@ class HParam:
 class Algorithm:
     """What the registry, the config checks and the simulator need to know about one algorithm.
 
-    implied:   hyper-parameters whose default is part of the algorithm's definition (protocol.md
+    implied:   hyper-parameters whose default is part of the algorithm's definition (docs/protocol.md
                §4.2): left out of run paths and row keys when equal to it, so "FedMGDA+ with
                epsilon 1" and "FedMGDA+" are one run.
     aggregator: ``module:Class`` of its ``fedmgda.aggregators.Aggregator`` (imported when a run is

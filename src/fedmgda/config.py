@@ -61,7 +61,7 @@ class RunConfig:
     local_epochs: int = 1
     batch_size: int | str = 10  # an int, or "full" for one full-batch step per epoch
     local_lr: float = 0.01
-    momentum: float = 0.5  # the authors' code hard-codes 0.5 (protocol.md §3.2)
+    momentum: float = 0.5  # the authors' code hard-codes 0.5 (docs/protocol.md §3.2)
     # rounds and sampling
     rounds: int = 100
     participation: float = 0.1  # fraction p of users sampled per round: floor(p*m) users, at least 1
@@ -73,7 +73,7 @@ class RunConfig:
     per_user_every: int = 10  # per-user accuracies are stored at rounds t with t % per_user_every == 0
     track_improvement: bool = True  # pre/post-round participant losses (Figures 4, 8, 9)
     qffl_loss: str = "batch_sum"  # q-FedAvg's F_i: "batch_sum" (main code) or "batch_sum_per_sample" (Adult code)
-    afl_gamma_w: str = "server_step"  # AFL's gamma_w: the server's step ("server_step") or the clients' lr ("local_lr"), protocol §8.11
+    afl_gamma_w: str = "server_step"  # AFL's gamma_w: the server's step ("server_step") or the clients' lr ("local_lr"), docs/protocol.md §8.11
     final_model: str = "auto"  # "last" iterate, "average" of all iterates, or "auto": average for AFL (its output), else last
     device: str = "auto"
     checkpoint_every: int = 0  # 0: no checkpoints

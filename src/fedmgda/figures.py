@@ -3,7 +3,7 @@
 Kinds (the ``kind`` key of a figure spec in the config):
 
 - ``curves``: a ``metrics.csv`` column per round. Each seed's series is smoothed with an
-  exponentially weighted mean (pandas ``ewm(span)``, protocol §6.4), then the seeds' mean is drawn
+  exponentially weighted mean (pandas ``ewm(span)``, docs/protocol.md §6.4), then the seeds' mean is drawn
   with a band of ±1 std over seeds. Accuracy-like columns are shown in %. ``style_by: attack``
   draws attacked runs dashed and clean ones solid, in the same colour per algorithm setting.
 - ``violin``: the per-user accuracies of the last stored per-user vector at round <= T-9 (the

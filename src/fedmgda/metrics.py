@@ -1,5 +1,5 @@
 """Per-round and per-user metrics, computed as the authors' plotting code computes them
-(protocol.md §6.3-6.4)."""
+(docs/protocol.md §6.3-6.4)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def accuracy_stats(accuracy: np.ndarray, test_sizes: np.ndarray | None = None) -
 
     mean_acc: unweighted mean over users; std_acc: population std (ddof 0); worst5_acc and
     best5_acc: ``np.percentile`` 5 and 95 with linear interpolation (not the mean of the worst 5 %
-    of users: protocol.md §6.3); weighted_acc: the mean over all test samples (users weighted by
+    of users: docs/protocol.md §6.3); weighted_acc: the mean over all test samples (users weighted by
     their test-set size; Table 14's "Avg (data)").
     """
     accuracy = np.asarray(accuracy, dtype=np.float64)
@@ -30,7 +30,7 @@ def accuracy_stats(accuracy: np.ndarray, test_sizes: np.ndarray | None = None) -
 
 def improved_fraction(before: torch.Tensor, after: torch.Tensor, higher_is_better: bool = False) -> float:
     """Fraction of participants whose value did not get worse over the round (ties count as
-    improved, paper footnote 5 / protocol.md §6.4)."""
+    improved, paper footnote 5 / docs/protocol.md §6.4)."""
     better = after >= before if higher_is_better else after <= before
     return float(better.double().mean())
 
@@ -45,7 +45,7 @@ def per_owner_mean(values: torch.Tensor, owner: torch.Tensor, num_owners: int) -
 
 def sum_of_batch_means(per_sample: torch.Tensor, batch_size: int | None) -> torch.Tensor:
     """Sum over consecutive minibatches of size ``batch_size`` of the minibatch-mean loss: the
-    authors' "total loss" F_i that q-FedAvg consumes (protocol.md §3, §4.5). None = one batch.
+    authors' "total loss" F_i that q-FedAvg consumes (docs/protocol.md §3, §4.5). None = one batch.
     ``per_sample`` is (samples,) or (samples, runs): then one sum per column (packed runs)."""
     n = len(per_sample)
     if batch_size is None or batch_size >= n:

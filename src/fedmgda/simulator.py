@@ -3,7 +3,7 @@
 Randomness is derived, not carried: the model is initialised from ``seed``; round t's participants
 come from a generator seeded by (seed, t), and client i's minibatch order and dropout masks in
 round t from (seed, t, i). Hence every algorithm run with the same seed sees the same initial model
-and the same participants (paired comparisons, protocol.md §6.1), and a run resumed from a
+and the same participants (paired comparisons, docs/protocol.md §6.1), and a run resumed from a
 checkpoint continues exactly as if it had never stopped, without saving any RNG state.
 
 A run is a generator (``Simulation.steps``) that yields whenever a round's clients must be trained
@@ -72,7 +72,7 @@ def resolve_device(name: str) -> torch.device:
 def server_hparams(cfg: RunConfig) -> dict[str, Any]:
     """The aggregator's hyper-parameters. With ``afl_gamma_w: local_lr`` AFL's gamma_w is the
     clients' learning rate (the config checks local_lr equals it) and the server adds the weighted
-    updates with step 1, as the authors' example command does (protocol.md §4.5, §8.11)."""
+    updates with step 1, as the authors' example command does (docs/protocol.md §4.5, §8.11)."""
     if cfg.algorithm == "afl" and cfg.afl_gamma_w == "local_lr":
         return {**cfg.hparams, "gamma_w": 1.0}
     return cfg.hparams
@@ -602,7 +602,7 @@ def train_packed(sims: list[Simulation], requests: list[tuple[torch.Tensor, int,
 
 def protocol_stats(per_user: pd.DataFrame, metrics: pd.DataFrame, per_user_every: int) -> dict[str, float] | None:
     """Statistics of the last stored per-user vector at a round t (0-based) with
-    t % per_user_every == 0: the vector the paper's tables were computed from (protocol.md §6.3:
+    t % per_user_every == 0: the vector the paper's tables were computed from (docs/protocol.md §6.3:
     round T-9 for T a multiple of 10, not the final model)."""
     stored = per_user[(per_user["round"] - 1) % per_user_every == 0]
     if stored.empty:

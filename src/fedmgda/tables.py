@@ -3,10 +3,10 @@
 A table spec (from the registry, see ``fedmgda.experiments.item_spec``) lists rows, each with the
 run folders of its seeds, and ``columns`` mapping a column name to a source in the runs'
 ``summary.json``: ``final.<stat>`` (the final model) or ``protocol.<stat>`` (the last stored
-per-user vector at round <= T-9, protocol.md §6.3). Accuracies are fractions in the runs and
+per-user vector at round <= T-9, docs/protocol.md §6.3). Accuracies are fractions in the runs and
 percentages in the tables.
 
-Per row and column: reproduced mean and population std (ddof 0) over seeds (protocol §6.3), the
+Per row and column: reproduced mean and population std (ddof 0) over seeds (docs/protocol.md §6.3), the
 paper's mean and std (from ``fedmgda/reference/paper_tables.csv``), the difference
 repro - paper, and a verdict: "within" when |difference| <= the band, else "outside". The band is
 the paper's std (its own seed spread), or the table's ``tolerance`` for that column when larger
@@ -67,7 +67,7 @@ def run_value(run_dir: str | Path, summary: dict[str, Any], source: str) -> floa
 
 
 def seed_stats(values: list[float]) -> tuple[float, float]:
-    """Mean and population std (ddof 0) over seeds, as the paper's ± (protocol §6.3)."""
+    """Mean and population std (ddof 0) over seeds, as the paper's ± (docs/protocol.md §6.3)."""
     arr = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
     if len(arr) == 0:
         return math.nan, math.nan

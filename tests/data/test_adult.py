@@ -27,7 +27,7 @@ def paper_sized(tmp_path_factory):
     n, n_phd = 32_561, 413
     edu = np.array(["HS-grad"] * n, dtype=object)
     edu[rng.choice(n, n_phd, replace=False)] = "Doctorate"
-    edu[-1] = "Masters"  # last row non-PhD, as protocol.md §1.5 assumes for the shift
+    edu[-1] = "Masters"  # last row non-PhD, as docs/protocol.md §1.5 assumes for the shift
     test_edu = ["Doctorate"] * 181 + ["Bachelors"] * 300
     return tmp_path_factory.mktemp("adult"), list(edu), test_edu
 

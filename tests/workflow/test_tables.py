@@ -25,7 +25,7 @@ def _row(key, label, algorithm, runs, seeds=None):
 def test_seed_stats_is_mean_and_population_std():
     mean, std = seed_stats([88.1, 88.0, 88.0, 90.0])
     assert mean == pytest.approx(88.525) and std == pytest.approx(np.std([88.1, 88, 88, 90]))
-    assert round(mean, 2) == 88.53 and round(std, 2) == 0.85  # the paper's 88.53 ± 0.85 (protocol §6.3)
+    assert round(mean, 2) == 88.53 and round(std, 2) == 0.85  # the paper's 88.53 ± 0.85 (docs/protocol.md §6.3)
 
 
 def test_verdict():
