@@ -134,3 +134,32 @@ def test_planning_modules_never_import_torch(module):
     code = f"import sys, {module}; assert 'torch' not in sys.modules, 'imported torch'"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"{module}: {done.stderr.strip().splitlines()[-1:]}"
+
+
+def readme_layers() -> dict[str, int]:
+    """The layering the README's module map writes down: module -> layer (``data/`` is one)."""
+    text = (REPO / "README.md").read_text()
+    block = text.split("layer  modules\n", 1)[1].split("```", 1)[0]
+    layers = {}
+    for line in block.splitlines():
+        number, *names = line.split()
+        layers |= {name.rstrip("*").removesuffix("/"): int(number) for name in names}
+    return layers
+
+
+def layer_unit(module: str) -> str:
+    """The README's name of a module: ``fedmgda.simulator`` -> simulator, fedmgda.data.* -> data."""
+    parts = module.split(".")
+    return "fedmgda" if len(parts) == 1 else parts[1]
+
+
+def test_imports_follow_the_readme_layers():
+    """Every module is in the README's layer table and imports only from layers above its own
+    (the data/ package is one unit; its modules import each other)."""
+    layers = readme_layers()
+    units = {layer_unit(m) for m in MODULES} - {"fedmgda"}
+    assert units == set(layers), f"README layers: missing {sorted(units - set(layers))}, extra {sorted(set(layers) - units)}"
+    wrong = [f"{a} (layer {layers[layer_unit(a)]}) imports {b} (layer {layers[layer_unit(b)]})"
+             for a, targets in GRAPH.items() if layer_unit(a) != "fedmgda"
+             for b in targets if layer_unit(b) != layer_unit(a) and layers[layer_unit(b)] >= layers[layer_unit(a)]]
+    assert not wrong, wrong
