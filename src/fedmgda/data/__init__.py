@@ -1,21 +1,26 @@
-"""Datasets of the paper (CIFAR-10, Fashion-MNIST, FEMNIST, Shakespeare, Adult) and two offline
-ones (Synthetic(α, β), scikit-learn digits): raw files, preprocessing, partitions, registry.
-See docs/datasets.md."""
+"""Datasets of the paper (CIFAR-10, Fashion-MNIST, FEMNIST, Shakespeare, Adult), q-FFL's
+three-class Fashion-MNIST and two offline ones (Synthetic(α, β), scikit-learn digits): raw files,
+preprocessing, partitions, registry. See docs/datasets.md."""
 
-from fedmgda.data.base import FederatedDataset
-from fedmgda.data.download import DataError, RawFile, ensure_raw_files
+from fedmgda.data.base import DataError, FederatedDataset
+from fedmgda.data.download import RawFile
 from fedmgda.data.partition import Partition, RawData, load_partition, save_partition
 from fedmgda.data.registry import (
-    DATASETS,
+    DATASET_SPECS,
     DatasetSpec,
+    ensure_raw_files,
     get_spec,
     load_federated,
     load_raw,
     make_partition,
 )
 
+# The former name of DATASET_SPECS, kept only for src/fedmgda/simulator.py (load_dataset) until it
+# switches to DATASET_SPECS / get_spec; remove it then (issue 20: catalog.DATASETS is the one DATASETS).
+DATASETS = DATASET_SPECS
+
 __all__ = [
-    "DATASETS",
+    "DATASET_SPECS",
     "DataError",
     "DatasetSpec",
     "FederatedDataset",
