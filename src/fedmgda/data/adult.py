@@ -102,7 +102,7 @@ def load(raw_dir: Path, options: dict[str, Any]) -> RawData:
     """The pool is ``adult.data`` (option ``split: 80_10_10``, the default: the domain partition
     cuts each domain's rows 80/10/10), or ``adult.data`` followed by ``adult.test`` (``split:
     source``, q-FFL's protocol: a domain trains on all its ``adult.data`` rows and is tested on its
-    ``adult.test`` rows, fair_flearn ``data/adult/create_dataset.py`` lines 152-171)."""
+    ``adult.test`` rows: fair_flearn ``data/adult/create_dataset.py`` ``main`` from line 153)."""
     x_tr, y_tr = load_split(RAW_FILES[0].path(raw_dir), test=False)
     x_te, y_te = load_split(RAW_FILES[1].path(raw_dir), test=True)
     phd_tr = x_tr[:, PHD_COLUMN] == 1
