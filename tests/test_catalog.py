@@ -25,14 +25,15 @@ def test_schema_enums_are_the_catalog():
 
 
 def test_dataset_registry_is_the_catalog():
-    from fedmgda.data.registry import DATASETS as LOADERS
+    from fedmgda.data.registry import DATASET_SPECS
 
-    assert list(LOADERS) == list(DATASETS)
-    for name, spec in LOADERS.items():
+    assert list(DATASET_SPECS) == list(DATASETS)
+    for name, spec in DATASET_SPECS.items():
         info = DATASETS[name]
         assert (spec.model, spec.default_partition, spec.partitions) == (info.model, info.default_partition, info.partitions)
         assert info.default_partition in info.partitions and set(info.seeded_partitions) <= {"shards", "iid"}
         assert info.offline == (spec.raw_files == ()), name  # offline = nothing to download
+        assert {rf.dataset for rf in spec.raw_files} <= {info.raw_folder}, name  # the folder the workflow downloads
 
 
 @pytest.mark.parametrize("name", list(BUILTIN_ALGORITHMS))

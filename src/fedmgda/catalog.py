@@ -233,6 +233,7 @@ class Dataset:
 
     seeded_partitions: the partitions whose result depends on the run seed (others are fixed).
     offline: generated or shipped with a library, so it needs no download.
+    raw_files_of: the dataset whose raw files (``<raw_dir>/<that name>/``) it reads; "" = its own.
     """
 
     name: str
@@ -242,6 +243,12 @@ class Dataset:
     seeded_partitions: tuple[str, ...] = ("shards", "iid")
     offline: bool = False
     description: str = ""
+    raw_files_of: str = ""
+
+    @property
+    def raw_folder(self) -> str:
+        """The folder under the raw-data directory that holds its raw files."""
+        return self.raw_files_of or self.name
 
 
 DATASETS: Mapping[str, Dataset] = MappingProxyType({d.name: d for d in (
@@ -250,6 +257,10 @@ DATASETS: Mapping[str, Dataset] = MappingProxyType({d.name: d for d in (
     Dataset("fmnist", "cnn_fmnist", "shards", ("shards", "iid"),
             description="Fashion-MNIST, 100 users; code: 300 shards of 200, 3 per user; "
                         "paper text: 500 shards of 120, 5 per user"),
+    Dataset("fmnist3", "logreg", "natural", ("natural",), seeded_partitions=(), raw_files_of="fmnist",
+            description="q-FFL's Fashion-MNIST: classes T-shirt/top, pullover, shirt, one user per "
+                        "class, pixels standardised over all training images (fair_flearn "
+                        "data/fmnist/create_dataset.py)"),
     Dataset("femnist", "cnn_femnist", "natural", ("natural",), seeded_partitions=(),
             description="TFF federated EMNIST-62, one user per writer (3 400)"),
     Dataset("shakespeare", "lstm_shakespeare", "natural", ("natural",), seeded_partitions=(),
@@ -263,6 +274,7 @@ DATASETS: Mapping[str, Dataset] = MappingProxyType({d.name: d for d in (
 )})
 OFFLINE_DATASETS = tuple(name for name, d in DATASETS.items() if d.offline)
 DOWNLOADED_DATASETS = tuple(name for name, d in DATASETS.items() if not d.offline)
+RAW_FOLDERS = tuple(dict.fromkeys(d.raw_folder for d in DATASETS.values() if not d.offline))
 PARTITIONS = tuple(dict.fromkeys(p for d in DATASETS.values() for p in d.partitions))
 
 

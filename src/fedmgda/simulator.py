@@ -80,12 +80,12 @@ def server_hparams(cfg: RunConfig) -> dict[str, Any]:
 
 def load_dataset(cfg: RunConfig) -> tuple[FederatedDataset, str]:
     """The run's federated dataset and its model name, from the dataset registry."""
-    from fedmgda.data import DATASETS, load_federated
+    from fedmgda.data import DATASET_SPECS, load_federated
 
-    if cfg.dataset not in DATASETS:
-        raise ConfigError(f"unknown dataset {cfg.dataset!r}; known: {', '.join(sorted(DATASETS))}")
+    if cfg.dataset not in DATASET_SPECS:
+        raise ConfigError(f"unknown dataset {cfg.dataset!r}; known: {', '.join(sorted(DATASET_SPECS))}")
     data = load_federated(cfg.dataset, cfg.raw_dir, partition=cfg.partition, seed=cfg.seed, options=cfg.dataset_options, partition_file=cfg.partition_file)
-    return data, DATASETS[cfg.dataset].model
+    return data, DATASET_SPECS[cfg.dataset].model
 
 
 @dataclass

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedmgda.data.download import DataError
+from fedmgda.data.base import DataError
 
 FORMAT_VERSION = 1
 
@@ -179,23 +179,36 @@ def build_partition(raw: RawData, scheme: str, seed: int, options: dict[str, Any
                                     options.get("sort", "stable")):
             add(idxs)
     elif scheme == "iid":
+        if raw.source_split is not None and options.get("split") == "source":
+            raise DataError(f"{raw.name}: split 'source' belongs to the {raw.name} dataset's own "
+                            "partition; the iid partition needs split '80_10_10'")
         for idxs in iid_partition(n, int(options.get("num_users", 100)), seed):
             add(idxs)
     elif scheme == "domain":  # adult
-        is_phd = np.zeros(n, dtype=bool)
-        is_phd[raw.user_idx[0]] = True
         shift = bool(options.get("shift_by_one", False))
-        clients = adult_domain_clients(is_phd, shift)
         users = ["phd", "non_phd"]
-        if options.get("clients", "both") == "phd":  # Table 7's Baseline_PhD: the PhD client alone
-            clients, users = clients[:1], users[:1]
-        for idxs in clients:
-            a, b, c = split_user(idxs)
+        keep = 1 if options.get("clients", "both") == "phd" else 2  # 1: Table 7's Baseline_PhD
+        if options.get("split", "80_10_10") == "source":  # q-FFL: adult.data rows / adult.test rows
             if shift:
-                a, b, c = _drop_out_of_range((a, b, c), n)
-            train.append(a)
-            val.append(b)
-            test.append(c)
+                raise DataError("adult: shift_by_one (the FedMGDA+ code's 1-based row ids) only "
+                                "applies to split '80_10_10', not to split 'source'")
+            for tr, te in raw.source_split[:keep]:
+                train.append(np.asarray(tr, dtype=np.int64))
+                val.append(np.zeros(0, dtype=np.int64))
+                test.append(np.asarray(te, dtype=np.int64))
+            users = users[:keep]
+        else:
+            is_phd = np.zeros(n, dtype=bool)
+            is_phd[raw.user_idx[0]] = True
+            clients = adult_domain_clients(is_phd, shift)
+            clients, users = clients[:keep], users[:keep]
+            for idxs in clients:
+                a, b, c = split_user(idxs)
+                if shift:
+                    a, b, c = _drop_out_of_range((a, b, c), n)
+                train.append(a)
+                val.append(b)
+                test.append(c)
     elif scheme == "natural":
         users = list(raw.users or [])
         split = options.get("split", "80_10_10")

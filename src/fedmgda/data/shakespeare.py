@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedmgda.data.download import UNPINNED, DataError, RawFile
+from fedmgda.data.base import DataError
+from fedmgda.data.download import UNPINNED, RawFile
 from fedmgda.data.partition import RawData
 
 ALL_LETTERS = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"
