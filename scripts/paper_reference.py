@@ -34,7 +34,7 @@ COLUMNS = {
     "table14": ["Avg (client)", "Avg (data)", "Std", "Worst 5", "Best 5"],
 }
 STATS4 = ["Average", "Std", "Worst 5%", "Best 5%"]
-# Table 7 settings stated in the appendix text (paper_tables.md "Figure 2 settings"/protocol §5.1)
+# Table 7 settings stated in the appendix text (paper_tables.md "Figure 2 settings"/docs/protocol.md §5.1)
 AFL_HP = {"gamma_lambda": 0.5, "gamma_w": 0.01}
 FEDMGDA_PLUS_ADULT = {"eta": 1.0, "decay": "1/3"}
 FIELDS = ["table", "row", "label", "column", "mean", "std", "note"]

@@ -101,10 +101,10 @@ _DECAY = HParam(0.0, 0.0, 1.0, symbol="decay")  # the paper's total decay over t
 _BETA = HParam(None, 0.0, 1.0, low_open=True, symbol="β")  # the code's per-100-round factor; overrides decay
 _EPSILON = HParam(1.0, 0.0, 1.0, symbol="ε")
 _STEP = {"eta": _ETA, "decay": _DECAY, "beta": _BETA}
-_WEIGHTED = "fedmgda.aggregators:WeightedUpdates"
+AVERAGING_RULE = "fedmgda.aggregators:WeightedUpdates"  # the averaging rules' aggregator (FedAvg ... MGDA-Prox)
 
 
-def _algorithm(name: str, display: str, hparams: dict[str, HParam], aggregator: str = _WEIGHTED, **kw) -> Algorithm:
+def _algorithm(name: str, display: str, hparams: dict[str, HParam], aggregator: str = AVERAGING_RULE, **kw) -> Algorithm:
     return Algorithm(name, display, MappingProxyType(hparams), aggregator, **kw)
 
 

@@ -4,7 +4,7 @@ A table spec (from the registry, see ``fedmgda.experiments.item_spec``) lists ro
 run folders of its seeds, and ``columns`` mapping a column name to a source in the runs'
 ``summary.json``: ``final.<stat>`` (the final model) or ``protocol.<stat>`` (the last stored
 per-user vector at round <= T-9, docs/protocol.md §6.3). Accuracies are fractions in the runs and
-percentages in the tables.
+percentages in the tables, var_acc is shown in %^2 (``fedmgda.metrics.display_scale``).
 
 Per row and column: reproduced mean and population std (ddof 0) over seeds (docs/protocol.md §6.3), the
 paper's mean and std (from ``fedmgda/reference/paper_tables.csv``), the difference
@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from fedmgda.metrics import display_scale
 
 PAPER_NA = "n/a (offline dataset)"
 NOT_IN_PAPER = "not in paper"
@@ -82,10 +84,12 @@ def verdict(repro_mean: float, paper_mean: float, paper_std: float, n_seeds: int
     return f"{word} (1 seed)" if n_seeds == 1 else word
 
 
-def _row_values(row: dict[str, Any], columns: dict[str, str], runs_dir: Path, scale: float):
+def _row_values(row: dict[str, Any], columns: dict[str, str], runs_dir: Path, scale: float | None):
+    """Each column's values over the row's seeds, x ``scale`` (None: each source's display scale,
+    ``fedmgda.metrics.display_scale``: accuracies in %, var_acc in %^2)."""
     summaries = [read_summary(runs_dir / r) for r in row["runs"]]
     diverged = sum(1 for s in summaries if s.get("status") != "ok")
-    values = {c: [run_value(runs_dir / r, s, src) * scale
+    values = {c: [run_value(runs_dir / r, s, src) * (display_scale(src) if scale is None else scale)
                   for r, s in zip(row["runs"], summaries, strict=True) if s.get("status") == "ok"]
               for c, src in columns.items()}
     return summaries, diverged, values
@@ -110,7 +114,7 @@ def build_table(spec: dict[str, Any], runs_dir: str | Path, paper: pd.DataFrame 
     runs_dir = Path(runs_dir)
     columns: dict[str, str] = spec["columns"]
     tolerance: dict[str, float] = spec.get("tolerance") or {}
-    scale = float(spec.get("scale", 100.0))
+    scale = float(spec["scale"]) if spec.get("scale") is not None else None
     paper_table = spec.get("paper")
     paper_rows = _paper_lookup(paper if paper is not None else (paper_reference() if paper_table else None),
                                paper_table)

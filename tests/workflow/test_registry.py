@@ -7,7 +7,7 @@ import copy
 import pytest
 import yaml
 
-from fedmgda.experiments import RegistryError, expand, fmt_display, row_key, run_key
+from fedmgda.experiments import RegistryError, expand, fmt_display, row_key, run_key, validate_runs
 
 from .conftest import REPO
 
@@ -88,6 +88,23 @@ def test_conflicting_configs_on_one_path_are_an_error(paper):
     cfg["experiments"]["fig4_b10"]["run"] = {"qffl_loss": "batch_sum_per_sample"}
     reg = expand(cfg)
     assert any("qlossbatch_sum_per_sample" in k for k in reg.runs)
+
+
+def test_a_run_option_given_to_the_wrong_algorithm_stops_the_registry_before_any_job(paper):
+    """The schema admits each option's values; which algorithm it fits is RunConfig's check,
+    which the Snakefile runs on every run config (validate_runs) before any job starts."""
+    cfg = copy.deepcopy(paper)
+    cfg["experiments"]["table7"]["run"] = {"afl_step_weights": "uniform", "sampling": "size", "init": "glorot"}
+    reg = expand(cfg)  # a valid registry ...
+    with pytest.raises(RegistryError, match="afl_step_weights: uniform changes AFL's model step only"):
+        validate_runs(reg)  # ... whose q-FedAvg and FedMGDA+ runs cannot take AFL's option
+    cfg["experiments"]["table7"]["run"] = {"aggregation_weights": "samples"}
+    with pytest.raises(RegistryError, match="aggregation_weights: samples"):
+        validate_runs(expand(cfg))
+    cfg["experiments"]["table7"]["run"] = {"sampling": "size", "init": "glorot", "qffl_loss": "train_mean"}
+    reg = expand(cfg)
+    validate_runs(reg)
+    assert any("_initglorot_" in k and "_samplingsize" in k for k in reg.runs)  # part of the runs' identity
 
 
 def test_implied_defaults_and_fractions():

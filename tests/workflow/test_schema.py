@@ -270,10 +270,13 @@ def test_claim_defaults_are_the_schemas():
     assert {c["seeds"] for c in claims} == {claim["seeds"]["default"]}
 
 
-def test_table_scale_default_is_the_schemas(runs_dir):
+def test_table_scale_default_is_each_sources_display_scale(runs_dir):
     write_run(runs_dir, "r/seed1", [0.5, 0.7])
     row = {"experiment": "t", "key": "fedavg", "label": "FedAvg", "algorithm": "fedavg", "hparams": {},
            "attack": {"kind": "none"}, "seeds": [1], "runs": ["r/seed1"]}
-    spec = {"name": "t", "paper": None, "columns": {"Average": "protocol.mean_acc"}, "rows": [row]}
-    scale = SCHEMA["$defs"]["table"]["properties"]["scale"]["default"]
-    assert build_table(spec, runs_dir).iloc[0]["Average repro_mean"] == pytest.approx(0.6 * scale)
+    spec = {"name": "t", "paper": None, "columns": {"Average": "protocol.mean_acc", "Var": "protocol.var_acc"}, "rows": [row]}
+    assert "default" not in SCHEMA["$defs"]["table"]["properties"]["scale"]
+    table = build_table(spec, runs_dir).iloc[0]
+    assert table["Average repro_mean"] == pytest.approx(60.0)  # accuracies in %
+    assert table["Var repro_mean"] == pytest.approx(0.01 * 1e4)  # var_acc in %^2
+    assert build_table({**spec, "scale": 1}, runs_dir).iloc[0]["Var repro_mean"] == pytest.approx(0.01)

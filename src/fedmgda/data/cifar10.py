@@ -1,4 +1,4 @@
-"""CIFAR-10 from the official python tarball (protocol.md §1.1).
+"""CIFAR-10 from the official python tarball (docs/protocol.md §1.1).
 
 Read straight from ``cifar-10-python.tar.gz`` (pickled batches ``data_batch_1..5`` and
 ``test_batch``); ToTensor + Normalize(0.5, 0.5) per channel, i.e. uint8 v -> (v/255 - 0.5)/0.5,

@@ -1,4 +1,4 @@
-"""Fashion-MNIST from the four gzipped IDX files: ``fmnist`` (FedMGDA+, protocol.md §1.2) and
+"""Fashion-MNIST from the four gzipped IDX files: ``fmnist`` (FedMGDA+, docs/protocol.md §1.2) and
 ``fmnist3`` (q-FFL's three-class version, fair_flearn ``data/fmnist/create_dataset.py``).
 
 fmnist: ToTensor + Normalize(0.1307, 0.3081) — the MNIST statistics, as the authors' code does.

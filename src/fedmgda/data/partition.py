@@ -1,11 +1,11 @@
 """Partitioners: which pooled samples belong to which user, and each user's train/val/test cut.
 
-The shard and iid partitioners follow the authors' code (protocol.md §1.3) call for call: the
+The shard and iid partitioners follow the authors' code (docs/protocol.md §1.3) call for call: the
 legacy numpy RNG seeded once with ``seed`` (``np.random.RandomState(seed)`` draws the same stream
 as ``np.random.seed(seed)`` + the global functions), the same ``choice`` calls in the same order,
 and real Python ``set`` objects wherever the code iterates one (the remaining pool is rebuilt
 from a set difference; a user's shards are concatenated in set-iteration order). The per-user
-split is positional (protocol.md §1.4): first ⌊0.8n⌋ train, next up to ⌊0.9n⌋ validation, rest
+split is positional (docs/protocol.md §1.4): first ⌊0.8n⌋ train, next up to ⌊0.9n⌋ validation, rest
 test, so under shards the test split is the tail of the user's last shard.
 """
 
@@ -85,7 +85,7 @@ class Partition:
 
 # --------------------------------------------------------------------------- per-user split
 def split_user(idxs, train_frac: float = 0.8, val_frac: float = 0.1):
-    """Positional split of one user's index list (protocol.md §1.4, ``main/update.py``)."""
+    """Positional split of one user's index list (docs/protocol.md §1.4, ``main/update.py``)."""
     idxs = np.asarray(idxs, dtype=np.int64)
     n = len(idxs)
     a, b = int(train_frac * n), int((train_frac + val_frac) * n)
@@ -140,7 +140,7 @@ def adult_domain_clients(is_phd: np.ndarray, shift_by_one: bool = False) -> list
     """Client 0 = PhD rows, client 1 = non-PhD rows (``adult/sampling.py``).
 
     Default: the rows themselves, in file order. ``shift_by_one=True`` reproduces the released
-    code (protocol.md §1.5): ids are the 1-based row numbers, i.e. every id is one row too far,
+    code (docs/protocol.md §1.5): ids are the 1-based row numbers, i.e. every id is one row too far,
     and each client's list iterates in CPython set order. An id equal to N (past the last row)
     can only land in the test tail of a client; it is dropped there (the authors never read it).
     """
