@@ -57,7 +57,7 @@ lint: setup
 benchmark: setup
 	$(PY) benchmarks/bench_rounds.py $(BENCH_ARGS)
 
-# config/README.md's key tables from workflow/schemas/config.schema.yaml (fedmgda.schema)
+# config/README.md's key tables from src/fedmgda/config.schema.yaml (fedmgda.schema)
 config-docs: setup
 	$(PY) -m fedmgda.schema config/README.md
 

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from fedmgda.config import RunConfig
-from fedmgda.data import DATASETS
+from fedmgda.data import DATASET_SPECS
 from fedmgda.data.base import FederatedDataset
 from fedmgda.simulator import Simulation, _State, check_packable, serve_packed
 
@@ -66,7 +66,7 @@ SETTINGS = [
 
 
 def random_dataset(setting: Setting, fraction: float, seed: int = 0) -> FederatedDataset:
-    spec = DATASETS[setting.dataset]
+    spec = DATASET_SPECS[setting.dataset]
     g = torch.Generator().manual_seed(seed)
     train = [max(1, math.ceil(fraction * n)) for n in setting.train_sizes]
     total = sum(train) + setting.test_size * len(train)
@@ -97,7 +97,7 @@ def bench_config(setting: Setting, device: str, batched: bool, seed: int = 1) ->
 def packed_rounds(setting: Setting, data: FederatedDataset, batched: bool, device: str, pack: int = 1):
     """``pack`` runs of the setting (seeds 1..pack), their start models, and a function that
     trains one round of all of them, packed (the real simulator's round, less per-user evaluation)."""
-    sims = [Simulation(bench_config(setting, device, batched, seed), data=data, model_name=DATASETS[setting.dataset].model) for seed in range(1, pack + 1)]
+    sims = [Simulation(bench_config(setting, device, batched, seed), data=data, model_name=DATASET_SPECS[setting.dataset].model) for seed in range(1, pack + 1)]
     check_packable(sims)
     states = [_State() for _ in sims]
     ws = [sim.model.initial_vector().to(sim.device) for sim in sims]

@@ -37,7 +37,7 @@ COLUMNS = {
     "table14": ["Avg (client)", "Avg (data)", "Std", "Worst 5", "Best 5"],
 }
 STATS4 = ["Average", "Std", "Worst 5%", "Best 5%"]
-# Table 7 settings stated in the appendix text (paper_tables.md "Figure 2 settings"/protocol §5.1)
+# Table 7 settings stated in the appendix text (paper_tables.md "Figure 2 settings"/docs/protocol.md §5.1)
 AFL_HP = {"gamma_lambda": 0.5, "gamma_w": 0.01}
 FEDMGDA_PLUS_ADULT = {"eta": 1.0, "decay": "1/3"}
 FIELDS = ["table", "row", "label", "column", "mean", "std", "note"]
@@ -79,7 +79,7 @@ def parse(md_path: str | Path) -> list[dict]:
                     raise ValueError(f"table7: cannot parse {line!r}")
                 if m.group(1) == "Baseline_PhD":
                     key, label = "baseline_phd", "Baseline_PhD (train on PhD data only)"
-                    note = "not in the authors' code (protocol §5.1)"
+                    note = "not in the authors' code (docs/protocol.md §5.1)"
                 else:
                     bias = m.group(3)
                     if m.group(1) == "AFL":
@@ -116,12 +116,12 @@ def parse(md_path: str | Path) -> list[dict]:
                         raise ValueError(f"{table}: unknown header {header}")
                 key = row_key(alg, hp, run, None)
                 if table == "table12" and key in seen and key == "fedmgda_plus decay=0.5 eta=1":
-                    # protocol.md §8.16: printed twice; the 5th FedMGDA+ row is 1.0, 1/5
+                    # docs/protocol.md §8.16: printed twice; the 5th FedMGDA+ row is 1.0, 1/5
                     hp = {"eta": 1.0, "decay": "1/5"}
                     key = row_key(alg, hp, run, None)
-                    note = "printed as '1.0 1/2' (twice); read as decay 1/5 (protocol §8.16)"
+                    note = "printed as '1.0 1/2' (twice); read as decay 1/5 (docs/protocol.md §8.16)"
                 if table == "table9" and alg == "mgda_prox" and not args:
-                    note = "printed without hyper-parameters; equals FedProx mu=0.1 (protocol §8.16); not matched"
+                    note = "printed without hyper-parameters; equals FedProx mu=0.1 (docs/protocol.md §8.16); not matched"
                 label = " ".join([head[0]] + [f"{h}={a}" for h, a in zip(header, args, strict=False)] if args else [head[0]])
             seen.add(key)
             for col, tok in zip(cols, vals, strict=True):

@@ -13,10 +13,10 @@ from fedmgda.config import ConfigError
 from fedmgda.qp import min_norm_weights
 
 
-def context(n, t=0, T=100, pre=None, train=None, users=None):
+def context(n, t=0, T=100, pre=None, train=None, users=None, sizes=None):
     pre = torch.rand(n, dtype=torch.float64) + 0.5 if pre is None else pre
     train = torch.rand(n, dtype=torch.float64) if train is None else train
-    return RoundContext(t, T, users or list(range(n)), pre, train)
+    return RoundContext(t, T, users or list(range(n)), pre, train, sizes or [10] * n)
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def test_mgda_prox_defaults():
 
 
 def test_decay_schedule_is_the_papers_total_factor_applied_per_100_rounds():
-    # protocol.md §4.4 table: 1/10 at T=2000 -> 0.8913, 1/40 at T=3000 -> 0.8843, 1/3 at T=500 -> 0.8027
+    # docs/protocol.md §4.4 table: 1/10 at T=2000 -> 0.8913, 1/40 at T=3000 -> 0.8843, 1/3 at T=500 -> 0.8027
     assert decay_per_100_rounds(0.1, None, 2000) == pytest.approx(0.8913, abs=1e-4)
     assert decay_per_100_rounds(1 / 40, None, 3000) == pytest.approx(0.8843, abs=1e-4)
     assert decay_per_100_rounds(1 / 3, None, 500) == pytest.approx(0.8027, abs=1e-4)
@@ -107,6 +107,52 @@ def test_afl_steps_with_current_lambda_then_ascends_and_projects():
     assert torch.allclose(new, torch.tensor([0.25, 0.25], dtype=torch.float64))  # old lambda (0.5, 0.5)
     assert np.allclose(info["lambda"], [0.6, 0.4])  # (0.7, 0.5) projected onto the simplex
     assert agg.state_dict() == {"lam": [0.6, 0.4]}
+
+
+SIZES = [10, 30, 5, 50, 5]
+
+
+def test_samples_weighted_fedavg_weights_each_update_by_its_train_size(updates):
+    """aggregation_weights: samples -> lambda = n_i / sum n (FedAvg as McMahan et al. define it)."""
+    for name in ("fedavg", "fedprox"):
+        agg = make_aggregator(name, {}, 100, 10, aggregation_weights="samples")
+        new, info = agg.aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5, sizes=SIZES))
+        n = torch.tensor(SIZES, dtype=torch.float64)
+        assert torch.allclose(new, (n / n.sum()) @ updates)
+        assert np.allclose(info["lambda"], np.array(SIZES) / 100)
+    # equal sizes: the uniform mean, bit for bit
+    uniform, _ = make_aggregator("fedavg", {}, 100, 10).aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5, sizes=SIZES))
+    equal, _ = make_aggregator("fedavg", {}, 100, 10, aggregation_weights="samples").aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5, sizes=[7] * 5))
+    assert torch.allclose(uniform, equal) and torch.allclose(uniform, updates.mean(0))
+
+
+def test_samples_weights_are_the_centre_of_the_epsilon_box(updates):
+    """FedMGDA+ (eq. 25): lambda within epsilon of lambda0 = n_i / sum n; epsilon = 0 is lambda0."""
+    unit = normalise_rows(updates)
+    lambda0 = np.array(SIZES) / 100
+    agg = make_aggregator("fedmgda_plus", {"eta": 1.0, "epsilon": 0.1}, 100, 10, aggregation_weights="samples")
+    new, info = agg.aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5, sizes=SIZES))
+    assert np.allclose(info["lambda"], min_norm_weights((unit @ unit.T).numpy(), 0.1, lambda0))
+    assert all(lo - 1e-9 <= x <= hi + 1e-9 for x, lo, hi in zip(info["lambda"], lambda0 - 0.1, lambda0 + 0.1))
+    assert not np.allclose(info["lambda"], min_norm_weights((unit @ unit.T).numpy(), 0.1))  # not the uniform box
+    _, info = make_aggregator("fedmgda_plus", {"eta": 1.0, "epsilon": 0.0}, 100, 10, aggregation_weights="samples").aggregate(
+        torch.zeros(12, dtype=torch.float64), updates, context(5, sizes=SIZES))
+    assert np.allclose(info["lambda"], lambda0)
+
+
+def test_afl_uniform_step_is_the_mean_update_while_lambda_still_moves():
+    """afl_step_weights: uniform (the q-FFL code's AFL): the model step ignores lambda."""
+    u = torch.tensor([[1.0, 0.0], [0.0, 3.0]], dtype=torch.float64)
+    losses = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    plain = make_aggregator("afl", {"gamma_w": 0.5, "gamma_lambda": 0.2}, 100, 2, step_weights="uniform")
+    paper = make_aggregator("afl", {"gamma_w": 0.5, "gamma_lambda": 0.2}, 100, 2)
+    for _ in range(3):  # lambda drifts from uniform, the uniform step does not follow it
+        new, info = plain.aggregate(torch.zeros(2, dtype=torch.float64), u, context(2, train=losses))
+        assert torch.allclose(new, 0.5 * u.mean(0))
+        ref, ref_info = paper.aggregate(torch.zeros(2, dtype=torch.float64), u, context(2, train=losses))
+        assert info["lambda"] == ref_info["lambda"]
+    assert np.allclose(info["lambda"], [0.8, 0.2])  # + (0.2, 0) per round, projected: 0.6, 0.7, 0.8
+    assert torch.allclose(ref, 0.5 * torch.tensor([0.7, 0.3 * 3.0], dtype=torch.float64))  # the paper's step: lambda (0.7, 0.3)
 
 
 def test_unknown_algorithm_and_bad_hparams_are_clear_errors():

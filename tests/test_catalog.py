@@ -12,26 +12,28 @@ import yaml
 from fedmgda import catalog
 from fedmgda.aggregators import Aggregator, make_aggregator
 from fedmgda.catalog import BUILTIN_ALGORITHMS, DATASETS, PARTITIONS, import_object
+from fedmgda.schema import SCHEMA_PATH
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_schema_enums_are_the_catalog():
-    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    schema = yaml.safe_load(SCHEMA_PATH.read_text())
     run = schema["$defs"]["runfields"]["properties"]
     assert run["dataset"]["enum"] == list(DATASETS)
     assert [p for p in run["partition"]["enum"] if p is not None] == list(PARTITIONS)
 
 
 def test_dataset_registry_is_the_catalog():
-    from fedmgda.data.registry import DATASETS as LOADERS
+    from fedmgda.data.registry import DATASET_SPECS
 
-    assert list(LOADERS) == list(DATASETS)
-    for name, spec in LOADERS.items():
+    assert list(DATASET_SPECS) == list(DATASETS)
+    for name, spec in DATASET_SPECS.items():
         info = DATASETS[name]
         assert (spec.model, spec.default_partition, spec.partitions) == (info.model, info.default_partition, info.partitions)
         assert info.default_partition in info.partitions and set(info.seeded_partitions) <= {"shards", "iid"}
         assert info.offline == (spec.raw_files == ()), name  # offline = nothing to download
+        assert {rf.dataset for rf in spec.raw_files} <= {info.raw_folder}, name  # the folder the workflow downloads
 
 
 @pytest.mark.parametrize("name", list(BUILTIN_ALGORITHMS))
@@ -49,7 +51,7 @@ def test_name_lists_are_written_once():
     line: a list kept by hand elsewhere would drift from the catalog. The schema's dataset enum is
     the one copy, checked equal above."""
     sources = [*REPO.glob("src/fedmgda/**/*.py"), *REPO.glob("workflow/**/*.smk"), REPO / "Snakefile",
-               *REPO.glob("workflow/scripts/*.py"), REPO / "workflow/schemas/config.schema.yaml"]
+               *REPO.glob("workflow/scripts/*.py"), SCHEMA_PATH]
     offenders = []
     for path in sources:
         if path.name == "catalog.py":

@@ -55,7 +55,7 @@ def test_full_batch_single_step_is_minus_lr_times_gradient():
 
 
 def test_proximal_term_has_no_half():
-    """mu * ||w - w_t||^2: its gradient is 2 mu (w - w_t) (protocol.md §3.4)."""
+    """mu * ||w - w_t||^2: its gradient is 2 mu (w - w_t) (docs/protocol.md §3.4)."""
     _, flat, x, y = setup()
     w0 = flat.initial_vector()
     gen = lambda: torch.Generator().manual_seed(1)  # noqa: E731

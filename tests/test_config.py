@@ -28,6 +28,16 @@ GOOD = dict(dataset="synthetic", algorithm="fedmgda_plus", hparams={"eta": 1.0, 
         ({"attack": {"kind": "bias", "strength": 1}}, "unknown attack key"),
         ({"device": "tpu"}, "device must be auto, cpu, cuda"),
         ({"learning_rate": 0.1}, "unknown run config key"),
+        ({"sampling": "weighted"}, "sampling must be uniform or size, got 'weighted'"),
+        ({"aggregation_weights": "data"}, "aggregation_weights must be uniform or samples, got 'data'"),
+        ({"qffl_loss": "mean"}, "qffl_loss must be batch_sum, batch_sum_per_sample or train_mean, got 'mean'"),
+        ({"afl_step_weights": "mean"}, "afl_step_weights must be lambda or uniform, got 'mean'"),
+        ({"init": "xavier"}, "init must be torch or glorot, got 'xavier'"),
+        ({"final_model": "best"}, "final_model must be auto, last or average, got 'best'"),
+        # options of one server rule, given to another
+        ({"algorithm": "qfedavg", "hparams": {}, "aggregation_weights": "samples"}, "aggregation_weights: samples .* qfedavg weights the updates by its own rule"),
+        ({"algorithm": "afl", "hparams": {}, "aggregation_weights": "samples"}, "aggregation_weights: samples .*fedmgda_plus, mgda_prox\\); afl"),
+        ({"afl_step_weights": "uniform"}, "afl_step_weights: uniform changes AFL's model step only; fedmgda_plus is not AFL"),
     ],
 )
 def test_invalid_run_configs_are_rejected_with_one_clear_message(change, message):
@@ -38,6 +48,16 @@ def test_invalid_run_configs_are_rejected_with_one_clear_message(change, message
 def test_a_valid_config_round_trips():
     cfg = RunConfig.from_dict(GOOD)
     assert RunConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_the_q_ffl_code_options_are_accepted_where_they_apply_and_default_to_today():
+    cfg = RunConfig.from_dict(GOOD)
+    assert (cfg.sampling, cfg.aggregation_weights, cfg.qffl_loss, cfg.afl_step_weights, cfg.init) == \
+        ("uniform", "uniform", "batch_sum", "lambda", "torch")
+    for algorithm in ("fedavg", "fedavg_n", "fedprox", "fedmgda", "fedmgda_plus", "mgda_prox"):
+        RunConfig.from_dict({**GOOD, "algorithm": algorithm, "hparams": {}, "aggregation_weights": "samples", "sampling": "size"})
+    RunConfig.from_dict({**GOOD, "algorithm": "afl", "hparams": {}, "afl_step_weights": "uniform", "init": "glorot"})
+    RunConfig.from_dict({**GOOD, "algorithm": "qfedavg", "hparams": {}, "qffl_loss": "train_mean", "sampling": "size"})
 
 
 def run_cli(tmp_path, text, *extra):

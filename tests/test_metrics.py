@@ -2,7 +2,9 @@ import numpy as np
 import torch
 
 from fedmgda.metrics import (
+    STAT_KEYS,
     accuracy_stats,
+    display_scale,
     improved_fraction,
     participant_stats,
     per_owner_mean,
@@ -21,6 +23,26 @@ def test_accuracy_stats_follow_the_papers_plotting_code():
     assert np.isclose(stats["worst5_acc"], s[4] + 0.95 * (s[5] - s[4]))
     assert np.isclose(stats["best5_acc"], s[94] + 0.05 * (s[95] - s[94]))
     assert np.isclose(stats["weighted_acc"], (acc * sizes).sum() / sizes.sum())
+
+
+def test_q_ffl_statistics_follow_its_plotting_code():
+    """fair_flearn plot_fairness.py get_bar_y: mean of the int(0.1 m) lowest / highest, np.var."""
+    acc = np.array([0.9, 0.1, 0.5, 0.7, 0.3, 0.2, 0.8, 0.6, 0.4, 1.0, 0.0, 0.55, 0.45, 0.35, 0.65, 0.75, 0.85, 0.95, 0.05, 0.15, 0.25])
+    stats = accuracy_stats(acc)
+    assert len(acc) == 21 and int(len(acc) * 0.1) == 2
+    assert stats["worst10_acc"] == np.mean([0.0, 0.05]) and stats["best10_acc"] == np.mean([0.95, 1.0])
+    assert np.isclose(stats["var_acc"], np.var(acc)) and np.isclose(stats["var_acc"], stats["std_acc"] ** 2)
+    two = accuracy_stats(np.array([0.8, 0.6]))  # m < 10: at least one user (the code's mean of none is NaN)
+    assert two["worst10_acc"] == 0.6 and two["best10_acc"] == 0.8 and np.isclose(two["var_acc"], 0.01)
+    assert set(stats) == set(STAT_KEYS)
+
+
+def test_display_scale_of_each_statistic_and_source():
+    assert display_scale("var_acc") == display_scale("protocol.var_acc") == 1e4  # %^2
+    for name in ("mean_acc", "final.worst10_acc", "protocol.best10_acc", "final.test_acc_phd", "test_acc_pooled",
+                 "final_user.0", "final_others.3", "metrics.improved_loss", "improved_acc"):
+        assert display_scale(name) == 100.0, name
+    assert display_scale("train_loss") == display_scale("metrics.eta") == display_scale("protocol.round") == 1.0
 
 
 def test_improved_fraction_counts_ties_as_improved():

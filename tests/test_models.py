@@ -51,3 +51,25 @@ def test_models_have_no_buffers():
     for name, shape, classes, _ in PAPER_MODELS:
         model: nn.Module = build_model(name, shape, classes)
         assert list(model.buffers()) == []
+
+
+def test_glorot_init_zero_biases_and_the_glorot_bound():
+    """init: glorot (TensorFlow's tf.layers.dense / conv2d defaults, the q-FFL code's models)."""
+    torch.manual_seed(5)
+    model = build_model("cnn_fmnist", (1, 28, 28), 10, init="glorot")
+    layers = [m for m in model.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+    assert len(layers) == 4
+    for layer in layers:
+        receptive = layer.weight[0, 0].numel()  # kernel area (1 for a dense layer)
+        bound = (6 / ((layer.weight.shape[1] + layer.weight.shape[0]) * receptive)) ** 0.5
+        assert torch.equal(layer.bias, torch.zeros_like(layer.bias))
+        assert layer.weight.abs().max() <= bound and layer.weight.abs().max() > 0.9 * bound  # fills U(-b, b)
+    torch.manual_seed(5)
+    again = build_model("cnn_fmnist", (1, 28, 28), 10, init="glorot")
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), again.parameters()))  # same seed, same model
+    torch.manual_seed(5)
+    default = build_model("cnn_fmnist", (1, 28, 28), 10)
+    torch.manual_seed(5)
+    explicit = build_model("cnn_fmnist", (1, 28, 28), 10, init="torch")
+    assert all(torch.equal(a, b) for a, b in zip(default.parameters(), explicit.parameters()))
+    assert not torch.equal(default.fc1.bias, model.fc1.bias)

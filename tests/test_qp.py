@@ -91,7 +91,7 @@ def test_degenerate_gram_is_solved():
 
 
 def test_two_users_closed_form():
-    """For m=2 on the simplex lambda_1 = clip(<u2-u1, u2>/||u1-u2||^2, 0, 1) (protocol.md §4.3)."""
+    """For m=2 on the simplex lambda_1 = clip(<u2-u1, u2>/||u1-u2||^2, 0, 1) (docs/protocol.md §4.3)."""
     rng = np.random.default_rng(5)
     for _ in range(10):
         u = rng.normal(size=(2, 8))

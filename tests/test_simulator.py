@@ -53,7 +53,7 @@ def test_fedmgda_plus_with_epsilon_zero_equals_fedavg_n_step_for_step():
 
 def test_common_descent_keeps_participants_improved(capsys):
     """Full-batch clients, one local step, decaying global step: FedMGDA+ (epsilon = 1) moves along
-    a common descent direction, so (almost) every participant's loss decreases each round (§5)."""
+    a common descent direction, so (almost) every participant's loss decreases each round (paper §5)."""
     data = make_toy_federated(num_users=10, n_train=30, seed=1)
     common = dict(rounds=300, participation=0.5, batch_size="full", local_lr=0.5, momentum=0.0,
                   eval_every=50, per_user_every=100)
@@ -175,7 +175,7 @@ def test_runs_on_cuda():
 
 
 def test_afl_gamma_w_as_local_lr_is_a_server_step_of_one():
-    """afl_gamma_w: local_lr (protocol §8.11): gamma_w is the clients' lr, the server step is 1."""
+    """afl_gamma_w: local_lr (docs/protocol.md §8.11): gamma_w is the clients' lr, the server step is 1."""
     as_lr = simulate(algorithm="afl", participation=1.0, local_lr=0.05, afl_gamma_w="local_lr",
                      hparams={"gamma_w": 0.05, "gamma_lambda": 0.3})
     literal = simulate(algorithm="afl", participation=1.0, local_lr=0.05,

@@ -1,4 +1,4 @@
-"""Server-side aggregation of FedMGDA+ and its baselines (protocol.md §4).
+"""Server-side aggregation of FedMGDA+ and its baselines (docs/protocol.md §4).
 
 Every algorithm runs the same client update (``fedmgda.client``); they differ only in the client's
 proximal weight and in how the server combines the returned updates u_i = w_i - w:
@@ -15,8 +15,10 @@ proximal weight and in how the server combines the returned updates u_i = w_i - 
 | afl          | raw         | lambda ascent on losses + projection | gamma_w            | -           |
 
 The first six are one rule (``WeightedUpdates``): w <- w + eta_t * sum_i lambda_i u_i with
-lambda = argmin ||sum lambda_i u_i||^2 over the simplex within epsilon of uniform (epsilon = 0:
-uniform, no QP). Normalisation divides each update by its full-model L2 norm.
+lambda = argmin ||sum lambda_i u_i||^2 over the simplex within epsilon of the a-priori weights
+lambda0 (epsilon = 0: lambda0, no QP). lambda0 is uniform 1/n, or with ``aggregation_weights:
+samples`` the participants' train sizes n_i / sum n. Normalisation divides each update by its
+full-model L2 norm.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from fedmgda.qp import min_norm_weights, project_to_simplex
 
 
 def decay_per_100_rounds(decay: float | None, beta: float | None, rounds: int) -> float:
-    """The per-100-round factor beta of eta_t = eta * beta^floor(t/100) (protocol.md §4.4).
+    """The per-100-round factor beta of eta_t = eta * beta^floor(t/100) (docs/protocol.md §4.4).
 
     ``decay`` is the paper's notation: the total shrink factor over ``rounds`` rounds
     (beta = decay^(100/T)); 0 and 1 both mean no decay. ``beta`` gives the code's flag directly.
@@ -54,6 +56,7 @@ class RoundContext:
     participants: list[int]
     pre_round_losses: torch.Tensor  # F_i: reported loss of w_t on each participant's train split
     train_losses: torch.Tensor  # reported mean local training loss of each participant
+    train_sizes: list[int]  # n_i: each participant's number of train samples
 
 
 class Aggregator(ABC):
@@ -97,30 +100,48 @@ def normalise_rows(updates: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class WeightedUpdates(Aggregator):
-    """FedAvg, FedAvg-n, FedProx, FedMGDA, FedMGDA+, MGDA-Prox: w + eta_t * sum_i lambda_i u_i."""
+    """FedAvg, FedAvg-n, FedProx, FedMGDA, FedMGDA+, MGDA-Prox: w + eta_t * sum_i lambda_i u_i.
+
+    ``aggregation_weights`` (run config) is lambda0, the a-priori weights at the centre of the
+    epsilon-box: "uniform" 1/n, or "samples" n_i / sum n. FedMGDA+ paper §3: "setting epsilon = 0
+    recovers FedAvg with a priori weighting lambda0" (eq. 25), and FedAvg's weights are "typically
+    ... the dataset size at each user, ..., or simply uniform" (§2); epsilon = 0 with "samples" is
+    FedAvg as McMahan et al. define it (fair_flearn fedbase.py:L152-167, ``aggregate`` with
+    sampling 1). With epsilon >= 1 the box is the whole simplex and lambda0 does not matter.
+    """
 
     normalize: bool = False
     epsilon: float = 0.0
     eta: float = 1.0
     beta: float = 1.0
+    aggregation_weights: str = "uniform"
 
     @classmethod
-    def build(cls, hparams, *, algorithm, rounds, num_users):
+    def build(cls, hparams, *, algorithm, rounds, num_users, aggregation_weights="uniform"):
         return cls(normalize=algorithm.normalised_updates, epsilon=hparams.get("epsilon") or 0.0,
                    eta=hparams.get("eta") or 1.0,
-                   beta=decay_per_100_rounds(hparams.get("decay"), hparams.get("beta"), rounds))
+                   beta=decay_per_100_rounds(hparams.get("decay"), hparams.get("beta"), rounds),
+                   aggregation_weights=aggregation_weights)
 
     def step_size(self, t: int) -> float:
         return self.eta * self.beta ** (t // 100)
 
+    def prior_weights(self, ctx: RoundContext) -> np.ndarray:
+        """lambda0 of the round: uniform 1/n, or the participants' train sizes n_i / sum n."""
+        if self.aggregation_weights == "samples":
+            sizes = np.asarray(ctx.train_sizes, dtype=np.float64)
+            return sizes / sizes.sum()
+        n = len(ctx.participants)
+        return np.full(n, 1.0 / n)
+
     def aggregate(self, w, updates, ctx):
         directions = normalise_rows(updates) if self.normalize else updates
-        n = len(directions)
+        lambda0 = self.prior_weights(ctx)
         if self.epsilon > 0:
             gram = (directions @ directions.T).double().cpu().numpy()
-            weights = min_norm_weights(gram, self.epsilon)
+            weights = min_norm_weights(gram, self.epsilon, lambda0)
         else:
-            weights = np.full(n, 1.0 / n)
+            weights = lambda0
         lam = torch.as_tensor(weights, dtype=directions.dtype, device=directions.device)
         eta_t = self.step_size(ctx.round)
         return w + eta_t * (lam @ directions), {"eta": eta_t, "lambda": weights.tolist()}
@@ -128,7 +149,7 @@ class WeightedUpdates(Aggregator):
 
 @dataclass
 class QFedAvg(Aggregator):
-    """q-FedAvg (protocol.md §4.5): Delta_i = F_i^q L u_i, h_i = q F_i^(q-1) ||L u_i||^2 + L F_i^q,
+    """q-FedAvg (docs/protocol.md §4.5): Delta_i = F_i^q L u_i, h_i = q F_i^(q-1) ||L u_i||^2 + L F_i^q,
     w <- w + sum Delta_i / sum h_i, with F_i the participant's pre-round loss."""
 
     q: float = 0.1
@@ -144,26 +165,37 @@ class QFedAvg(Aggregator):
 
 @dataclass
 class AFL(Aggregator):
-    """Agnostic FL as in the authors' Adult code (protocol.md §4.5): w <- w + gamma_w sum lambda_i u_i
+    """Agnostic FL as in the authors' Adult code (docs/protocol.md §4.5): w <- w + gamma_w sum lambda_i u_i
     with the current lambda over all users, then lambda_i += gamma_lambda * loss_i for the round's
-    participants and lambda is projected onto the simplex. The output is the average iterate."""
+    participants and lambda is projected onto the simplex. The output is the average iterate.
+
+    ``step_weights`` (run config ``afl_step_weights``): "lambda", the rule above (AFL's gradient
+    step on sum lambda_i f_i); "uniform", the model step takes the plain mean of the updates,
+    sum u_i / n, while lambda moves as above. The q-FFL paper's code runs AFL so (fair_flearn
+    afl.py passes (lambda_i, gradient_i) pairs to fedbase.py's ``aggregate``, which with
+    sampling 2 sets every weight to 1.0: fedbase.py:L157-159).
+    """
 
     gamma_w: float = 1.0
     gamma_lambda: float = 0.1
     num_users: int = 2
     lam: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    step_weights: str = "lambda"
 
     @classmethod
-    def build(cls, hparams, *, algorithm, rounds, num_users):
-        return cls(**hparams, num_users=num_users)
+    def build(cls, hparams, *, algorithm, rounds, num_users, step_weights="lambda"):
+        return cls(**hparams, num_users=num_users, step_weights=step_weights)
 
     def __post_init__(self) -> None:
         if len(self.lam) == 0:
             self.lam = np.full(self.num_users, 1.0 / self.num_users)
 
     def aggregate(self, w, updates, ctx):
-        weights = torch.as_tensor(self.lam[ctx.participants], dtype=updates.dtype, device=updates.device)
-        new_w = w + self.gamma_w * (weights @ updates)
+        if self.step_weights == "uniform":
+            new_w = w + self.gamma_w * updates.mean(dim=0)
+        else:
+            weights = torch.as_tensor(self.lam[ctx.participants], dtype=updates.dtype, device=updates.device)
+            new_w = w + self.gamma_w * (weights @ updates)
         ascent = self.lam.copy()
         ascent[ctx.participants] += self.gamma_lambda * ctx.train_losses.double().cpu().numpy()
         self.lam = project_to_simplex(ascent)
@@ -177,7 +209,9 @@ class AFL(Aggregator):
 
 
 def make_aggregator(algorithm: str, hparams: dict[str, Any] | None, rounds: int, num_users: int,
-                    plugin: str | None = None) -> Aggregator:
-    """The aggregator of ``algorithm`` with validated hyper-parameters for a run of ``rounds`` rounds."""
+                    plugin: str | None = None, **options: str) -> Aggregator:
+    """The aggregator of ``algorithm`` with validated hyper-parameters for a run of ``rounds`` rounds.
+    ``options``: run-config options of a built-in rule (``fedmgda.simulator.server_options``),
+    passed to its ``build``."""
     info = get_algorithm(algorithm, plugin)
-    return import_object(info.aggregator).build(info.resolve(hparams), algorithm=info, rounds=rounds, num_users=num_users)
+    return import_object(info.aggregator).build(info.resolve(hparams), algorithm=info, rounds=rounds, num_users=num_users, **options)

@@ -4,7 +4,7 @@ The registry (``fedmgda.experiments``), the config checks, the simulator, the da
 (``fedmgda.data.registry``, which adds loaders and raw files) and the Snakefile's wildcard
 constraints all ask this module. It imports no torch, so the Snakefile parses fast.
 
-Algorithms are the paper's eight (protocol.md §4) plus any plug-in aggregators a config names
+Algorithms are the paper's eight (docs/protocol.md §4) plus any plug-in aggregators a config names
 under ``plugins`` (docs/plugins.md): a plug-in is a subclass of ``fedmgda.aggregators.Aggregator``
 that declares the same facts as an :class:`Algorithm` below on itself.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from fedmgda.config import ConfigError
+from fedmgda.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -48,13 +48,13 @@ class HParam:
 class Algorithm:
     """What the registry, the config checks and the simulator need to know about one algorithm.
 
-    implied:   hyper-parameters whose default is part of the algorithm's definition (protocol.md
+    implied:   hyper-parameters whose default is part of the algorithm's definition (docs/protocol.md
                §4.2): left out of run paths and row keys when equal to it, so "FedMGDA+ with
                epsilon 1" and "FedMGDA+" are one run.
     aggregator: ``module:Class`` of its ``fedmgda.aggregators.Aggregator`` (imported when a run is
                built, so that this module needs no torch).
     The flags describe the server rule (docs, tests) and tell the simulator what to compute:
-    ``proximal`` (the clients add (mu/2)||w - w_t||^2, mu = hyper-parameter ``mu``),
+    ``proximal`` (the clients add mu ||w - w_t||^2, no 1/2, mu = hyper-parameter ``mu``),
     ``needs_pre_round_losses`` (F_i of w_t on each participant before it trains) and
     ``averages_iterates`` (the run's output is the average of all iterates).
     """
@@ -101,10 +101,10 @@ _DECAY = HParam(0.0, 0.0, 1.0, symbol="decay")  # the paper's total decay over t
 _BETA = HParam(None, 0.0, 1.0, low_open=True, symbol="β")  # the code's per-100-round factor; overrides decay
 _EPSILON = HParam(1.0, 0.0, 1.0, symbol="ε")
 _STEP = {"eta": _ETA, "decay": _DECAY, "beta": _BETA}
-_WEIGHTED = "fedmgda.aggregators:WeightedUpdates"
+AVERAGING_RULE = "fedmgda.aggregators:WeightedUpdates"  # the averaging rules' aggregator (FedAvg ... MGDA-Prox)
 
 
-def _algorithm(name: str, display: str, hparams: dict[str, HParam], aggregator: str = _WEIGHTED, **kw) -> Algorithm:
+def _algorithm(name: str, display: str, hparams: dict[str, HParam], aggregator: str = AVERAGING_RULE, **kw) -> Algorithm:
     return Algorithm(name, display, MappingProxyType(hparams), aggregator, **kw)
 
 
@@ -181,19 +181,27 @@ def import_object(path: str) -> Any:
         raise ConfigError(f"plug-in {path!r}: {where} has no {attr}") from None
 
 
+_AGGREGATOR_BASE = "fedmgda.aggregators.Aggregator"
+
+
+def _is_aggregator(cls: Any) -> bool:
+    """Whether ``cls`` subclasses fedmgda.aggregators.Aggregator, checked by name: the
+    aggregators import this module (and torch), so this module never imports them."""
+    return isinstance(cls, type) and any(f"{base.__module__}.{base.__qualname__}" == _AGGREGATOR_BASE
+                                         for base in cls.__mro__[1:])
+
+
 _DECLARED = ("normalised_updates", "min_norm_qp", "proximal", "needs_pre_round_losses", "averages_iterates")
 
 
 def load_plugins(paths: Iterable[str]) -> list[Algorithm]:
     """Load and register plug-in aggregators; each declares ``name``, ``display``, ``hparams``
     (name -> HParam), optionally ``implied`` and the flags of :class:`Algorithm`."""
-    from fedmgda.aggregators import Aggregator  # torch: only when a config names plug-ins
-
     loaded = []
     for path in paths:
         cls = import_object(path)
-        if not (isinstance(cls, type) and issubclass(cls, Aggregator)):
-            raise ConfigError(f"plug-in {path!r} is not a subclass of fedmgda.aggregators.Aggregator")
+        if not _is_aggregator(cls):
+            raise ConfigError(f"plug-in {path!r} is not a subclass of {_AGGREGATOR_BASE}")
         name = getattr(cls, "name", None)
         if not isinstance(name, str) or not name.isidentifier():
             raise ConfigError(f"plug-in {path!r}: declare its name as a class attribute, e.g. name = \"fedavgm\"")
@@ -225,6 +233,7 @@ class Dataset:
 
     seeded_partitions: the partitions whose result depends on the run seed (others are fixed).
     offline: generated or shipped with a library, so it needs no download.
+    raw_files_of: the dataset whose raw files (``<raw_dir>/<that name>/``) it reads; "" = its own.
     """
 
     name: str
@@ -234,6 +243,12 @@ class Dataset:
     seeded_partitions: tuple[str, ...] = ("shards", "iid")
     offline: bool = False
     description: str = ""
+    raw_files_of: str = ""
+
+    @property
+    def raw_folder(self) -> str:
+        """The folder under the raw-data directory that holds its raw files."""
+        return self.raw_files_of or self.name
 
 
 DATASETS: Mapping[str, Dataset] = MappingProxyType({d.name: d for d in (
@@ -242,6 +257,10 @@ DATASETS: Mapping[str, Dataset] = MappingProxyType({d.name: d for d in (
     Dataset("fmnist", "cnn_fmnist", "shards", ("shards", "iid"),
             description="Fashion-MNIST, 100 users; code: 300 shards of 200, 3 per user; "
                         "paper text: 500 shards of 120, 5 per user"),
+    Dataset("fmnist3", "logreg", "natural", ("natural",), seeded_partitions=(), raw_files_of="fmnist",
+            description="q-FFL's Fashion-MNIST: classes T-shirt/top, pullover, shirt, one user per "
+                        "class, pixels standardised over all training images (fair_flearn "
+                        "data/fmnist/create_dataset.py)"),
     Dataset("femnist", "cnn_femnist", "natural", ("natural",), seeded_partitions=(),
             description="TFF federated EMNIST-62, one user per writer (3 400)"),
     Dataset("shakespeare", "lstm_shakespeare", "natural", ("natural",), seeded_partitions=(),
@@ -255,6 +274,7 @@ DATASETS: Mapping[str, Dataset] = MappingProxyType({d.name: d for d in (
 )})
 OFFLINE_DATASETS = tuple(name for name, d in DATASETS.items() if d.offline)
 DOWNLOADED_DATASETS = tuple(name for name, d in DATASETS.items() if not d.offline)
+RAW_FOLDERS = tuple(dict.fromkeys(d.raw_folder for d in DATASETS.values() if not d.offline))
 PARTITIONS = tuple(dict.fromkeys(p for d in DATASETS.values() for p in d.partitions))
 
 

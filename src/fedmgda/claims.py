@@ -6,7 +6,8 @@ A claim names the paper's sentence (``paper``, ``source``), the runs it is judge
   ``final_user.<k>``, ``final_others.<k>``), or a per-round column of metrics.csv
   (``metrics.<column>``) aggregated (``agg``: mean | min | max | last) over a ``window`` of rounds
   (``{last: N}`` or ``{first: N}``; all rounds when omitted). Shown, and compared, x ``scale``
-  (default 100 for accuracy-like quantities, i.e. percentage points, else 1).
+  (default ``fedmgda.metrics.display_scale``: 100 for accuracy-like quantities, i.e. percentage
+  points, 10^4 for var_acc, else 1).
 - the rows: ``a`` and ``b`` (pairwise kinds) -- an fnmatch pattern on the row keys of
   ``experiment`` that must match exactly one row, or ``{experiment: E, select: PATTERN}``; ``b``
   may also be a number (a fixed threshold) -- or ``select`` + ``by`` (series kinds): rows
@@ -55,6 +56,7 @@ import numpy as np
 import pandas as pd
 
 from fedmgda.experiments import Registry, RegistryError, algorithm_info, fmt_num
+from fedmgda.metrics import display_scale
 
 PAIR_KINDS = ("identical", "at_least", "close")
 SERIES_KINDS = ("identical", "monotone")
@@ -69,13 +71,6 @@ class ClaimError(RegistryError):
 
 
 # --------------------------------------------------------------------------- parsing
-def default_scale(quantity: str) -> float:
-    stat = quantity.partition(".")[2]
-    if quantity.startswith(("final_user", "final_others")) or "acc" in stat or stat.startswith("improved"):
-        return 100.0
-    return 1.0
-
-
 def _param(row, by: str) -> float:
     if by == "attack":
         return float(row.attack.get("value", 0.0)) if row.attack.get("kind", "none") != "none" else 0.0
@@ -158,7 +153,7 @@ def parse_claims(config: dict[str, Any], reg: Registry) -> list[dict[str, Any]]:
             "id": cid, "source": claim.get("source", ""), "paper": claim.get("paper", ""),
             "quantity": quantity, "window": window, "agg": claim.get("agg", "mean"),
             "compare": kind, "seeds": seeds_mode,
-            "scale": float(claim.get("scale", default_scale(quantity))),
+            "scale": float(claim.get("scale", display_scale(quantity))),
             "tolerance": float(claim.get("tolerance", 1e-6 if kind == "identical" else 0.0)),
             "margin": claim.get("margin"),
         }

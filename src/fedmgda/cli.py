@@ -9,7 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from fedmgda.config import ConfigError, RunConfig
+from fedmgda.config import RunConfig
+from fedmgda.errors import ConfigError
 
 
 def parse_override(text: str) -> tuple[str, object]:

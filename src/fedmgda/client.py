@@ -6,7 +6,7 @@ minibatch SGD with momentum on the client's objective
 
     scale * NLL(w; batch) + mu * ||w - w_start||^2
 
-(the authors' proximal term has no 1/2, protocol.md §3.4; ``scale`` is 1 except for a scaling
+(the authors' proximal term has no 1/2, docs/protocol.md §3.4; ``scale`` is 1 except for a scaling
 attacker). It returns the update u = w_new - w_start and the mean minibatch objective over the
 local epochs (what q-FedAvg and AFL consume; it includes the proximal term, as in the code).
 

@@ -14,9 +14,20 @@ from typing import Any
 
 import yaml
 
+from fedmgda.catalog import AVERAGING_RULE, BUILTIN_ALGORITHMS, get_algorithm
+from fedmgda.errors import ConfigError  # also importable from here, as before
 
-class ConfigError(ValueError):
-    """An invalid run configuration; the message names the offending key."""
+
+# run-config fields with a fixed set of readings, the default first (docs/protocol-choices.md)
+CHOICES: dict[str, tuple[str, ...]] = {
+    "sampling": ("uniform", "size"),
+    "aggregation_weights": ("uniform", "samples"),
+    "qffl_loss": ("batch_sum", "batch_sum_per_sample", "train_mean"),
+    "afl_gamma_w": ("server_step", "local_lr"),
+    "afl_step_weights": ("lambda", "uniform"),
+    "init": ("torch", "glorot"),
+    "final_model": ("auto", "last", "average"),
+}
 
 
 @dataclass
@@ -62,19 +73,24 @@ class RunConfig:
     local_epochs: int = 1
     batch_size: int | str = 10  # an int, or "full" for one full-batch step per epoch
     local_lr: float = 0.01
-    momentum: float = 0.5  # the authors' code hard-codes 0.5 (protocol.md §3.2)
+    momentum: float = 0.5  # the authors' code hard-codes 0.5 (docs/protocol.md §3.2)
     # rounds and sampling
     rounds: int = 100
     participation: float = 0.1  # fraction p of users sampled per round: floor(p*m) users, at least 1
     clients_per_round: int | None = None  # overrides participation (FEMNIST: 10 per round)
+    sampling: str = "uniform"  # participants: "uniform", or "size": probability proportional to train size (fair_flearn)
     attack: AttackConfig = field(default_factory=AttackConfig)
     seed: int = 1
     # evaluation and outputs
     eval_every: int = 1
     per_user_every: int = 10  # per-user accuracies are stored at rounds t with t % per_user_every == 0
     track_improvement: bool = True  # pre/post-round participant losses (Figures 4, 8, 9)
-    qffl_loss: str = "batch_sum"  # q-FedAvg's F_i: "batch_sum" (main code) or "batch_sum_per_sample" (Adult code)
-    afl_gamma_w: str = "server_step"  # AFL's gamma_w: the server's step ("server_step") or the clients' lr ("local_lr"), protocol §8.11
+    # server rule and model: readings of the papers' and codes' choices (docs/protocol-choices.md)
+    aggregation_weights: str = "uniform"  # averaging rules' lambda0: "uniform" 1/n or "samples" n_i / sum n
+    qffl_loss: str = "batch_sum"  # q-FedAvg's F_i: "batch_sum" (main code), "batch_sum_per_sample" (Adult code), "train_mean" (q-FFL code)
+    afl_gamma_w: str = "server_step"  # AFL's gamma_w: the server's step ("server_step") or the clients' lr ("local_lr"), docs/protocol.md §8.11
+    afl_step_weights: str = "lambda"  # AFL's model step: updates weighted by "lambda" (paper) or a "uniform" mean (q-FFL code)
+    init: str = "torch"  # initial model: PyTorch's default init, or "glorot" (TensorFlow's, as the q-FFL code)
     final_model: str = "auto"  # "last" iterate, "average" of all iterates, or "auto": average for AFL (its output), else last
     device: str = "auto"
     checkpoint_every: int = 0  # 0: no checkpoints
@@ -114,16 +130,14 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     def validate(self) -> None:
-        # imported here: the catalog imports this module's ConfigError
-        from fedmgda.catalog import get_algorithm
-
         def positive(name: str, value: float) -> None:
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ConfigError(f"{name} must be a positive number, got {value!r}")
 
         if not isinstance(self.dataset, str) or not self.dataset:
             raise ConfigError("dataset must be a dataset name")
-        get_algorithm(self.algorithm, self.plugin).resolve(self.hparams)
+        info = get_algorithm(self.algorithm, self.plugin)
+        info.resolve(self.hparams)
         if self.batch_size != "full":
             if not isinstance(self.batch_size, int) or self.batch_size < 1:
                 raise ConfigError(f"batch_size must be a positive integer or 'full', got {self.batch_size!r}")
@@ -146,17 +160,22 @@ class RunConfig:
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
         if not isinstance(self.checkpoint_every, int) or self.checkpoint_every < 0:
             raise ConfigError(f"checkpoint_every must be an integer >= 0, got {self.checkpoint_every!r}")
-        if self.qffl_loss not in ("batch_sum", "batch_sum_per_sample"):
-            raise ConfigError(f"qffl_loss must be batch_sum or batch_sum_per_sample, got {self.qffl_loss!r}")
-        if self.afl_gamma_w not in ("server_step", "local_lr"):
-            raise ConfigError(f"afl_gamma_w must be server_step or local_lr, got {self.afl_gamma_w!r}")
+        for name, allowed in CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{name} must be {', '.join(allowed[:-1])} or {allowed[-1]}, got {getattr(self, name)!r}")
+        if self.aggregation_weights == "samples" and info.aggregator != AVERAGING_RULE:
+            averaging = ", ".join(a.name for a in BUILTIN_ALGORITHMS.values() if a.aggregator == AVERAGING_RULE)
+            raise ConfigError(f"aggregation_weights: samples sets the a-priori weights lambda0 of the averaging rules "
+                              f"({averaging}); {self.algorithm} weights the updates by its own rule (a plug-in "
+                              f"reads the participants' train sizes from its RoundContext): use uniform")
+        if self.algorithm != "afl" and self.afl_step_weights != "lambda":
+            raise ConfigError(f"afl_step_weights: {self.afl_step_weights} changes AFL's model step only; "
+                              f"{self.algorithm} is not AFL: leave it at lambda")
         if self.algorithm == "afl" and self.afl_gamma_w == "local_lr":
             gamma_w = self.hparams.get("gamma_w", 1.0)
             if not math.isclose(float(gamma_w), float(self.local_lr)):
                 raise ConfigError(f"afl_gamma_w: local_lr reads AFL's gamma_w as the clients' learning rate, so local_lr "
                                   f"must equal gamma_w (got local_lr {self.local_lr}, gamma_w {gamma_w})")
-        if self.final_model not in ("auto", "last", "average"):
-            raise ConfigError(f"final_model must be auto, last or average, got {self.final_model!r}")
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
         self.attack.validate()

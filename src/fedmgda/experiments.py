@@ -27,7 +27,8 @@ from fractions import Fraction
 from typing import Any
 
 from fedmgda.catalog import Algorithm, Dataset, get_algorithm, get_dataset, load_plugins
-from fedmgda.config import ConfigError, RunConfig  # no torch import: the Snakefile parses fast
+from fedmgda.config import RunConfig  # no torch import: the Snakefile parses fast
+from fedmgda.errors import ConfigError
 from fedmgda.schema import def_defaults, with_defaults
 from fedmgda.variants import VariantError, apply_readings, check_readings, get_variant
 
@@ -46,7 +47,8 @@ RUN_DEFAULTS: dict[str, Any] = {
 RUN_FIELDS = set(RUN_DEFAULTS) | NON_IDENTITY_FIELDS | {"dataset", "algorithm", "hparams", "attack", "seed"}
 SHORT = {"local_epochs": "k", "momentum": "m", "eval_every": "ev", "per_user_every": "pu",
          "track_improvement": "impr", "qffl_loss": "qloss", "final_model": "final", "batched": "batched", "tf32": "tf32",
-         "afl_gamma_w": "gammaw"}
+         "afl_gamma_w": "gammaw", "sampling": "sampling", "aggregation_weights": "aggw", "afl_step_weights": "aflstep",
+         "init": "init"}
 
 
 class RegistryError(ValueError):
@@ -494,8 +496,8 @@ def expand(config: dict[str, Any]) -> Registry:
 
 
 def _bind_columns(name: str, spec: dict[str, Any], experiments: dict[str, dict[str, Any]]) -> None:
-    """A table's columns as ``{column: source}``, plus ``column_experiment`` / ``column_scale`` for
-    the columns written ``{source, experiment, scale}``.
+    """A table's columns as ``{column: source}``, plus ``column_experiment`` for the columns
+    written ``{source, experiment}``.
 
     A column bound to an experiment shows that experiment's rows only; the table joins its
     experiments' rows by row key (a table spanning two datasets, e.g. q-FFL's Table 2: grid
@@ -503,18 +505,13 @@ def _bind_columns(name: str, spec: dict[str, Any], experiments: dict[str, dict[s
     kind ``variants`` a column may name the base experiment (``variants_of``) of one of the
     table's sensitivity experiments, so that it reuses the base table's columns."""
     owner = f"table {name}"
-    bound, scales, sources = {}, {}, {}
+    bound, sources = {}, {}
     for column, source in spec["columns"].items():
         if isinstance(source, dict):
-            if "experiment" in source:
-                bound[column] = source["experiment"]
-            if "scale" in source:
-                scales[column] = float(source["scale"])
+            bound[column] = source["experiment"]
             source = source["source"]
         sources[column] = source
     spec["columns"] = sources
-    if scales:
-        spec["column_scale"] = scales
     if not bound:
         return
     unbound = [c for c in sources if c not in bound]
@@ -537,12 +534,8 @@ def _bind_columns(name: str, spec: dict[str, Any], experiments: dict[str, dict[s
 def validate_runs(reg: Registry) -> None:
     """Every run config through the library's own validation (RunConfig), before any job starts.
 
-    Skipped (silently) when the library's training modules cannot be imported here.
+    Skipped (silently) when a plug-in's module cannot be imported here.
     """
-    try:
-        from fedmgda.config import ConfigError, RunConfig
-    except ImportError:  # pragma: no cover
-        return
     for key, spec in reg.runs.items():
         try:
             RunConfig.from_dict(dict(spec.config))

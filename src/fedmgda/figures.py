@@ -3,7 +3,7 @@
 Kinds (the ``kind`` key of a figure spec in the config):
 
 - ``curves``: a ``metrics.csv`` column per round. Each seed's series is smoothed with an
-  exponentially weighted mean (pandas ``ewm(span)``, protocol §6.4), then the seeds' mean is drawn
+  exponentially weighted mean (pandas ``ewm(span)``, docs/protocol.md §6.4), then the seeds' mean is drawn
   with a band of ±1 std over seeds. Accuracy-like columns are shown in %. ``style_by: attack``
   draws attacked runs dashed and clean ones solid, in the same colour per algorithm setting.
 - ``violin``: the per-user accuracies of the last stored per-user vector at round <= T-9 (the
@@ -27,14 +27,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from fedmgda.metrics import display_scale  # noqa: E402
 from fedmgda.tables import read_summary, run_value  # noqa: E402
 
-PERCENT_PREFIXES = ("mean_acc", "std_acc", "worst5_acc", "best5_acc", "weighted_acc", "test_acc",
-                    "improved_")
-
-
-def is_percent(metric: str) -> bool:
-    return metric.startswith(PERCENT_PREFIXES)
+UNITS = {100.0: " (%)", 1e4: " (%²)"}  # of a display scale (fedmgda.metrics.display_scale)
 
 
 def _base_label(row: dict[str, Any]) -> str:
@@ -52,7 +48,7 @@ def seed_curves(row: dict[str, Any], runs_dir: Path, metric: str, ewm: int | Non
         s = df.set_index("round")[metric].astype(float).dropna()
         if ewm:
             s = s.ewm(span=ewm).mean()
-        series[seed] = s * (100.0 if is_percent(metric) else 1.0)
+        series[seed] = s * display_scale(metric)
     return pd.DataFrame(series)
 
 
@@ -80,7 +76,7 @@ def plot_curves(spec: dict[str, Any], runs_dir: Path, ax: plt.Axes) -> None:
         ax.fill_between(mean.index, (mean - std).values, (mean + std).values, color=colour, alpha=0.18,
                         lw=0)
     ax.set_xlabel("communication round")
-    ax.set_ylabel(spec.get("ylabel") or (metric + (" (%)" if is_percent(metric) else "")))
+    ax.set_ylabel(spec.get("ylabel") or (metric + UNITS.get(display_scale(metric), "")))
     if spec.get("logy"):
         ax.set_yscale("log")
     ax.grid(alpha=0.3)
@@ -134,7 +130,7 @@ def plot_bars(spec: dict[str, Any], runs_dir: Path, ax: plt.Axes) -> None:
             for run in row["runs"]:
                 s = read_summary(runs_dir / run)
                 if s.get("status") == "ok":
-                    vals.append(run_value(runs_dir / run, s, src) * 100.0)
+                    vals.append(run_value(runs_dir / run, s, src) * display_scale(src))
             vals = [v for v in vals if not math.isnan(v)]
             means.append(np.mean(vals) if vals else np.nan)
             stds.append(np.std(vals) if vals else np.nan)

@@ -1,12 +1,38 @@
 """Per-round and per-user metrics, computed as the authors' plotting code computes them
-(protocol.md §6.3-6.4)."""
+(docs/protocol.md §6.3-6.4), and the scale each statistic is shown at.
+
+torch is imported by the functions that need it: tables, claims and figures read
+``display_scale`` while the Snakefile parses, without torch.
+"""
 
 from __future__ import annotations
 
-import numpy as np
-import torch
+import math
+from typing import TYPE_CHECKING
 
-STAT_KEYS = ("mean_acc", "std_acc", "worst5_acc", "best5_acc", "weighted_acc")
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+STAT_KEYS = ("mean_acc", "std_acc", "worst5_acc", "best5_acc", "weighted_acc", "worst10_acc", "best10_acc", "var_acc")
+
+# the factor a statistic (computed from accuracy fractions) is multiplied by wherever it is shown:
+# accuracies in %, the variance of the accuracies in %^2 (x 10^4, as q-FFL's plot_fairness.py:L51)
+DISPLAY_SCALE = {**dict.fromkeys(STAT_KEYS, 100.0), "var_acc": 1e4}
+PERCENT_PREFIXES = ("test_acc_", "improved_")  # other fractions of metrics.csv / summary.json: shown in %
+
+
+def display_scale(name: str) -> float:
+    """The display factor of a statistic, a metrics.csv column or a summary source
+    (``protocol.var_acc``): ``DISPLAY_SCALE``; ``test_acc_<set>``, ``improved_*``,
+    ``final_user.<k>`` and ``final_others.<k>`` (fractions) 100; anything else (losses, eta) 1."""
+    section, _, stat = name.rpartition(".")
+    if section in ("final_user", "final_others"):
+        return 100.0
+    if stat in DISPLAY_SCALE:
+        return DISPLAY_SCALE[stat]
+    return 100.0 if stat.startswith(PERCENT_PREFIXES) else 1.0
 
 
 def accuracy_stats(accuracy: np.ndarray, test_sizes: np.ndarray | None = None) -> dict[str, float]:
@@ -14,23 +40,34 @@ def accuracy_stats(accuracy: np.ndarray, test_sizes: np.ndarray | None = None) -
 
     mean_acc: unweighted mean over users; std_acc: population std (ddof 0); worst5_acc and
     best5_acc: ``np.percentile`` 5 and 95 with linear interpolation (not the mean of the worst 5 %
-    of users: protocol.md §6.3); weighted_acc: the mean over all test samples (users weighted by
+    of users: docs/protocol.md §6.3); weighted_acc: the mean over all test samples (users weighted by
     their test-set size; Table 14's "Avg (data)").
+
+    q-FFL's statistics, as its plotting code computes them (fair_flearn plot_fairness.py:L42-51,
+    ``get_bar_y``): worst10_acc and best10_acc, the mean of the lowest / highest floor(0.1 m) user
+    accuracies (``int(num_user * 0.1)``; with m < 10 users the code averages no user and gets NaN,
+    here at least one user), and var_acc, the population variance (``np.var``, ddof 0) of the
+    accuracy fractions (the code prints it x 10^4, ``DISPLAY_SCALE``).
     """
     accuracy = np.asarray(accuracy, dtype=np.float64)
     weights = np.ones_like(accuracy) if test_sizes is None else np.asarray(test_sizes, dtype=np.float64)
+    ranked = np.sort(accuracy)
+    tenth = max(1, math.floor(0.1 * len(accuracy)))
     return {
         "mean_acc": float(accuracy.mean()),
         "std_acc": float(accuracy.std()),
         "worst5_acc": float(np.percentile(accuracy, 5)),
         "best5_acc": float(np.percentile(accuracy, 95)),
         "weighted_acc": float((accuracy * weights).sum() / weights.sum()),
+        "worst10_acc": float(ranked[:tenth].mean()),
+        "best10_acc": float(ranked[-tenth:].mean()),
+        "var_acc": float(accuracy.var()),
     }
 
 
 def improved_fraction(before: torch.Tensor, after: torch.Tensor, higher_is_better: bool = False) -> float:
     """Fraction of participants whose value did not get worse over the round (ties count as
-    improved, paper footnote 5 / protocol.md §6.4)."""
+    improved, paper footnote 5 / docs/protocol.md §6.4)."""
     better = after >= before if higher_is_better else after <= before
     return float(better.double().mean())
 
@@ -38,6 +75,8 @@ def improved_fraction(before: torch.Tensor, after: torch.Tensor, higher_is_bette
 def per_owner_mean(values: torch.Tensor, owner: torch.Tensor, num_owners: int) -> torch.Tensor:
     """Mean of ``values`` grouped by ``owner`` (one index per value), for owners 0..num_owners-1.
     ``values`` is (samples,) or (samples, runs): then one mean per owner and column."""
+    import torch
+
     total = torch.zeros(num_owners, *values.shape[1:], dtype=torch.float64, device=values.device).index_add_(0, owner, values.double())
     count = torch.zeros(num_owners, dtype=torch.float64, device=values.device).index_add_(0, owner, torch.ones(len(owner), dtype=torch.float64, device=values.device))
     return total / count.clamp(min=1).view(-1, *[1] * (values.dim() - 1))
@@ -45,7 +84,7 @@ def per_owner_mean(values: torch.Tensor, owner: torch.Tensor, num_owners: int) -
 
 def sum_of_batch_means(per_sample: torch.Tensor, batch_size: int | None) -> torch.Tensor:
     """Sum over consecutive minibatches of size ``batch_size`` of the minibatch-mean loss: the
-    authors' "total loss" F_i that q-FedAvg consumes (protocol.md §3, §4.5). None = one batch.
+    authors' "total loss" F_i that q-FedAvg consumes (docs/protocol.md §3, §4.5). None = one batch.
     ``per_sample`` is (samples,) or (samples, runs): then one sum per column (packed runs)."""
     n = len(per_sample)
     if batch_size is None or batch_size >= n:
@@ -60,6 +99,8 @@ def participant_stats(per_sample: torch.Tensor, correct: torch.Tensor, sizes: li
     its minibatch means, ``sum_of_batch_means``) from the per-sample losses and correctness of the
     participants' pooled samples (``sizes[i]`` samples of participant i, in order). (samples,)
     inputs give (participants,) outputs; (samples, runs) inputs, of packed runs, (participants, runs)."""
+    import torch
+
     loss, acc, total = [], [], []
     for user_losses, user_correct in zip(per_sample.split(sizes), correct.split(sizes)):
         loss.append(user_losses.mean(dim=0))

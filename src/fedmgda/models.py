@@ -169,11 +169,29 @@ MODELS: dict[str, Callable[[tuple[int, ...], int], nn.Module]] = {
 }
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    """The model registered as ``name`` for samples of ``input_shape`` and ``num_classes`` outputs."""
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, init: str = "torch") -> nn.Module:
+    """The model registered as ``name`` for samples of ``input_shape`` and ``num_classes`` outputs,
+    initialised by PyTorch's defaults (``init`` "torch") or by ``glorot_init`` ("glorot")."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; known: {', '.join(sorted(MODELS))}")
-    return MODELS[name](tuple(input_shape), num_classes)
+    model = MODELS[name](tuple(input_shape), num_classes)
+    return glorot_init(model) if init == "glorot" else model
+
+
+@torch.no_grad()
+def glorot_init(model: nn.Module) -> nn.Module:
+    """TensorFlow's default initialisation of ``tf.layers.dense`` / ``conv2d``, which the q-FFL code's
+    models use (fair_flearn flearn/models/adult/lr.py, ``tf.layers.dense(inputs=features,
+    units=num_classes)``): every Linear and Conv weight glorot-uniform, U(-b, b) with
+    b = sqrt(6 / (fan_in + fan_out)) (``torch.nn.init.xavier_uniform_``), every bias zero. Other
+    layers (embedding, LSTM) keep PyTorch's. Drawn from torch's global generator, after PyTorch's
+    own initialisation, in module order: the same seed gives the same model."""
+    for layer in model.modules():
+        if isinstance(layer, (nn.Linear, nn.Conv1d, nn.Conv2d)):
+            nn.init.xavier_uniform_(layer.weight)
+            if layer.bias is not None:
+                nn.init.zeros_(layer.bias)
+    return model
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -56,7 +56,7 @@ def min_norm_weights(gram: np.ndarray, epsilon: float = 1.0, lambda0: np.ndarray
 
 
 def two_weights(quadratic: np.ndarray, lower: np.ndarray, upper: np.ndarray, lambda0: np.ndarray) -> np.ndarray:
-    """The minimiser for two updates in closed form (protocol.md §4.3): with lambda = (l, 1 - l),
+    """The minimiser for two updates in closed form (docs/protocol.md §4.3): with lambda = (l, 1 - l),
     ||l u_1 + (1 - l) u_2||^2 is a parabola in l with curvature ||u_1 - u_2||^2 and its minimum at
     l* = <u_2 - u_1, u_2> / ||u_1 - u_2||^2, clipped to l's interval [lower_1, upper_1] (the box of
     lambda_2 = 1 - l is the same interval: lambda0 is on the simplex). ``quadratic`` is symmetric.

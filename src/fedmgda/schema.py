@@ -1,5 +1,5 @@
-"""The registry's schema (``workflow/schemas/config.schema.yaml``) as the one source of the
-config's defaults and documentation.
+"""The registry's schema (``config.schema.yaml``, shipped inside this package) as the one source
+of the config's defaults and documentation; the Snakefile's ``validate()`` reads the same file.
 
 - :func:`with_defaults`: a config with the defaults of the top-level keys (and of ``report``)
   filled in; the Snakefile and :func:`fedmgda.experiments.expand` both use it.
@@ -22,9 +22,8 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
-SCHEMA_PATH = REPO / "workflow" / "schemas" / "config.schema.yaml"
-README_PATH = REPO / "config" / "README.md"
+SCHEMA_PATH = Path(__file__).resolve().with_name("config.schema.yaml")  # package data (pyproject.toml)
+README_PATH = Path(__file__).resolve().parents[2] / "config" / "README.md"  # in a source checkout
 START, END = "<!-- schema:start -->", "<!-- schema:end -->"
 
 
@@ -178,7 +177,7 @@ def render_readme(text: str, schema: dict[str, Any] | None = None) -> str:
     _, sep2, tail = rest.partition(END)
     if not sep or not sep2:
         raise ValueError(f"no {START} ... {END} block")
-    notice = ("<!-- generated from workflow/schemas/config.schema.yaml by `make config-docs`; "
+    notice = ("<!-- generated from src/fedmgda/config.schema.yaml by `make config-docs`; "
               "edit the schema, not this block -->")
     return f"{head}{START}\n{notice}\n\n{config_docs(schema)}\n{END}{tail}"
 

@@ -3,7 +3,7 @@
 Randomness is derived, not carried: the model is initialised from ``seed``; round t's participants
 come from a generator seeded by (seed, t), and client i's minibatch order and dropout masks in
 round t from (seed, t, i). Hence every algorithm run with the same seed sees the same initial model
-and the same participants (paired comparisons, protocol.md §6.1), and a run resumed from a
+and the same participants (paired comparisons, docs/protocol.md §6.1), and a run resumed from a
 checkpoint continues exactly as if it had never stopped, without saving any RNG state.
 
 A run is a generator (``Simulation.steps``) that yields whenever a round's clients must be trained
@@ -28,7 +28,7 @@ import torch
 
 from fedmgda.aggregators import RoundContext, make_aggregator
 from fedmgda.attacks import force_attacker, loss_bias, loss_scale
-from fedmgda.catalog import get_algorithm
+from fedmgda.catalog import AVERAGING_RULE, get_algorithm
 from fedmgda.client import (
     ClientResult,
     CudaGraphs,
@@ -41,8 +41,9 @@ from fedmgda.client import (
     single_thread_on_cpu,
     size_groups,
 )
-from fedmgda.config import ConfigError, RunConfig
+from fedmgda.config import RunConfig
 from fedmgda.data.base import FederatedDataset
+from fedmgda.errors import ConfigError
 from fedmgda.metrics import (
     STAT_KEYS,
     accuracy_stats,
@@ -71,20 +72,31 @@ def resolve_device(name: str) -> torch.device:
 def server_hparams(cfg: RunConfig) -> dict[str, Any]:
     """The aggregator's hyper-parameters. With ``afl_gamma_w: local_lr`` AFL's gamma_w is the
     clients' learning rate (the config checks local_lr equals it) and the server adds the weighted
-    updates with step 1, as the authors' example command does (protocol.md §4.5, §8.11)."""
+    updates with step 1, as the authors' example command does (docs/protocol.md §4.5, §8.11)."""
     if cfg.algorithm == "afl" and cfg.afl_gamma_w == "local_lr":
         return {**cfg.hparams, "gamma_w": 1.0}
     return cfg.hparams
 
 
+def server_options(cfg: RunConfig) -> dict[str, str]:
+    """The run-config options of the built-in server rules, passed to their ``build`` (RunConfig
+    allows each for its rule only): AFL's ``afl_step_weights``, the averaging rules'
+    ``aggregation_weights`` (fedmgda.aggregators)."""
+    if cfg.algorithm == "afl":
+        return {"step_weights": cfg.afl_step_weights}
+    if get_algorithm(cfg.algorithm, cfg.plugin).aggregator == AVERAGING_RULE:
+        return {"aggregation_weights": cfg.aggregation_weights}
+    return {}
+
+
 def load_dataset(cfg: RunConfig) -> tuple[FederatedDataset, str]:
     """The run's federated dataset and its model name, from the dataset registry."""
-    from fedmgda.data import DATASETS, load_federated
+    from fedmgda.data import DATASET_SPECS, load_federated
 
-    if cfg.dataset not in DATASETS:
-        raise ConfigError(f"unknown dataset {cfg.dataset!r}; known: {', '.join(sorted(DATASETS))}")
+    if cfg.dataset not in DATASET_SPECS:
+        raise ConfigError(f"unknown dataset {cfg.dataset!r}; known: {', '.join(sorted(DATASET_SPECS))}")
     data = load_federated(cfg.dataset, cfg.raw_dir, partition=cfg.partition, seed=cfg.seed, options=cfg.dataset_options, partition_file=cfg.partition_file)
-    return data, DATASETS[cfg.dataset].model
+    return data, DATASET_SPECS[cfg.dataset].model
 
 
 @dataclass
@@ -140,16 +152,17 @@ class Simulation:
         if model_name is None:
             raise ConfigError("model_name is required when a dataset is injected")
         self.train_idx_cpu = [i.cpu() for i in data.train_idx]  # the batched path plans minibatches on the CPU
+        self.train_sizes = np.array(data.train_sizes())
         self.data = data.to(self.device)
         self.num_users = data.num_users
         if cfg.attack.active and cfg.attack.user >= self.num_users:
             raise ConfigError(f"attack.user = {cfg.attack.user} but the dataset has {self.num_users} users")
 
         torch.manual_seed(cfg.seed)  # the same initial model for every algorithm of a seed
-        module = build_model(model_name, tuple(data.x.shape[1:]), data.num_classes).to(self.device)
+        module = build_model(model_name, tuple(data.x.shape[1:]), data.num_classes, cfg.init).to(self.device)
         self.model = FlatModel(module)
         self.algorithm = get_algorithm(cfg.algorithm, cfg.plugin)  # what the rule needs (fedmgda.catalog)
-        self.aggregator = make_aggregator(cfg.algorithm, server_hparams(cfg), cfg.rounds, self.num_users, cfg.plugin)
+        self.aggregator = make_aggregator(cfg.algorithm, server_hparams(cfg), cfg.rounds, self.num_users, cfg.plugin, **server_options(cfg))
         batch = None if cfg.batch_size == "full" else int(cfg.batch_size)
         self.local = LocalHParams(cfg.local_epochs, batch, cfg.local_lr, cfg.momentum, self.algorithm.prox_mu(cfg.hparams))
         graphs = CudaGraphs() if cfg.batched and cfg.cuda_graphs and self.device.type == "cuda" else None
@@ -174,9 +187,13 @@ class Simulation:
 
     # ------------------------------------------------------------------ sampling and clients
     def participants(self, t: int) -> list[int]:
-        """Round t's participants: floor(p*m) users uniformly without replacement."""
+        """Round t's participants: floor(p*m) users without replacement, uniformly or, with
+        ``sampling: size``, with probability proportional to their train sizes (successive draws,
+        each among the users not drawn yet, as ``np.random.choice(m, k, replace=False, p=n_i / n)``
+        in the q-FFL code: fair_flearn fedbase.py:L142-148, ``select_clients`` with sampling 2)."""
         rng = np.random.default_rng([self.cfg.seed, t])
-        chosen = [int(u) for u in rng.choice(self.num_users, self.per_round, replace=False)]
+        p = self.train_sizes / self.train_sizes.sum() if self.cfg.sampling == "size" else None
+        chosen = [int(u) for u in rng.choice(self.num_users, self.per_round, replace=False, p=p)]
         if self.cfg.attack.active:
             chosen = force_attacker(chosen, self.cfg.attack.user)
         return chosen
@@ -185,8 +202,7 @@ class Simulation:
         """Loss and accuracy of ``w`` on each participant's train split (eval mode), evaluated
         in one pass over the participants' pooled samples.
 
-        ``loss``: mean per-sample loss; ``total``: q-FedAvg's F_i (sum of minibatch means, or that
-        divided by the number of train samples with qffl_loss = batch_sum_per_sample)."""
+        ``loss``: mean per-sample loss; ``total``: q-FedAvg's F_i (``reported_stats``)."""
         idx = [self.data.train_idx[user] for user in users]
         pooled = torch.cat(idx)
         per_sample, correct = evaluate_samples(self.model, w, self.data.x[pooled], self.data.y[pooled])
@@ -194,10 +210,15 @@ class Simulation:
         return self.reported_stats(participant_stats(per_sample, correct, sizes, self.local.batch_size), sizes)
 
     def reported_stats(self, stats: dict[str, torch.Tensor], sizes: list[int]) -> dict[str, torch.Tensor]:
-        """``participant_stats`` as this run reports them: with qffl_loss = batch_sum_per_sample,
-        F_i divided by the participant's train samples."""
+        """``participant_stats`` as this run reports them; F_i (``total``) by ``qffl_loss``:
+        batch_sum, the sum of minibatch means as computed; batch_sum_per_sample, that divided by
+        the participant's train samples; train_mean, the mean loss over its whole train split
+        (``loss``), as the q-FFL code's ``loss = c.get_loss()`` ("compute loss on the whole
+        training data", fair_flearn qffedavg.py:L52; qffedsgd.py's loss of the full-split batch)."""
         if self.cfg.qffl_loss == "batch_sum_per_sample":
             stats["total"] = stats["total"] / torch.tensor(sizes, device=stats["total"].device, dtype=stats["total"].dtype)
+        elif self.cfg.qffl_loss == "train_mean":
+            stats["total"] = stats["loss"]
         return stats
 
     def _losses(self, w: torch.Tensor, users: list[int]):
@@ -299,7 +320,7 @@ class Simulation:
         scales = torch.tensor([loss_scale(attack, u) for u in users], device=self.device)
         biases = torch.tensor([loss_bias(attack, u) for u in users], device=self.device)
         reported_total = pre["total"] * scales + biases if pre is not None else torch.full((len(users),), float("nan"), device=self.device)
-        ctx = RoundContext(t, cfg.rounds, users, reported_total, train_losses + biases)
+        ctx = RoundContext(t, cfg.rounds, users, reported_total, train_losses + biases, [int(self.train_sizes[u]) for u in users])
         row: dict[str, float] = {"round": t + 1, "train_loss": float(train_losses.mean())}
         try:
             w_next, info = self.aggregator.aggregate(w, updates, ctx)
@@ -601,7 +622,7 @@ def train_packed(sims: list[Simulation], requests: list[tuple[torch.Tensor, int,
 
 def protocol_stats(per_user: pd.DataFrame, metrics: pd.DataFrame, per_user_every: int) -> dict[str, float] | None:
     """Statistics of the last stored per-user vector at a round t (0-based) with
-    t % per_user_every == 0: the vector the paper's tables were computed from (protocol.md §6.3:
+    t % per_user_every == 0: the vector the paper's tables were computed from (docs/protocol.md §6.3:
     round T-9 for T a multiple of 10, not the final model)."""
     stored = per_user[(per_user["round"] - 1) % per_user_every == 0]
     if stored.empty:

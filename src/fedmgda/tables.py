@@ -3,10 +3,10 @@
 A table spec (from the registry, see ``fedmgda.experiments.item_spec``) lists rows, each with the
 run folders of its seeds, and ``columns`` mapping a column name to a source in the runs'
 ``summary.json``: ``final.<stat>`` (the final model) or ``protocol.<stat>`` (the last stored
-per-user vector at round <= T-9, protocol.md §6.3). Accuracies are fractions in the runs and
-percentages in the tables.
+per-user vector at round <= T-9, docs/protocol.md §6.3). Accuracies are fractions in the runs and
+percentages in the tables, var_acc is shown in %^2 (``fedmgda.metrics.display_scale``).
 
-Per row and column: reproduced mean and population std (ddof 0) over seeds (protocol §6.3), the
+Per row and column: reproduced mean and population std (ddof 0) over seeds (docs/protocol.md §6.3), the
 paper's mean and std (from ``fedmgda/reference/paper_tables.csv``), the difference
 repro - paper, and a verdict: "within" when |difference| <= the band, else "outside". The band is
 the paper's std (its own seed spread), or the table's ``tolerance`` for that column when larger
@@ -14,9 +14,8 @@ the paper's std (its own seed spread), or the table's ``tolerance`` for that col
 paper has but the registry does not run is listed as "not run", a row without a paper value
 says so, and a row with a diverged seed shows "diverged (k/n seeds)" instead of a number.
 
-A column may carry its own ``scale`` (``column_scale``; e.g. a variance of fractions x 10^4, in
-%^2) and be bound to one experiment (``column_experiment``): a table spanning two datasets (q-FFL's
-Table 2) is built per experiment and its parts joined on the row key (:func:`join_parts`).
+A column may be bound to one experiment (``column_experiment``): a table spanning two datasets
+(q-FFL's Table 2) is built per experiment and its parts joined on the row key (:func:`join_parts`).
 """
 
 from __future__ import annotations
@@ -30,6 +29,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from fedmgda.metrics import display_scale
 
 PAPER_NA = "n/a (offline dataset)"
 NOT_IN_PAPER = "not in paper"
@@ -71,7 +72,7 @@ def run_value(run_dir: str | Path, summary: dict[str, Any], source: str) -> floa
 
 
 def seed_stats(values: list[float]) -> tuple[float, float]:
-    """Mean and population std (ddof 0) over seeds, as the paper's ± (protocol §6.3)."""
+    """Mean and population std (ddof 0) over seeds, as the paper's ± (docs/protocol.md §6.3)."""
     arr = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
     if len(arr) == 0:
         return math.nan, math.nan
@@ -86,10 +87,12 @@ def verdict(repro_mean: float, paper_mean: float, paper_std: float, n_seeds: int
     return f"{word} (1 seed)" if n_seeds == 1 else word
 
 
-def _row_values(row: dict[str, Any], columns: dict[str, str], runs_dir: Path, scales: dict[str, float]):
+def _row_values(row: dict[str, Any], columns: dict[str, str], runs_dir: Path, scale: float | None):
+    """Each column's values over the row's seeds, x ``scale`` (None: each source's display scale,
+    ``fedmgda.metrics.display_scale``: accuracies in %, var_acc in %^2)."""
     summaries = [read_summary(runs_dir / r) for r in row["runs"]]
     diverged = sum(1 for s in summaries if s.get("status") != "ok")
-    values = {c: [run_value(runs_dir / r, s, src) * scales[c]
+    values = {c: [run_value(runs_dir / r, s, src) * (display_scale(src) if scale is None else scale)
                   for r, s in zip(row["runs"], summaries, strict=True) if s.get("status") == "ok"]
               for c, src in columns.items()}
     return summaries, diverged, values
@@ -118,14 +121,14 @@ def build_table(spec: dict[str, Any], runs_dir: str | Path, paper: pd.DataFrame 
     runs_dir = Path(runs_dir)
     columns: dict[str, str] = spec["columns"]
     tolerance: dict[str, float] = spec.get("tolerance") or {}
-    scales = {c: float((spec.get("column_scale") or {}).get(c, spec.get("scale", 100.0))) for c in columns}
+    scale = float(spec["scale"]) if spec.get("scale") is not None else None
     paper_table = spec.get("paper")
     paper_rows = _paper_lookup(paper if paper is not None else (paper_reference() if paper_table else None),
                                paper_table)
 
     computed = []
     for row in spec["rows"]:
-        _, diverged, values = _row_values(row, columns, runs_dir, scales)
+        _, diverged, values = _row_values(row, columns, runs_dir, scale)
         stats = {c: seed_stats(v) for c, v in values.items()}
         computed.append((row, diverged, stats))
 

@@ -1,6 +1,6 @@
 """Protocol variants: the choices the paper leaves open, as named readings of run-config fields.
 
-The catalog (``reference/protocol_variants.yaml``) names each ambiguity of protocol.md §8 that can
+The catalog (``reference/protocol_variants.yaml``) names each ambiguity of docs/protocol.md §8 that can
 move a number, the run-config field it sets, the runs it concerns and its readings, each with
 its source. An experiment picks one reading per variant (``variants: {afl_gamma_w: local_lr}``);
 :func:`apply_readings` writes the chosen values into a run config, leaving runs a variant does

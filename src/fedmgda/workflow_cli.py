@@ -31,10 +31,10 @@ def _load_json(text: str):
 
 
 def cmd_download(args: argparse.Namespace) -> int:
-    from fedmgda.data import DATASETS, ensure_raw_files
+    from fedmgda.data import DATASET_SPECS, ensure_raw_files
 
-    if args.dataset not in DATASETS:
-        print(f"unknown dataset {args.dataset!r}; known: {', '.join(DATASETS)}", file=sys.stderr)
+    if args.dataset not in DATASET_SPECS:
+        print(f"unknown dataset {args.dataset!r}; known: {', '.join(DATASET_SPECS)}", file=sys.stderr)
         return 2
     ensure_raw_files(args.dataset, args.raw_dir, allow_download=not args.no_download)
     if args.done:

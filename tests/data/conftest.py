@@ -6,6 +6,7 @@ import dataclasses
 import gzip
 import io
 import json
+import os
 import pickle
 import tarfile
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedmgda.data import DATASETS, RawFile
+from fedmgda.data import DATASET_SPECS, RawFile
 from fedmgda.data import download as dl
 from fedmgda.data.download import file_digest
 
@@ -32,12 +33,12 @@ def no_network(monkeypatch):
 
 def pin_to_present(monkeypatch, name: str, raw_dir: Path) -> None:
     """Point the registry's checksums of ``name`` at the tiny files now in ``raw_dir``."""
-    spec = DATASETS[name]
+    spec = DATASET_SPECS[name]
     files = tuple(
         dataclasses.replace(rf, checksum="sha256:" + file_digest(rf.path(raw_dir), "sha256"))
         for rf in spec.raw_files
     )
-    monkeypatch.setitem(DATASETS, name, dataclasses.replace(spec, raw_files=files))
+    monkeypatch.setitem(DATASET_SPECS, name, dataclasses.replace(spec, raw_files=files))
 
 
 # ---------------------------------------------------------------- CIFAR-10 python tarball
@@ -160,6 +161,37 @@ def tiny_rawfile(tmp_path: Path, content: bytes = b"hello raw file\n") -> tuple[
     return rf, content
 
 
+# ---------------------------------------------------------------- real Fashion-MNIST files
+FMNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+DEBIAN_FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")  # apt-get install dataset-fashion-mnist
+
+
+@pytest.fixture
+def real_fmnist(tmp_path) -> Path:
+    """A raw-data directory whose fmnist/ links to the real Fashion-MNIST files (FEDMGDA_FMNIST_DIR,
+    else Debian's /usr/share/datasets/fashion-mnist); skips where they are absent."""
+    source = Path(os.environ.get("FEDMGDA_FMNIST_DIR", DEBIAN_FMNIST_DIR))
+    if not all((source / name).is_file() for name in FMNIST_FILES):
+        pytest.skip(f"the real Fashion-MNIST files are not in {source} (set FEDMGDA_FMNIST_DIR, or "
+                    "`apt-get install dataset-fashion-mnist` on Debian/Ubuntu)")
+    raw_dir = tmp_path / "real"
+    (raw_dir / "fmnist").mkdir(parents=True)
+    for name in FMNIST_FILES:
+        (raw_dir / "fmnist" / name).symlink_to((source / name).resolve())
+    return raw_dir
+
+
+def restamp_gz(source: Path, dest: Path, mtime: int = 1_234_567_890, filename: str = "restamped") -> None:
+    """``dest``: the same decompressed bytes as ``source`` under another gzip header."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(source, "rb") as f:
+        content = f.read()
+    with open(dest, "wb") as raw, gzip.GzipFile(filename=filename, mode="wb", fileobj=raw, mtime=mtime,
+                                                 compresslevel=1) as f:  # fast; the content is what counts
+        f.write(content)
+
+
 @pytest.fixture
 def fmt():
     """The tiny-file writers, as one namespace (tests do not import conftest)."""
@@ -168,7 +200,7 @@ def fmt():
     return types.SimpleNamespace(
         write_cifar=write_cifar, write_fmnist=write_fmnist, write_adult=write_adult,
         adult_line=adult_line, write_shakespeare=write_shakespeare, write_femnist=write_femnist,
-        idx_bytes=idx_bytes, tiny_rawfile=tiny_rawfile,
+        idx_bytes=idx_bytes, tiny_rawfile=tiny_rawfile, restamp_gz=restamp_gz,
     )
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from fedmgda.data import DataError, load_federated, make_partition
 from fedmgda.data import adult as adult_mod
-from fedmgda.data import load_federated, make_partition
 
 
 def test_99_features_and_column_21_is_doctorate():
@@ -27,7 +30,7 @@ def paper_sized(tmp_path_factory):
     n, n_phd = 32_561, 413
     edu = np.array(["HS-grad"] * n, dtype=object)
     edu[rng.choice(n, n_phd, replace=False)] = "Doctorate"
-    edu[-1] = "Masters"  # last row non-PhD, as protocol.md §1.5 assumes for the shift
+    edu[-1] = "Masters"  # last row non-PhD, as docs/protocol.md §1.5 assumes for the shift
     test_edu = ["Doctorate"] * 181 + ["Bachelors"] * 300
     return tmp_path_factory.mktemp("adult"), list(edu), test_edu
 
@@ -83,3 +86,78 @@ def test_clients_phd_keeps_the_phd_client_alone(tmp_path, fmt, pin):
         assert alone.num_users == 1 and alone.users == ["phd"]
         assert alone.user_indices(0).tolist() == both.user_indices(0).tolist()
         assert alone.train[0].tolist() == both.train[0].tolist()
+
+
+def _rows_of(fd, idx):
+    return [tuple(r) for r in fd.x[idx].int().tolist()], fd.y[idx].tolist()
+
+
+def test_split_source_trains_on_all_adult_data_rows_and_tests_on_adult_test(tmp_path, fmt, pin):
+    """q-FFL's protocol: a domain's train set is every adult.data row of it, its test set its
+    adult.test rows (no 80/10/10 cut, nothing held out)."""
+    edu = ["Bachelors", "Doctorate", "HS-grad", "Doctorate", "Masters", "HS-grad", "Doctorate"] * 4
+    test_edu = ["Doctorate", "HS-grad", "Bachelors", "Doctorate", "HS-grad"]
+    fmt.write_adult(tmp_path, edu, test_edu)
+    pin("adult", tmp_path)
+    data_x, data_y = adult_mod.load_split(tmp_path / "adult" / "adult.data", test=False)
+    test_x, test_y = adult_mod.load_split(tmp_path / "adult" / "adult.test", test=True)
+    fd = load_federated("adult", tmp_path, options={"split": "source"})
+    part = make_partition("adult", tmp_path, "domain", 1, {"split": "source"})
+    assert part.users == ["phd", "non_phd"] and [len(v) for v in part.val] == [0, 0]
+    for user, is_phd in enumerate((True, False)):
+        data_rows = [i for i, e in enumerate(edu) if (e == "Doctorate") == is_phd]
+        test_rows = [i for i, e in enumerate(test_edu) if (e == "Doctorate") == is_phd]
+        assert _rows_of(fd, fd.train_idx[user]) == (
+            [tuple(r) for r in data_x[data_rows].astype(int).tolist()], data_y[data_rows].tolist())
+        assert _rows_of(fd, fd.test_idx[user]) == (
+            [tuple(r) for r in test_x[test_rows].astype(int).tolist()], test_y[test_rows].tolist())
+    assert fd.train_sizes() == [12, 16] and fd.test_sizes() == [2, 3]
+    assert fd.global_test["phd"][1].tolist() == fd.y[fd.test_idx[0]].tolist()
+    alone = make_partition("adult", tmp_path, "domain", 1, {"split": "source", "clients": "phd"})
+    assert alone.users == ["phd"] and alone.train[0].tolist() == part.train[0].tolist()
+    assert alone.test[0].tolist() == part.test[0].tolist()
+
+
+def test_default_split_is_todays_partition(tmp_path, fmt, pin):
+    """The new option's default (80_10_10) changes neither the pool, the fingerprint nor an index."""
+    edu = ["Bachelors", "Doctorate", "HS-grad", "Doctorate", "Doctorate", "HS-grad"] * 5
+    fmt.write_adult(tmp_path, edu, ["Doctorate", "HS-grad"])
+    pin("adult", tmp_path)
+    default = make_partition("adult", tmp_path, "domain", 1)
+    explicit = make_partition("adult", tmp_path, "domain", 1, {"split": "80_10_10"})
+    source = make_partition("adult", tmp_path, "domain", 1, {"split": "source"})
+    phd = np.flatnonzero(np.array(edu) == "Doctorate")
+    non_phd = np.flatnonzero(np.array(edu) != "Doctorate")
+    for user, rows in enumerate((phd, non_phd)):  # today's cut: positional 80/10/10 of the rows
+        n = len(rows)
+        assert default.train[user].tolist() == rows[:int(0.8 * n)].tolist()
+        assert default.val[user].tolist() == rows[int(0.8 * n):int(0.9 * n)].tolist()
+        assert default.test[user].tolist() == rows[int(0.9 * n):].tolist()
+    assert default.fingerprint == explicit.fingerprint != source.fingerprint
+    assert all(np.array_equal(a, b) for a, b in zip(default.train + default.test, explicit.train + explicit.test, strict=True))
+    assert load_federated("adult", tmp_path).x.shape == (len(edu), 99)  # the pool is adult.data only
+
+
+def test_split_source_refuses_shift_by_one_and_the_iid_partition(tmp_path, fmt, pin):
+    fmt.write_adult(tmp_path, ["Bachelors", "Doctorate"] * 5, ["Doctorate", "HS-grad"])
+    pin("adult", tmp_path)
+    with pytest.raises(DataError, match="shift_by_one.*split '80_10_10'"):
+        make_partition("adult", tmp_path, "domain", 1, {"split": "source", "shift_by_one": True})
+    with pytest.raises(DataError, match="iid partition needs split '80_10_10'"):
+        make_partition("adult", tmp_path, "iid", 1, {"split": "source"})
+    with pytest.raises(DataError, match="split='paper' not in"):
+        make_partition("adult", tmp_path, "domain", 1, {"split": "paper"})
+
+
+@pytest.mark.realdata
+def test_split_source_on_the_real_uci_files(tmp_path):
+    """q-FFL's Adult: PhD 413 / non-PhD 32 148 training rows (all of adult.data), 181 / 16 100 test rows."""
+    source = Path(os.environ.get("FEDMGDA_ADULT_DIR", Path(__file__).resolve().parents[3] / "shared/data/adult"))
+    if not all((source / name).is_file() for name in ("adult.data", "adult.test")):
+        pytest.skip(f"the real UCI Adult files are not in {source} (set FEDMGDA_ADULT_DIR)")
+    (tmp_path / "adult").mkdir()
+    for name in ("adult.data", "adult.test"):
+        (tmp_path / "adult" / name).symlink_to((source / name).resolve())
+    fd = load_federated("adult", tmp_path, options={"split": "source"})
+    assert fd.train_sizes() == [413, 32_148] and fd.test_sizes() == [181, 16_100]
+    assert fd.x.shape == (32_561 + 16_281, 99)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import hashlib
 
 import pytest
 
-from fedmgda.data import DATASETS, DataError, ensure_raw_files
+from fedmgda import catalog
+from fedmgda.data import DATASET_SPECS, DataError, ensure_raw_files
 from fedmgda.data import download as dl
 
 
@@ -28,7 +30,7 @@ def test_wrong_checksum_names_file_checksum_url_and_path_and_keeps_the_file(tmp_
     with pytest.raises(DataError) as err:
         ensure_raw_files("adult", tmp_path)
     msg = str(err.value)
-    rf = DATASETS["adult"].raw_files[0]
+    rf = DATASET_SPECS["adult"].raw_files[0]
     assert "adult.data" in msg and rf.checksum in msg and rf.url in msg
     assert str(rf.path(tmp_path).resolve()) in msg
     assert (folder / "adult.data").read_bytes() == before
@@ -119,9 +121,9 @@ def test_unpinned_file_is_accepted_when_present_and_its_sha256_printed(tmp_path,
 
 
 def test_every_registered_raw_file_has_a_checksum_or_says_it_is_unpinned():
-    for spec in DATASETS.values():
+    for spec in DATASET_SPECS.values():
         for rf in spec.raw_files:
-            assert rf.dataset == spec.name
+            assert rf.dataset == catalog.DATASETS[spec.name].raw_folder
             assert rf.url.startswith("http")
             if rf.pinned:
                 assert len(rf.digest) == {"md5": 32, "sha256": 64}[rf.algorithm]
@@ -135,3 +137,54 @@ def test_bare_sha256_is_accepted_and_bad_checksums_rejected():
     with pytest.raises(ValueError):
         dl.RawFile("d", "f", "u", "crc32:1234")
     assert dataclasses.is_dataclass(rf)
+
+
+def _gz(path, content: bytes, mtime: int, filename: str = "") -> None:
+    with open(path, "wb") as raw, gzip.GzipFile(filename=filename, mode="wb", fileobj=raw, mtime=mtime) as f:
+        f.write(content)
+
+
+def _gz_rawfile(content: bytes, archive: bytes) -> dl.RawFile:
+    return dl.RawFile("toy", "t.gz", "https://example.invalid/t.gz",
+                      "md5:" + hashlib.md5(archive).hexdigest(), "",
+                      "sha256:" + hashlib.sha256(content).hexdigest())
+
+
+def test_gz_with_another_header_but_the_same_content_is_accepted(tmp_path):
+    """A re-packed copy (Debian's, another time stamp and file name) passes the content pin."""
+    content = bytes(range(256)) * 40
+    path = tmp_path / "toy" / "t.gz"
+    path.parent.mkdir()
+    _gz(path, content, mtime=1_500_000_000, filename="t")
+    rf = _gz_rawfile(content, path.read_bytes())
+    assert dl.ensure_files([rf], tmp_path) == [path]  # the archive checksum itself
+    _gz(path, content, mtime=1_591_347_949, filename="")
+    assert hashlib.md5(path.read_bytes()).hexdigest() != rf.digest
+    assert dl.ensure_files([rf], tmp_path) == [path]  # accepted through the content checksum
+
+
+def test_gz_with_one_changed_content_byte_is_refused_with_both_checksums(tmp_path):
+    content = bytes(range(256)) * 40
+    path = tmp_path / "toy" / "t.gz"
+    path.parent.mkdir()
+    _gz(path, content, mtime=0)
+    rf = _gz_rawfile(content, path.read_bytes())
+    changed = bytearray(content)
+    changed[1000] ^= 1
+    _gz(path, bytes(changed), mtime=0)
+    with pytest.raises(DataError) as err:
+        dl.ensure_files([rf], tmp_path)
+    msg = str(err.value)
+    assert "t.gz" in msg and rf.checksum in msg and rf.content_checksum in msg and rf.url in msg
+    assert "decompressed content sha256:" + hashlib.sha256(bytes(changed)).hexdigest() in msg
+    assert str(rf.path(tmp_path).resolve()) in msg
+    path.write_bytes(b"not gzip at all")
+    with pytest.raises(DataError, match="unreadable"):
+        dl.ensure_files([rf], tmp_path)
+
+
+def test_content_checksum_only_for_gz_and_sha256():
+    with pytest.raises(ValueError, match=".gz"):
+        dl.RawFile("d", "f.json", "u", "a" * 64, "", "sha256:" + "b" * 64)
+    with pytest.raises(ValueError, match="content checksum"):
+        dl.RawFile("d", "f.gz", "u", "a" * 64, "", "md5:" + "b" * 32)

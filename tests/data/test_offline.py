@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedmgda.data import DATASETS, DataError, DatasetSpec, load_federated, make_partition
+from fedmgda.data import DATASET_SPECS, DataError, DatasetSpec, load_federated, make_partition
 
 
 def _label_hist(fd, u, k):
@@ -66,23 +66,23 @@ def test_digits_partition_depends_on_the_seed(tmp_path):
 
 
 def test_registry_entries_are_complete():
-    models = {"cifar10": "cnn_cifar", "fmnist": "cnn_fmnist", "femnist": "cnn_femnist",
+    models = {"cifar10": "cnn_cifar", "fmnist": "cnn_fmnist", "fmnist3": "logreg", "femnist": "cnn_femnist",
               "shakespeare": "lstm_shakespeare", "adult": "logreg", "synthetic": "logreg",
               "digits": "mlp_digits"}
-    assert {k: s.model for k, s in DATASETS.items()} == models
-    for name, spec in DATASETS.items():
+    assert {k: s.model for k, s in DATASET_SPECS.items()} == models
+    for name, spec in DATASET_SPECS.items():
         assert isinstance(spec, DatasetSpec) and spec.name == name
         assert spec.default_partition in spec.partitions
         assert bool(spec.raw_files) == (name not in ("synthetic", "digits"))
-    assert DATASETS["adult"].input_shape == (99,) and DATASETS["digits"].input_shape == (64,)
-    assert DATASETS["shakespeare"].input_shape == (80,)
+    assert DATASET_SPECS["adult"].input_shape == (99,) and DATASET_SPECS["digits"].input_shape == (64,)
+    assert DATASET_SPECS["shakespeare"].input_shape == (80,)
 
 
 @pytest.mark.parametrize("name", ["synthetic", "digits"])
 def test_offline_input_shape_matches_the_registry(tmp_path, name):
     fd = load_federated(name, tmp_path)
-    assert tuple(fd.x.shape[1:]) == DATASETS[name].input_shape
-    assert fd.num_classes == DATASETS[name].num_classes
+    assert tuple(fd.x.shape[1:]) == DATASET_SPECS[name].input_shape
+    assert fd.num_classes == DATASET_SPECS[name].num_classes
 
 
 def test_unknown_names_list_the_valid_ones(tmp_path):

@@ -78,7 +78,7 @@ def test_same_seed_same_partition_different_seed_different():
 
 
 def test_shard_concatenation_follows_python_set_order():
-    # protocol.md §1.3: a user's shards are concatenated in CPython set-iteration order.
+    # docs/protocol.md §1.3: a user's shards are concatenated in CPython set-iteration order.
     labels = np.repeat(np.arange(10), 50)
     parts = shard_partition(labels, num_users=10, num_shards=100, shard_size=5, seed=3)
     rng = np.random.RandomState(3)

@@ -32,9 +32,11 @@ def write_run(root: Path, key: str, accs: list[float], *, rounds: int = 10, stat
     users = [{"round": r, "user": u, "n_test": 10, "accuracy": a, "loss": 1.0 - a}
              for r in (1, rounds - 9 if rounds > 10 else 1, rounds) for u, a in enumerate(acc)]
     pd.DataFrame(users).drop_duplicates(["round", "user"]).to_csv(d / "per_user.csv", index=False)
+    tenth = max(1, len(acc) // 10)
     stats = {"mean_acc": float(acc.mean()), "std_acc": float(acc.std()),
              "worst5_acc": float(np.percentile(acc, 5)), "best5_acc": float(np.percentile(acc, 95)),
-             "weighted_acc": float(acc.mean())}
+             "weighted_acc": float(acc.mean()), "worst10_acc": float(np.sort(acc)[:tenth].mean()),
+             "best10_acc": float(np.sort(acc)[-tenth:].mean()), "var_acc": float(acc.var())}
     summary = {"config": {}, "status": status, "diverged_round": 3 if status == "diverged" else None,
                "rounds_completed": rounds, "runtime_s": 1.5, "device": "cpu",
                "final": final if final is not None else dict(stats),

@@ -24,6 +24,7 @@ from fedmgda.claims import (
     write_claims,
 )
 from fedmgda.experiments import expand
+from fedmgda.schema import SCHEMA_PATH
 
 from .conftest import REPO
 
@@ -229,7 +230,7 @@ def test_series_claim_errors():
 
 
 def test_schema_rejects_a_bad_comparison_kind():
-    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    schema = yaml.safe_load(SCHEMA_PATH.read_text())
     cfg = base_config({"c": claim(compare="bigger")})
     with pytest.raises(jsonschema.ValidationError, match="bigger"):
         jsonschema.validate(cfg, schema)

@@ -37,7 +37,7 @@ def test_reference_values_spot_checks():
     assert ref.loc[("table7", "fedmgda_plus decay=0.333333 eta=1 bias=*", "Uniform"), "mean"] == 83.24
     assert ref.loc[("table14", "fedavg local_lr=0.8 momentum=0", "Avg (data)"), "mean"] == 49.95
     assert ref.loc[("table14", "fedprox local_lr=0.25 momentum=0.5 mu=0.001", "Std"), "mean"] == 5.75
-    # Table 12's duplicated '1.0 1/2' FedMGDA+ row is read as decay 1/5 (protocol §8.16)
+    # Table 12's duplicated '1.0 1/2' FedMGDA+ row is read as decay 1/5 (docs/protocol.md §8.16)
     assert ref.loc[("table12", "fedmgda_plus decay=0.2 eta=1", "Average"), "mean"] == 84.95
     assert ref.loc[("table6", "fedmgda_plus", "Average"), "mean"] == 87.60
     # the q-FFL paper's Table 2 (shared row names over both datasets) and Table 11 (row_key keys)

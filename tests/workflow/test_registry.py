@@ -7,7 +7,7 @@ import copy
 import pytest
 import yaml
 
-from fedmgda.experiments import RegistryError, expand, fmt_display, row_key, run_key
+from fedmgda.experiments import RegistryError, expand, fmt_display, row_key, run_key, validate_runs
 
 from .conftest import REPO
 
@@ -28,7 +28,8 @@ def test_paper_registry_has_at_least_1000_distinct_training_runs(paper):
     # Tables 8-11: 26 grid rows x 4 seeds each
     for t in ("table8", "table9", "table10", "table11", "table12", "table13"):
         assert len(reg.rows[t]) == 26 and all(len(r.runs) == 4 for r in reg.rows[t])
-    assert set(reg.tables) == {f"table{n}" for n in range(6, 15)} | {"table7_variants"}
+    assert set(reg.tables) == ({f"table{n}" for n in range(6, 15)} | {"table7_variants"}
+                               | {"qffl_table2", "qffl_table2_variants", "qffl_table11"})
     assert {f[:4] for f in reg.figures} == {f"fig{n}" for n in range(1, 10)}
 
 
@@ -59,7 +60,7 @@ def test_seed_and_round_overrides(paper):
     cfg["rounds"] = 50
     reg = expand(cfg)
     assert all(s.config["seed"] == 1 and s.config["rounds"] == 50 for s in reg.runs.values())
-    assert len(reg.runs) < 330  # one seed of every run (Table 7 variants included)
+    assert len(reg.runs) < 360  # one seed of every run (the variants of Table 7 and q-FFL Table 2 included)
 
 
 def test_only_keeps_just_what_the_named_outputs_need(paper):
@@ -88,6 +89,23 @@ def test_conflicting_configs_on_one_path_are_an_error(paper):
     cfg["experiments"]["fig4_b10"]["run"] = {"qffl_loss": "batch_sum_per_sample"}
     reg = expand(cfg)
     assert any("qlossbatch_sum_per_sample" in k for k in reg.runs)
+
+
+def test_a_run_option_given_to_the_wrong_algorithm_stops_the_registry_before_any_job(paper):
+    """The schema admits each option's values; which algorithm it fits is RunConfig's check,
+    which the Snakefile runs on every run config (validate_runs) before any job starts."""
+    cfg = copy.deepcopy(paper)
+    cfg["experiments"]["table7"]["run"] = {"afl_step_weights": "uniform", "sampling": "size", "init": "glorot"}
+    reg = expand(cfg)  # a valid registry ...
+    with pytest.raises(RegistryError, match="afl_step_weights: uniform changes AFL's model step only"):
+        validate_runs(reg)  # ... whose q-FedAvg and FedMGDA+ runs cannot take AFL's option
+    cfg["experiments"]["table7"]["run"] = {"aggregation_weights": "samples"}
+    with pytest.raises(RegistryError, match="aggregation_weights: samples"):
+        validate_runs(expand(cfg))
+    cfg["experiments"]["table7"]["run"] = {"sampling": "size", "init": "glorot", "qffl_loss": "train_mean"}
+    reg = expand(cfg)
+    validate_runs(reg)
+    assert any("_initglorot_" in k and "_samplingsize" in k for k in reg.runs)  # part of the runs' identity
 
 
 def test_implied_defaults_and_fractions():
@@ -151,14 +169,14 @@ def test_a_table_binds_its_columns_to_experiments():
     cfg["experiments"]["tiny_v"] = {"variants_of": "tiny", "vary": ["local_momentum"]}
     cfg["experiments"]["tiny"]["variants"] = {"local_momentum": "code"}
     both = {"A": {"experiment": "tiny", "source": "final.mean_acc"},
-            "B": {"experiment": "tiny_b", "source": "final.var_acc", "scale": 10000}}
+            "B": {"experiment": "tiny_b", "source": "final.var_acc"}}
     cfg["tables"] = {"two": {"experiments": ["tiny", "tiny_b"], "paper": None, "columns": both},
                      "two_v": {"kind": "variants", "experiments": ["tiny_v"], "paper": None,
                                "columns": {"A": {"experiment": "tiny", "source": "final.mean_acc"}}}}
     reg = expand(cfg)
     two = reg.tables["two"]
     assert two["columns"] == {"A": "final.mean_acc", "B": "final.var_acc"}
-    assert two["column_experiment"] == {"A": "tiny", "B": "tiny_b"} and two["column_scale"] == {"B": 10000.0}
+    assert two["column_experiment"] == {"A": "tiny", "B": "tiny_b"}
     assert reg.tables["two_v"]["column_experiment"] == {"A": "tiny_v"}  # the base names its sensitivity experiment
 
     def error(columns, experiments=("tiny", "tiny_b")):

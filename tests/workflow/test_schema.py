@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import fnmatch
 import subprocess
 import sys
 
@@ -16,13 +17,26 @@ from fedmgda.claims import parse_claims
 from fedmgda.config import RunConfig
 from fedmgda.experiments import RegistryError, _normalise_attack, expand
 from fedmgda.packs import pack_resources, pack_size
-from fedmgda.schema import def_defaults, render_readme, with_defaults
+from fedmgda.schema import SCHEMA_PATH, def_defaults, render_readme, with_defaults
 from fedmgda.schema import main as schema_cli
 from fedmgda.tables import build_table
 
 from .conftest import REPO, write_run
 
-SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+SCHEMA = yaml.safe_load(SCHEMA_PATH.read_text())
+
+
+def test_the_schema_is_package_data_and_the_workflow_reads_it():
+    """One schema file, inside the package (so an installed fedmgda finds it), declared as package
+    data, and the one the Snakefile's validate() reads."""
+    package = REPO / "src" / "fedmgda"
+    assert SCHEMA_PATH.parent == package and SCHEMA_PATH.is_file()
+    data = (REPO / "pyproject.toml").read_text().split("[tool.setuptools.package-data]", 1)[1]
+    globs = yaml.safe_load(data.split("\n[", 1)[0].replace(" = ", ": "))["fedmgda"]  # fedmgda = [...]
+    assert any(fnmatch.fnmatch(SCHEMA_PATH.relative_to(package).as_posix(), g) for g in globs)
+    assert "validate(config, str(SCHEMA_PATH)" in (REPO / "workflow" / "Snakefile").read_text()
+    copies = [p for p in REPO.rglob("*.schema.yaml") if ".snakemake" not in p.parts and p != SCHEMA_PATH]
+    assert not copies, copies
 
 
 def test_shipped_configs_are_valid():
@@ -256,10 +270,13 @@ def test_claim_defaults_are_the_schemas():
     assert {c["seeds"] for c in claims} == {claim["seeds"]["default"]}
 
 
-def test_table_scale_default_is_the_schemas(runs_dir):
+def test_table_scale_default_is_each_sources_display_scale(runs_dir):
     write_run(runs_dir, "r/seed1", [0.5, 0.7])
     row = {"experiment": "t", "key": "fedavg", "label": "FedAvg", "algorithm": "fedavg", "hparams": {},
            "attack": {"kind": "none"}, "seeds": [1], "runs": ["r/seed1"]}
-    spec = {"name": "t", "paper": None, "columns": {"Average": "protocol.mean_acc"}, "rows": [row]}
-    scale = SCHEMA["$defs"]["table"]["properties"]["scale"]["default"]
-    assert build_table(spec, runs_dir).iloc[0]["Average repro_mean"] == pytest.approx(0.6 * scale)
+    spec = {"name": "t", "paper": None, "columns": {"Average": "protocol.mean_acc", "Var": "protocol.var_acc"}, "rows": [row]}
+    assert "default" not in SCHEMA["$defs"]["table"]["properties"]["scale"]
+    table = build_table(spec, runs_dir).iloc[0]
+    assert table["Average repro_mean"] == pytest.approx(60.0)  # accuracies in %
+    assert table["Var repro_mean"] == pytest.approx(0.01 * 1e4)  # var_acc in %^2
+    assert build_table({**spec, "scale": 1}, runs_dir).iloc[0]["Var repro_mean"] == pytest.approx(0.01)

@@ -25,7 +25,7 @@ def _row(key, label, algorithm, runs, seeds=None):
 def test_seed_stats_is_mean_and_population_std():
     mean, std = seed_stats([88.1, 88.0, 88.0, 90.0])
     assert mean == pytest.approx(88.525) and std == pytest.approx(np.std([88.1, 88, 88, 90]))
-    assert round(mean, 2) == 88.53 and round(std, 2) == 0.85  # the paper's 88.53 ± 0.85 (protocol §6.3)
+    assert round(mean, 2) == 88.53 and round(std, 2) == 0.85  # the paper's 88.53 ± 0.85 (docs/protocol.md §6.3)
 
 
 def test_verdict():
@@ -142,7 +142,7 @@ def test_a_spec_longer_than_one_shell_argument_reaches_the_table_command(runs_di
 
 def test_a_table_over_two_experiments_joins_its_rows_by_key(runs_dir, tmp_path):
     """q-FFL's Table 2: Adult columns from one experiment, F-MNIST columns from another, one row
-    per shared row name; a column may carry its own scale (a variance in %^2)."""
+    per shared row name (the variance in %^2: its display scale)."""
     for seed, (phd, avg) in enumerate([(0.695, 0.832), (0.703, 0.833)], start=1):
         write_run(runs_dir, f"a/q0/seed{seed}", [phd, 0.83], final={"test_acc_uniform": avg, "test_acc_phd": phd})
         write_run(runs_dir, f"a/afl/seed{seed}", [0.73, 0.82], final={"test_acc_uniform": 0.825, "test_acc_phd": 0.73})
@@ -162,7 +162,7 @@ def test_a_table_over_two_experiments_joins_its_rows_by_key(runs_dir, tmp_path):
                         "F-MNIST average": "final.test_acc_all", "Variance": "final.var_acc"},
             "column_experiment": {"Adult average": "adult", "PhD": "adult", "F-MNIST average": "fmnist",
                                   "Variance": "fmnist"},
-            "column_scale": {"Variance": 1e4}, "tolerance": {"Adult average": 0.56, "PhD": 0.56}}
+            "tolerance": {"Adult average": 0.56, "PhD": 0.56}}
     df = write_table(spec, runs_dir, tmp_path / "t.csv", tmp_path / "t.md").set_index("row")
     assert list(df.index) == ["qffl_q0", "afl", "qffl_q1", "qffl_q2"]  # the paper's rows not run follow
     q0 = df.loc["qffl_q0"]

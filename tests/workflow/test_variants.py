@@ -159,7 +159,7 @@ def test_docs_list_every_variant_and_reading():
 
 
 def test_dataset_option_readings_are_values_the_dataset_accepts():
-    from fedmgda.data.registry import DATASETS, resolve_options
+    from fedmgda.data.registry import DATASET_SPECS, resolve_options
 
     for variant in catalog().values():
         section, _, option = variant.field.partition(".")
@@ -167,4 +167,4 @@ def test_dataset_option_readings_are_values_the_dataset_accepts():
             continue
         for dataset in variant.datasets:
             for reading in variant.readings.values():
-                resolve_options(DATASETS[dataset], {option: reading.value})  # DataError if not
+                resolve_options(DATASET_SPECS[dataset], {option: reading.value})  # DataError if not

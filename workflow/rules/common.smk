@@ -9,7 +9,7 @@ import yaml
 from snakemake.exceptions import WorkflowError
 
 from fedmgda.claims import parse_claims
-from fedmgda.catalog import DOWNLOADED_DATASETS, OFFLINE_DATASETS
+from fedmgda.catalog import DATASETS, OFFLINE_DATASETS, RAW_FOLDERS
 from fedmgda.experiments import RegistryError, item_spec, validate_runs
 from fedmgda.experiments import expand as expand_registry
 from fedmgda.packs import assign_packs, pack_resources, pack_rule_name
@@ -58,14 +58,20 @@ def run_summaries(keys):
     return [f"{RUNS_DIR}/{k}/summary.json" for k in keys]
 
 
-def download_marker(dataset):
-    return f"{RAW_DIR}/{dataset}/.fedmgda-download.done"
+def download_marker(folder):
+    """Written by the download job of one raw folder (rule download's wildcard `dataset`)."""
+    return f"{RAW_DIR}/{folder}/.fedmgda-download.done"
+
+
+def raw_files_marker(dataset):
+    """The download a dataset waits on: its raw folder's (fmnist3 reads fmnist's files)."""
+    return download_marker(DATASETS[dataset].raw_folder)
 
 
 wildcard_constraints:
     run=r"[^/]+/[^/]+/[^/]+/[^/]+/seed\d+",
     part=r"[^/]+/(seed\d+|fixed)",
-    dataset="|".join(DOWNLOADED_DATASETS),
+    dataset="|".join(RAW_FOLDERS),
 
 
 def write_json(path, data):
@@ -77,7 +83,7 @@ def partition_input(wildcards):
     info = REG.partitions[wildcards.part]
     if info["dataset"] in OFFLINE_DATASETS:
         return []
-    return [download_marker(info["dataset"])]
+    return [raw_files_marker(info["dataset"])]
 
 
 def run_inputs(key):
@@ -85,7 +91,7 @@ def run_inputs(key):
     if spec.partition is not None:
         return [f"{R}/partitions/{spec.partition}.npz"]
     if spec.dataset not in OFFLINE_DATASETS:
-        return [download_marker(spec.dataset)]
+        return [raw_files_marker(spec.dataset)]
     return []
 
 

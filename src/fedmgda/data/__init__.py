@@ -1,13 +1,14 @@
-"""Datasets of the paper (CIFAR-10, Fashion-MNIST, FEMNIST, Shakespeare, Adult) and two offline
-ones (Synthetic(α, β), scikit-learn digits): raw files, preprocessing, partitions, registry.
-See docs/datasets.md."""
+"""Datasets of the paper (CIFAR-10, Fashion-MNIST, FEMNIST, Shakespeare, Adult), q-FFL's
+three-class Fashion-MNIST and two offline ones (Synthetic(α, β), scikit-learn digits): raw files,
+preprocessing, partitions, registry. See docs/datasets.md."""
 
-from fedmgda.data.base import FederatedDataset
-from fedmgda.data.download import DataError, RawFile, ensure_raw_files
+from fedmgda.data.base import DataError, FederatedDataset
+from fedmgda.data.download import RawFile
 from fedmgda.data.partition import Partition, RawData, load_partition, save_partition
 from fedmgda.data.registry import (
-    DATASETS,
+    DATASET_SPECS,
     DatasetSpec,
+    ensure_raw_files,
     get_spec,
     load_federated,
     load_raw,
@@ -15,7 +16,7 @@ from fedmgda.data.registry import (
 )
 
 __all__ = [
-    "DATASETS",
+    "DATASET_SPECS",
     "DataError",
     "DatasetSpec",
     "FederatedDataset",

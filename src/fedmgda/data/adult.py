@@ -1,4 +1,4 @@
-"""UCI Adult, pre-processed as in q-FFL (fair_flearn ``data/adult/create_dataset.py``; protocol.md §1.5).
+"""UCI Adult, pre-processed as in q-FFL (fair_flearn ``data/adult/create_dataset.py``; docs/protocol.md §1.5).
 
 Rows of ``adult.data`` (train) and ``adult.test`` (its first line "|1x3 Cross validator" dropped),
 comma separated, whitespace stripped, blank lines skipped. The 6 continuous columns are dropped;
@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedmgda.data.download import DataError, RawFile
+from fedmgda.data.base import DataError
+from fedmgda.data.download import RawFile
 from fedmgda.data.partition import RawData
 
 UCI = "https://archive.ics.uci.edu/ml/machine-learning-databases/adult/"
@@ -98,16 +99,24 @@ def load_split(path: Path, test: bool) -> tuple[np.ndarray, np.ndarray]:
 
 
 def load(raw_dir: Path, options: dict[str, Any]) -> RawData:
+    """The pool is ``adult.data`` (option ``split: 80_10_10``, the default: the domain partition
+    cuts each domain's rows 80/10/10), or ``adult.data`` followed by ``adult.test`` (``split:
+    source``, q-FFL's protocol: a domain trains on all its ``adult.data`` rows and is tested on its
+    ``adult.test`` rows: fair_flearn ``data/adult/create_dataset.py`` ``main`` from line 153)."""
     x_tr, y_tr = load_split(RAW_FILES[0].path(raw_dir), test=False)
     x_te, y_te = load_split(RAW_FILES[1].path(raw_dir), test=True)
     phd_tr = x_tr[:, PHD_COLUMN] == 1
     phd_te = x_te[:, PHD_COLUMN] == 1
     t = torch.from_numpy
-    return RawData(
-        name="adult", x=t(x_tr), y=t(y_tr),
-        global_test={"uniform": (t(x_te), t(y_te)),
-                     "phd": (t(x_te[phd_te]), t(y_te[phd_te])),
-                     "non_phd": (t(x_te[~phd_te]), t(y_te[~phd_te]))},
-        users=["phd", "non_phd"],
-        user_idx=[np.flatnonzero(phd_tr), np.flatnonzero(~phd_tr)],
-    )
+    global_test = {"uniform": (t(x_te), t(y_te)),
+                   "phd": (t(x_te[phd_te]), t(y_te[phd_te])),
+                   "non_phd": (t(x_te[~phd_te]), t(y_te[~phd_te]))}
+    domains_tr = [np.flatnonzero(phd_tr), np.flatnonzero(~phd_tr)]
+    if options.get("split", "80_10_10") != "source":
+        return RawData(name="adult", x=t(x_tr), y=t(y_tr), global_test=global_test,
+                       users=["phd", "non_phd"], user_idx=domains_tr)
+    n = len(y_tr)  # adult.test row i is pool row n + i
+    source = [(rows, n + np.flatnonzero(mask)) for rows, mask in zip(domains_tr, (phd_te, ~phd_te), strict=True)]
+    return RawData(name="adult", x=t(np.concatenate([x_tr, x_te])), y=t(np.concatenate([y_tr, y_te])),
+                   global_test=global_test, users=["phd", "non_phd"],
+                   user_idx=[np.concatenate(pair) for pair in source], source_split=source)

@@ -1,4 +1,4 @@
-"""The in-memory form every dataset takes once loaded and partitioned.
+"""The in-memory form every dataset takes once loaded and partitioned, and the data error.
 
 All samples of a dataset (every user's train and test split) live in two pooled tensors ``x`` and
 ``y``; a user is nothing but two index tensors into them. Keeping the pool in one tensor lets the
@@ -11,6 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+
+
+class DataError(Exception):
+    """A raw file is missing, corrupt or cannot be downloaded, or a dataset option is invalid."""
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""CIFAR-10 from the official python tarball (protocol.md §1.1).
+"""CIFAR-10 from the official python tarball (docs/protocol.md §1.1).
 
 Read straight from ``cifar-10-python.tar.gz`` (pickled batches ``data_batch_1..5`` and
 ``test_batch``); ToTensor + Normalize(0.5, 0.5) per channel, i.e. uint8 v -> (v/255 - 0.5)/0.5,
@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedmgda.data.download import DataError, RawFile
+from fedmgda.data.base import DataError
+from fedmgda.data.download import RawFile
 from fedmgda.data.partition import RawData
 
 ARCHIVE = "cifar-10-python.tar.gz"

@@ -1,14 +1,16 @@
 """Raw files: where they come from, how they are checked, how they are fetched.
 
-Every raw file a dataset needs is a :class:`RawFile` with a pinned checksum. ``ensure_raw_files``
-uses a file that is already in place with the right checksum without touching the network (so
-files copied by hand onto an air-gapped node just work), refuses a file with the wrong checksum,
-and otherwise downloads it with retries into a temporary file in the same folder, verifies it and
+Every raw file a dataset needs is a :class:`RawFile` with a pinned checksum (and, for a gzip
+file, optionally a pinned checksum of its decompressed content). ``ensure_files`` uses a file that
+is already in place with a matching checksum without touching the network (so files copied by
+hand onto an air-gapped node just work), refuses a file with neither checksum matching, and
+otherwise downloads it with retries into a temporary file in the same folder, verifies it and
 moves it into place with ``os.replace`` (atomic: no half file is ever left under the real name).
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import os
 import shutil
@@ -16,9 +18,12 @@ import sys
 import tempfile
 import time
 import urllib.request
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from fedmgda.data.base import DataError
 
 UNPINNED = "unpinned"
 HASH_ALGORITHMS = ("md5", "sha256")
@@ -26,10 +31,6 @@ DOWNLOAD_TRIES = 3
 RETRY_BACKOFF_S = 2.0  # waits 2 s, then 4 s between tries; tests set it to 0
 TIMEOUT_S = 60.0
 OFFLINE_ENV = "FEDMGDA_OFFLINE"
-
-
-class DataError(Exception):
-    """A raw file is missing, corrupt or cannot be downloaded, or a dataset option is invalid."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,9 @@ class RawFile:
     64-hex string is read as sha256), or ``"unpinned"`` where no published checksum exists: such a
     file is never downloaded automatically, is accepted when placed by hand, and its sha256 is
     printed so that it can be pinned.
+    content_checksum: ``"sha256:<hex>"`` of the decompressed bytes of a ``.gz`` file, or ``""``.
+    A copy whose gzip header differs (file name, time stamp: e.g. Debian's
+    ``dataset-fashion-mnist``) but whose content is the same is accepted through it.
     """
 
     dataset: str
@@ -47,8 +51,14 @@ class RawFile:
     url: str
     checksum: str
     note: str = ""
+    content_checksum: str = ""
 
     def __post_init__(self) -> None:
+        if self.content_checksum:
+            if not self.filename.endswith(".gz"):
+                raise ValueError(f"{self.filename}: a content checksum needs a .gz file")
+            if not self.content_checksum.startswith("sha256:") or len(self.content_checksum) != 7 + 64:
+                raise ValueError(f"bad content checksum {self.content_checksum!r}: use sha256:<hex>")
         if self.checksum == UNPINNED:
             return
         algo, _, digest = self.checksum.partition(":")
@@ -77,10 +87,28 @@ class RawFile:
         """The pinned sha256 hex digest, or None when the source publishes another hash."""
         return self.digest if self.algorithm == "sha256" and self.pinned else None
 
+    def problem(self, path: str | Path) -> str | None:
+        """None when the file at ``path`` matches the archive checksum or the content checksum,
+        else what its checksums are (a DataError's reason)."""
+        got = file_digest(path, self.algorithm)
+        if got == self.digest:
+            return None
+        reason = f"{self.algorithm} {got}"
+        if self.content_checksum:
+            try:
+                content = "sha256:" + file_digest(path, "sha256", decompress=True)
+            except (OSError, EOFError, zlib.error) as exc:  # not a readable gzip file
+                content = f"unreadable ({type(exc).__name__}: {exc})"
+            if content == self.content_checksum:
+                return None
+            reason += f" and decompressed content {content}"
+        return reason
 
-def file_digest(path: str | Path, algorithm: str = "sha256") -> str:
+
+def file_digest(path: str | Path, algorithm: str = "sha256", decompress: bool = False) -> str:
+    """The hex digest of the file's bytes (``decompress``: of its gunzipped bytes)."""
     h = hashlib.new(algorithm)
-    with open(path, "rb") as f:
+    with (gzip.open if decompress else open)(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
@@ -89,7 +117,8 @@ def file_digest(path: str | Path, algorithm: str = "sha256") -> str:
 def _describe(rf: RawFile, raw_dir: str | Path, problem: str) -> str:
     lines = [
         f"{rf.dataset}: raw file {rf.filename!r}: {problem}",
-        f"  expected checksum: {rf.checksum}",
+        f"  expected checksum: {rf.checksum}"
+        + (f" (or decompressed content {rf.content_checksum})" if rf.content_checksum else ""),
         f"  source URL:        {rf.url}",
         f"  place a good copy by hand at: {rf.path(raw_dir).resolve()}",
     ]
@@ -127,10 +156,10 @@ def _download(rf: RawFile, raw_dir: str | Path) -> Path:
                     time.sleep(RETRY_BACKOFF_S * 2 ** (attempt - 1))
         else:
             raise DataError(_describe(rf, raw_dir, "download failed (" + "; ".join(errors) + ")"))
-        got = file_digest(tmp, rf.algorithm)
-        if got != rf.digest:
+        problem = rf.problem(tmp)
+        if problem is not None:
             raise DataError(
-                _describe(rf, raw_dir, f"downloaded file has {rf.algorithm} {got} (mismatch); "
+                _describe(rf, raw_dir, f"downloaded file has {problem} (mismatch); "
                                        "the server copy differs from the pinned one")
             )
         os.replace(tmp, target)
@@ -142,7 +171,7 @@ def _download(rf: RawFile, raw_dir: str | Path) -> Path:
 
 def ensure_files(raw_files: Iterable[RawFile], raw_dir: str | Path,
                  allow_download: bool = True) -> list[Path]:
-    """Check (and if allowed, fetch) each raw file; return their paths. See ensure_raw_files."""
+    """Check (and if allowed, fetch) each raw file; return their paths (registry.ensure_raw_files looks them up by dataset)."""
     if os.environ.get(OFFLINE_ENV, "").strip() not in ("", "0"):
         allow_download = False
     paths = []
@@ -154,11 +183,11 @@ def ensure_files(raw_files: Iterable[RawFile], raw_dir: str | Path,
                       f"{file_digest(path, 'sha256')} (pin it in the registry to protect later runs)",
                       file=sys.stderr)
             else:
-                got = file_digest(path, rf.algorithm)
-                if got != rf.digest:
+                problem = rf.problem(path)
+                if problem is not None:
                     raise DataError(_describe(
                         rf, raw_dir,
-                        f"the file at {path} has {rf.algorithm} {got}, which is not the pinned "
+                        f"the file at {path} has {problem}, which is not the pinned "
                         "checksum (corrupt or a different release). It was left untouched: delete "
                         "or replace it with a good copy"))
         elif not rf.pinned:
@@ -172,15 +201,3 @@ def ensure_files(raw_files: Iterable[RawFile], raw_dir: str | Path,
         paths.append(path)
     return paths
 
-
-def ensure_raw_files(name: str, raw_dir: str | Path, allow_download: bool = True) -> list[Path]:
-    """Make sure every raw file of dataset ``name`` is in ``raw_dir/<name>/`` with the right checksum.
-
-    Present and matching: used as is, no network. Present with a wrong checksum: DataError (the
-    file is not deleted). Missing: downloaded (3 tries with backoff, temp file + atomic rename,
-    checksum verified before the rename) when ``allow_download`` and ``FEDMGDA_OFFLINE`` is not
-    set, else DataError. Every DataError names the file, its checksum, its URL and the path.
-    """
-    from fedmgda.data.registry import get_spec
-
-    return ensure_files(get_spec(name).raw_files, raw_dir, allow_download)

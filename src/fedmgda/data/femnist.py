@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedmgda.data.download import DataError, RawFile
+from fedmgda.data.base import DataError
+from fedmgda.data.download import RawFile
 from fedmgda.data.partition import RawData
 
 ARCHIVE = "fed_emnist.tar.bz2"

@@ -1,11 +1,11 @@
 """Partitioners: which pooled samples belong to which user, and each user's train/val/test cut.
 
-The shard and iid partitioners follow the authors' code (protocol.md §1.3) call for call: the
+The shard and iid partitioners follow the authors' code (docs/protocol.md §1.3) call for call: the
 legacy numpy RNG seeded once with ``seed`` (``np.random.RandomState(seed)`` draws the same stream
 as ``np.random.seed(seed)`` + the global functions), the same ``choice`` calls in the same order,
 and real Python ``set`` objects wherever the code iterates one (the remaining pool is rebuilt
 from a set difference; a user's shards are concatenated in set-iteration order). The per-user
-split is positional (protocol.md §1.4): first ⌊0.8n⌋ train, next up to ⌊0.9n⌋ validation, rest
+split is positional (docs/protocol.md §1.4): first ⌊0.8n⌋ train, next up to ⌊0.9n⌋ validation, rest
 test, so under shards the test split is the tail of the user's last shard.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedmgda.data.download import DataError
+from fedmgda.data.base import DataError
 
 FORMAT_VERSION = 1
 
@@ -85,7 +85,7 @@ class Partition:
 
 # --------------------------------------------------------------------------- per-user split
 def split_user(idxs, train_frac: float = 0.8, val_frac: float = 0.1):
-    """Positional split of one user's index list (protocol.md §1.4, ``main/update.py``)."""
+    """Positional split of one user's index list (docs/protocol.md §1.4, ``main/update.py``)."""
     idxs = np.asarray(idxs, dtype=np.int64)
     n = len(idxs)
     a, b = int(train_frac * n), int((train_frac + val_frac) * n)
@@ -140,7 +140,7 @@ def adult_domain_clients(is_phd: np.ndarray, shift_by_one: bool = False) -> list
     """Client 0 = PhD rows, client 1 = non-PhD rows (``adult/sampling.py``).
 
     Default: the rows themselves, in file order. ``shift_by_one=True`` reproduces the released
-    code (protocol.md §1.5): ids are the 1-based row numbers, i.e. every id is one row too far,
+    code (docs/protocol.md §1.5): ids are the 1-based row numbers, i.e. every id is one row too far,
     and each client's list iterates in CPython set order. An id equal to N (past the last row)
     can only land in the test tail of a client; it is dropped there (the authors never read it).
     """
@@ -179,23 +179,36 @@ def build_partition(raw: RawData, scheme: str, seed: int, options: dict[str, Any
                                     options.get("sort", "stable")):
             add(idxs)
     elif scheme == "iid":
+        if raw.source_split is not None and options.get("split") == "source":
+            raise DataError(f"{raw.name}: split 'source' belongs to the {raw.name} dataset's own "
+                            "partition; the iid partition needs split '80_10_10'")
         for idxs in iid_partition(n, int(options.get("num_users", 100)), seed):
             add(idxs)
     elif scheme == "domain":  # adult
-        is_phd = np.zeros(n, dtype=bool)
-        is_phd[raw.user_idx[0]] = True
         shift = bool(options.get("shift_by_one", False))
-        clients = adult_domain_clients(is_phd, shift)
         users = ["phd", "non_phd"]
-        if options.get("clients", "both") == "phd":  # Table 7's Baseline_PhD: the PhD client alone
-            clients, users = clients[:1], users[:1]
-        for idxs in clients:
-            a, b, c = split_user(idxs)
+        keep = 1 if options.get("clients", "both") == "phd" else 2  # 1: Table 7's Baseline_PhD
+        if options.get("split", "80_10_10") == "source":  # q-FFL: adult.data rows / adult.test rows
             if shift:
-                a, b, c = _drop_out_of_range((a, b, c), n)
-            train.append(a)
-            val.append(b)
-            test.append(c)
+                raise DataError("adult: shift_by_one (the FedMGDA+ code's 1-based row ids) only "
+                                "applies to split '80_10_10', not to split 'source'")
+            for tr, te in raw.source_split[:keep]:
+                train.append(np.asarray(tr, dtype=np.int64))
+                val.append(np.zeros(0, dtype=np.int64))
+                test.append(np.asarray(te, dtype=np.int64))
+            users = users[:keep]
+        else:
+            is_phd = np.zeros(n, dtype=bool)
+            is_phd[raw.user_idx[0]] = True
+            clients = adult_domain_clients(is_phd, shift)
+            clients, users = clients[:keep], users[:keep]
+            for idxs in clients:
+                a, b, c = split_user(idxs)
+                if shift:
+                    a, b, c = _drop_out_of_range((a, b, c), n)
+                train.append(a)
+                val.append(b)
+                test.append(c)
     elif scheme == "natural":
         users = list(raw.users or [])
         split = options.get("split", "80_10_10")

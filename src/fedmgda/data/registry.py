@@ -1,8 +1,10 @@
-"""The dataset registry: one entry per dataset (loader, model, partitions, options, raw files),
-and the two entry points that everything else uses, ``make_partition`` and ``load_federated``.
+"""The dataset registry: ``DATASET_SPECS``, one :class:`DatasetSpec` per dataset (loader, model,
+partitions, options, raw files), and the entry points that everything else uses,
+``ensure_raw_files``, ``make_partition`` and ``load_federated``.
 
 Adding a dataset = one module with ``RAW_FILES`` and ``load(raw_dir, options) -> RawData``, one
 ``fedmgda.catalog.Dataset`` (its name, model and partitions) and one ``DatasetSpec`` below.
+(``fedmgda.catalog.DATASETS`` holds the names, models and partitions only, without torch.)
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from typing import Any
 
 from fedmgda import catalog
 from fedmgda.data import adult, cifar10, digits, femnist, fmnist, shakespeare, synthetic
-from fedmgda.data.base import FederatedDataset
-from fedmgda.data.download import DataError, RawFile, ensure_files
+from fedmgda.data.base import DataError, FederatedDataset
+from fedmgda.data.download import RawFile, ensure_files
 from fedmgda.data.partition import (
     Partition,
     RawData,
@@ -63,7 +65,7 @@ def _spec(name: str, **kw) -> DatasetSpec:
 
 _SORT = {"sort": ("stable", "quicksort")}
 
-DATASETS: dict[str, DatasetSpec] = {spec.name: spec for spec in (
+DATASET_SPECS: dict[str, DatasetSpec] = {spec.name: spec for spec in (
     _spec("cifar10", num_classes=10, input_shape=(3, 32, 32), raw_files=cifar10.RAW_FILES,
            options={"num_users": 100, "num_shards": 500, "shard_size": 100, "sort": "stable"},
            option_values=_SORT, load=cifar10.load, global_tests=("test",)),
@@ -71,6 +73,9 @@ DATASETS: dict[str, DatasetSpec] = {spec.name: spec for spec in (
            options={"num_users": 100, "shard_setting": "code", "sort": "stable"},
            option_values={**_SORT, "shard_setting": ("code", "paper")}, load=fmnist.load,
            global_tests=("test",)),
+    _spec("fmnist3", num_classes=3, input_shape=(784,), raw_files=fmnist.RAW_FILES,
+           options={"split": "source"}, option_values={"split": ("source",)},
+           load=fmnist.load_three_classes, global_tests=("all", *fmnist.THREE_CLASSES)),
     _spec("femnist", num_classes=62, input_shape=(1, 28, 28), raw_files=femnist.RAW_FILES,
            options={"split": "source", "max_users": 0, "shuffle": False},
            option_values={"split": ("source", "80_10_10"), "shuffle": (False, True)},
@@ -80,8 +85,9 @@ DATASETS: dict[str, DatasetSpec] = {spec.name: spec for spec in (
            option_values={"split": ("source", "80_10_10"), "shuffle": (False, True)},
            load=shakespeare.load),
     _spec("adult", num_classes=2, input_shape=(99,), raw_files=adult.RAW_FILES,
-           options={"shift_by_one": False, "num_users": 2, "clients": "both"},
-           option_values={"shift_by_one": (False, True), "clients": ("both", "phd")}, load=adult.load,
+           options={"shift_by_one": False, "num_users": 2, "clients": "both", "split": "80_10_10"},
+           option_values={"shift_by_one": (False, True), "clients": ("both", "phd"),
+                          "split": ("80_10_10", "source")}, load=adult.load,
            global_tests=("uniform", "phd", "non_phd")),
     _spec("synthetic", num_classes=10, input_shape=(60,), raw_files=(),
            options={"alpha": 1.0, "beta": 1.0, "num_users": 30, "data_seed": 0, "max_samples": 500,
@@ -96,9 +102,21 @@ DATASETS: dict[str, DatasetSpec] = {spec.name: spec for spec in (
 
 def get_spec(name: str) -> DatasetSpec:
     try:
-        return DATASETS[name]
+        return DATASET_SPECS[name]
     except KeyError:
-        raise DataError(f"unknown dataset {name!r}; valid: {sorted(DATASETS)}") from None
+        raise DataError(f"unknown dataset {name!r}; valid: {sorted(DATASET_SPECS)}") from None
+
+
+def ensure_raw_files(name: str, raw_dir: str | Path, allow_download: bool = True) -> list[Path]:
+    """Make sure every raw file of dataset ``name`` is in place (``raw_dir/<folder>/<file>``,
+    the folder of the dataset owning the files: fmnist3 uses fmnist's) with a matching checksum.
+
+    Present and matching: used as is, no network. Present with a wrong checksum: DataError (the
+    file is not deleted). Missing: downloaded (3 tries with backoff, temp file + atomic rename,
+    checksum verified before the rename) when ``allow_download`` and ``FEDMGDA_OFFLINE`` is not
+    set, else DataError. Every DataError names the file, its checksum, its URL and the path.
+    """
+    return ensure_files(get_spec(name).raw_files, raw_dir, allow_download)
 
 
 def resolve_options(spec: DatasetSpec, options: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -1,0 +1,126 @@
+"""Every reference the code and the docs make resolves inside the repository: each cited section of
+docs/protocol.md exists, and each linked or named document is a file of the repository."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+PROTOCOL = REPO / "docs" / "protocol.md"
+SKIP_DIRS = {".git", ".snakemake", ".venv", "results", "resources", "__pycache__", ".pytest_cache",
+             ".ruff_cache", "build", "dist", "node_modules", ".ipynb_checkpoints"}
+TEXT = {".py", ".md", ".yaml", ".yml", ".smk", ".csv", ".toml", ".rst", ".txt", ".ipynb", ".cfg", ".json"}
+NUMBER = r"\d+(?:\.\d+)*"
+
+
+def text_files() -> list[Path]:
+    out = []
+    for path in sorted(REPO.rglob("*")):
+        rel = path.relative_to(REPO)
+        if any(part in SKIP_DIRS or part.endswith(".egg-info") for part in rel.parts[:-1]):
+            continue
+        if path.is_file() and (path.suffix in TEXT or path.name in ("Snakefile", "Makefile")):
+            out.append(path)
+    return out
+
+
+FILES = text_files()
+
+
+def protocol_sections() -> set[str]:
+    """The numbers of docs/protocol.md's headings ("### 4.3 The weights λ" -> "4.3")."""
+    return set(re.findall(rf"^#{{2,4}} ({NUMBER})\.? ", PROTOCOL.read_text(), re.M))
+
+
+SECTIONS = protocol_sections()
+
+# "docs/protocol.md §4.5, §8.11", "protocol.md §6.3-6.4", "protocol §5.1"; a line break may
+# separate the name from its section
+REFERENCE = re.compile(rf"protocol(?:\.md)?\s+(§{NUMBER}(?:-{NUMBER})?(?:,\s*§{NUMBER}(?:-{NUMBER})?)*)")
+
+
+def cited(sections: str) -> list[str]:
+    """The section numbers of "§4.5, §8.11" or "§6.3-6.4" (both ends of a range)."""
+    return re.findall(NUMBER, sections)
+
+
+def test_protocol_has_the_sections_of_the_code():
+    """A guard: the headings are read, and the sections of each part of the protocol are there."""
+    assert {"1", "1.5", "3.4", "4.3", "6.3", "8.11", "9.1"} <= SECTIONS
+    assert cited("§6.3-6.4") == ["6.3", "6.4"] and cited("§4.5, §8.11") == ["4.5", "8.11"]
+    assert REFERENCE.search("(see docs/protocol.md\n    §4.2)").group(1) == "§4.2"
+
+
+def test_every_protocol_reference_names_a_section():
+    missing, count = [], 0
+    for path in FILES:
+        if path == PROTOCOL:
+            continue
+        text = path.read_text(errors="ignore")
+        for match in REFERENCE.finditer(text):
+            line = text.count("\n", 0, match.start()) + 1
+            for number in cited(match.group(1)):
+                count += 1
+                if number not in SECTIONS:
+                    missing.append(f"{path.relative_to(REPO)}:{line}: §{number}")
+    assert count > 50  # the code and docs cite the protocol throughout
+    assert not missing, "references to sections docs/protocol.md does not have:\n" + "\n".join(missing)
+
+
+def test_protocol_variants_cite_existing_sections():
+    catalog = yaml.safe_load((REPO / "src/fedmgda/reference/protocol_variants.yaml").read_text())
+    missing = [f"{name}: §{n}" for name, v in catalog.items() for n in cited(v["protocol"]) if n not in SECTIONS]
+    assert not missing, missing
+
+
+def test_protocol_cross_references_resolve():
+    """Inside docs/protocol.md a bare §N is one of its own sections; the paper's are "paper §N"."""
+    text = re.sub(rf"[Pp]aper\s+§{NUMBER}", "", PROTOCOL.read_text())
+    bare = re.findall(rf"§({NUMBER})", text)
+    assert bare and not [n for n in bare if n not in SECTIONS], sorted(set(bare) - SECTIONS)
+
+
+def test_protocol_cites_its_sources():
+    """Every numbered section with text of its own names where its facts were read: the authors'
+    code (a path), the paper, fair_flearn, or another section of this page."""
+    text = PROTOCOL.read_text()
+    parts = [part.partition("\n") for part in re.split(rf"^#{{2,4}} (?={NUMBER}\.? )", text, flags=re.M)[1:]]
+    source = re.compile(r"`[\w/{},.*-]+\.(?:py|txt|md)\b|`(?:main|adult)/|[Pp]aper|fair_flearn|§\d")
+    unsourced = [title for title, _, body in parts if body.strip() and not source.search(title + body)]
+    assert len(parts) == len(SECTIONS) and not unsourced, unsourced
+
+
+# a path to a file of the repository named in the docs and the code: docs/workflow.md, src/fedmgda/...
+REPO_PATH = re.compile(r"(?<![\w/.-])((?:docs|config|profiles|workflow|src|scripts|benchmarks|examples|notebooks)"
+                       r"/[\w./-]*\w\.(?:md|yaml|py|smk|csv|ipynb|rst|txt))(?![\w/*{<-])")
+MD_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+@pytest.mark.parametrize("path", [p for p in FILES if p.suffix == ".md"], ids=lambda p: str(p.relative_to(REPO)))
+def test_markdown_links_and_paths_resolve(path):
+    """Relative links of a Markdown file resolve from its folder; repository paths it names
+    (docs/..., src/..., config/...) exist."""
+    text = path.read_text()
+    broken = []
+    for target in MD_LINK.findall(text):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue  # a URL or an anchor
+        file = target.split("#", 1)[0]
+        if not (path.parent / file).exists():
+            broken.append(f"link {target}")
+    broken += [f"path {p}" for p in REPO_PATH.findall(text) if not (REPO / p).exists()]
+    assert not broken, broken
+
+
+def test_code_names_existing_docs():
+    """docs/*.md named anywhere (docstrings, comments, configs, messages) exist."""
+    missing = set()
+    for path in FILES:
+        for name in re.findall(r"(?<![\w/.-])docs/[\w.-]+\.md", path.read_text(errors="ignore")):
+            if not (REPO / name).is_file():
+                missing.add(f"{path.relative_to(REPO)}: {name}")
+    assert not missing, sorted(missing)
