@@ -523,8 +523,16 @@ def losses_packed(sims: list[Simulation], requests: list[LossRequest]) -> list[d
     that share the participants (and partition) in one matrix product (``linear_participant_losses``)."""
     if not linear_batched(sims):
         return [sim.participant_losses(r.w, r.users) for sim, r in zip(sims, requests)]
-    keys = [(tuple(r.users), sim.partition_key) for sim, r in zip(sims, requests)]
-    return by_group(keys, lambda members: linear_participant_losses([sims[j] for j in members], [requests[j].w for j in members], requests[members[0]].users))
+    keys = [(tuple(sorted(r.users)), sim.partition_key) for sim, r in zip(sims, requests)]
+
+    def group(members: list[int]) -> list[dict[str, torch.Tensor]]:
+        # one product for the runs with the same participants, in any order; rows back in each run's order
+        users = sorted(requests[members[0]].users)
+        stats = linear_participant_losses([sims[j] for j in members], [requests[j].w for j in members], users)
+        rows = [[users.index(u) for u in requests[j].users] for j in members]
+        return [{key: value[row] for key, value in s.items()} for s, row in zip(stats, rows)]
+
+    return by_group(keys, group)
 
 
 def linear_participant_losses(sims: list[Simulation], ws: list[torch.Tensor], users: list[int]) -> list[dict[str, torch.Tensor]]:
@@ -600,13 +608,17 @@ def train_packed(sims: list[Simulation], requests: list[tuple[torch.Tensor, int,
             results[j][k] = sim.trainer.train(requests[j][0], sim.data.x[idx], sim.data.y[idx], torch.Generator().manual_seed(seed), loss_scale(sim.cfg.attack, user(j, k)))
             continue
         torch.manual_seed(derived_seed(*(key for j, k in members for key in client_key(j, k))))  # dropout, per client by vmap
-        # clients of one seed, user and partition draw one minibatch plan: the same samples and generator
+        # clients of one seed, user and partition draw one minibatch plan: the same samples and
+        # generator; full batches are not shuffled, so there one user and partition is one plan
+        def plan_key(j: int, k: int) -> tuple:
+            drawn = () if lead.trainer.hparams.batch_size is None else client_key(j, k)
+            return (*drawn, user(j, k), sims[j].partition_key)
+
         plans: dict[tuple, tuple[torch.Tensor, torch.Generator]] = {}
         for j, k in members:
-            key = (*client_key(j, k), sims[j].partition_key)
-            if key not in plans:
-                plans[key] = (sims[j].train_idx_cpu[user(j, k)], torch.Generator().manual_seed(derived_seed(*client_key(j, k))))
-        shared = [plans[(*client_key(j, k), sims[j].partition_key)] for j, k in members]
+            if plan_key(j, k) not in plans:
+                plans[plan_key(j, k)] = (sims[j].train_idx_cpu[user(j, k)], torch.Generator().manual_seed(derived_seed(*client_key(j, k))))
+        shared = [plans[plan_key(j, k)] for j, k in members]
         trained = lead.trainer.train_batched(
             torch.stack([requests[j][0] for j, _ in members]),
             lead.data.x,
