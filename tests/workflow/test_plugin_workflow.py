@@ -35,4 +35,8 @@ def test_plugin_gets_its_row_in_a_table(tmp_path):
     assert len(metrics) == 4 and metrics["mean_acc"].notna().all()
     table = (wd / "results/plugin/tables/table8.md").read_text()
     assert "FedAvgM β=0.5" in table and "FedMGDA+" in table
+    # `paper: null`: one's own numbers only, one column per statistic
+    header = next(line for line in table.splitlines() if line.startswith("| Row |"))
+    assert sorted(header.strip("| ").split(" | ")) == sorted(["Row", "Seeds", *cfg["tables"]["table8"]["columns"]])
+    assert "paper |" not in table and "n/a" not in table
     assert (wd / "results/plugin/figures/fig1a.png").stat().st_size > 0
