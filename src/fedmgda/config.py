@@ -17,7 +17,6 @@ import yaml
 from fedmgda.catalog import AVERAGING_RULE, BUILTIN_ALGORITHMS, get_algorithm
 from fedmgda.errors import ConfigError  # also importable from here, as before
 
-
 # run-config fields with a fixed set of readings, the default first (docs/protocol-choices.md)
 CHOICES: dict[str, tuple[str, ...]] = {
     "sampling": ("uniform", "size"),
