@@ -84,10 +84,13 @@ def test_train_mean_f_is_the_mean_per_sample_loss_in_the_reference_and_packed_pa
     w = sim.model.initial_vector() + 0.3 * torch.randn(sim.model.num_params, generator=torch.Generator().manual_seed(1))
     users = [0, 4, 1]
     expected = torch.stack([F.nll_loss(sim.model(w, data.x[data.train_idx[u]]), data.y[data.train_idx[u]]) for u in users])
-    reference = sim.participant_losses(w, users)["total"]
-    packed = linear_participant_losses([sim], [w], users)[0]["total"]
+    sizes = [len(data.train_idx[u]) for u in users]
+    reported = sim.aggregator.reported_loss  # F_i as q-FedAvg reads it from the participants' stats
+    reference = reported(sim.participant_losses(w, users), sizes)
+    packed = reported(linear_participant_losses([sim], [w], users)[0], sizes)
     assert torch.allclose(reference, expected, atol=1e-6) and torch.allclose(packed, expected, atol=1e-6)
-    batch_sum = simulation(algorithm="qfedavg", batched=batched, batch_size=5).participant_losses(w, users)["total"]
+    other = simulation(algorithm="qfedavg", batched=batched, batch_size=5)
+    batch_sum = other.aggregator.reported_loss(other.participant_losses(w, users), sizes)
     assert not torch.allclose(batch_sum, expected)  # users 0 and 4 have several batches of 5
 
 

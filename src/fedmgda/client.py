@@ -4,10 +4,11 @@ A model's weights travel as one flat vector ``w`` (see ``FlatModel``). The clien
 function of (w, the client's data, the local hyper-parameters, a random generator): k epochs of
 minibatch SGD with momentum on the client's objective
 
-    scale * NLL(w; batch) + mu * ||w - w_start||^2
+    scale * NLL(w; batch) + mu * ||w - w_start||^2 [+ term(w, w_start)]
 
-(the authors' proximal term has no 1/2, docs/protocol.md §3.4; ``scale`` is 1 except for a scaling
-attacker). It returns the update u = w_new - w_start and the mean minibatch objective over the
+(the authors' proximal term has no 1/2, docs/protocol.md §3.4, mu is the algorithm's
+``proximal_mu``; ``scale`` is 1 except for a scaling attacker; ``term`` is an algorithm's
+``local_term``, served by the sequential path only). It returns the update u = w_new - w_start and the mean minibatch objective over the
 local epochs (what q-FedAvg and AFL consume; it includes the proximal term, as in the code).
 
 The single SGD step (``LocalTrainer.step``) is written with ``torch.func`` so that the same step
@@ -88,18 +89,21 @@ class LocalTrainer:
         self._batched_step = vmap(self.step, in_dims=(0, 0, 0, 0, 0, 0, None, 0), randomness="different")
         self.analytic = LinearSoftmaxSteps(model, hparams) if LinearSoftmaxSteps.eligible(model) else None
 
-    def _objective(self, w, w_start, x, y, scale, mask=None):
+    def _objective(self, w, w_start, x, y, scale, mask=None, term=None):
         nll = F.nll_loss(self.model(w, x), y, reduction="none")
         data_loss = nll.mean() if mask is None else (nll * mask).sum() / mask.sum().clamp(min=1)
         loss = scale * data_loss
         if self.hparams.mu:
             loss = loss + self.hparams.mu * ((w - w_start) ** 2).sum()
+        if term is not None:
+            loss = loss + term(w, w_start)
         return loss
 
-    def step(self, w, buf, w_start, x, y, scale, first: bool, mask=None):
+    def step(self, w, buf, w_start, x, y, scale, first: bool, mask=None, term=None):
         """One SGD-with-momentum step; pure, so that it is vmap-ed over clients by the batched
-        path (there ``mask`` marks the real samples of a minibatch padded to a common width)."""
-        grad, loss = self._grad_and_loss(w, w_start, x, y, scale, mask)
+        path (there ``mask`` marks the real samples of a minibatch padded to a common width).
+        ``term(w, w_start)``: an algorithm's extra term of the objective (sequential path only)."""
+        grad, loss = self._grad_and_loss(w, w_start, x, y, scale, mask, term)
         buf = grad if first else self.hparams.momentum * buf + grad
         return w - self.hparams.lr * buf, buf, loss
 
@@ -111,14 +115,15 @@ class LocalTrainer:
             batches.extend(torch.randperm(n, generator=generator).split(size))
         return batches
 
-    def train(self, w_start: torch.Tensor, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator, scale: float = 1.0) -> ClientResult:
-        """The client update: local SGD from ``w_start`` on (x, y); returns u and the mean loss."""
+    def train(self, w_start: torch.Tensor, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator, scale: float = 1.0, term=None) -> ClientResult:
+        """The client update: local SGD from ``w_start`` on (x, y); returns u and the mean loss.
+        ``term(w, w_start)``: a term added to the objective (an algorithm's ``local_term``)."""
         self.model.module.train(self.dropout)
         w, buf = w_start, None
         losses = []
         for position in self.batch_order(len(y), generator):
             position = position.to(x.device)
-            w, buf, loss = self.step(w, buf, w_start, x[position], y[position], scale, first=buf is None)
+            w, buf, loss = self.step(w, buf, w_start, x[position], y[position], scale, first=buf is None, term=term)
             losses.append(loss)
         return ClientResult(update=(w - w_start).detach(), train_loss=torch.stack(losses).mean().detach())
 

@@ -18,7 +18,9 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +28,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fedmgda.aggregators import RoundContext, make_aggregator
+from fedmgda.aggregators import ClientRound, RoundContext, make_aggregator
 from fedmgda.attacks import force_attacker, loss_bias, loss_scale
-from fedmgda.catalog import AVERAGING_RULE, get_algorithm
+from fedmgda.catalog import get_algorithm
 from fedmgda.client import (
     ClientResult,
     CudaGraphs,
@@ -69,26 +71,6 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def server_hparams(cfg: RunConfig) -> dict[str, Any]:
-    """The aggregator's hyper-parameters. With ``afl_gamma_w: local_lr`` AFL's gamma_w is the
-    clients' learning rate (the config checks local_lr equals it) and the server adds the weighted
-    updates with step 1, as the authors' example command does (docs/protocol.md §4.5, §8.11)."""
-    if cfg.algorithm == "afl" and cfg.afl_gamma_w == "local_lr":
-        return {**cfg.hparams, "gamma_w": 1.0}
-    return cfg.hparams
-
-
-def server_options(cfg: RunConfig) -> dict[str, str]:
-    """The run-config options of the built-in server rules, passed to their ``build`` (RunConfig
-    allows each for its rule only): AFL's ``afl_step_weights``, the averaging rules'
-    ``aggregation_weights`` (fedmgda.aggregators)."""
-    if cfg.algorithm == "afl":
-        return {"step_weights": cfg.afl_step_weights}
-    if get_algorithm(cfg.algorithm, cfg.plugin).aggregator == AVERAGING_RULE:
-        return {"aggregation_weights": cfg.aggregation_weights}
-    return {}
-
-
 def load_dataset(cfg: RunConfig) -> tuple[FederatedDataset, str]:
     """The run's federated dataset and its model name, from the dataset registry."""
     from fedmgda.data import DATASET_SPECS, load_federated
@@ -108,8 +90,20 @@ class RunResult:
 
 
 @dataclass
+class TrainRequest:
+    """A run asks for round ``t``'s local training of ``users`` from ``w`` and is sent back their
+    (updates, reported mean local losses). ``local_terms``: each participant's term of its local
+    objective, ``term(w, w_start)`` (the algorithm's ``local_term``), or None."""
+
+    w: torch.Tensor
+    t: int
+    users: list[int]
+    local_terms: list[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] | None = None
+
+
+@dataclass
 class LossRequest:
-    """A run asks for ``participant_losses(w, users)``; a training request is a tuple (w, t, users)."""
+    """A run asks for ``participant_losses(w, users)``."""
 
     w: torch.Tensor
     users: list[int]
@@ -162,9 +156,16 @@ class Simulation:
         module = build_model(model_name, tuple(data.x.shape[1:]), data.num_classes, cfg.init).to(self.device)
         self.model = FlatModel(module)
         self.algorithm = get_algorithm(cfg.algorithm, cfg.plugin)  # what the rule needs (fedmgda.catalog)
-        self.aggregator = make_aggregator(cfg.algorithm, server_hparams(cfg), cfg.rounds, self.num_users, cfg.plugin, **server_options(cfg))
+        options = {name: getattr(cfg, name) for name in self.algorithm.run_options}
+        self.aggregator = make_aggregator(cfg.algorithm, cfg.hparams, cfg.rounds, self.num_users, cfg.plugin, **options)
         batch = None if cfg.batch_size == "full" else int(cfg.batch_size)
-        self.local = LocalHParams(cfg.local_epochs, batch, cfg.local_lr, cfg.momentum, self.algorithm.prox_mu(cfg.hparams))
+        self.local = LocalHParams(cfg.local_epochs, batch, cfg.local_lr, cfg.momentum, self.aggregator.proximal_mu)
+        # the algorithm's client side (fedmgda.aggregators.Aggregator): a local term only the
+        # reference path serves, per-client state (kept in checkpoints) and reports
+        self.client_states: dict[int, Any] = {}
+        self.batched = cfg.batched and not self.aggregator.has_local_term()
+        if cfg.batched and not self.batched:
+            print(f"[engine] {cfg.algorithm}: its local_term runs on the reference path only, so its clients train one after another (batched: off for this run)", flush=True)
         graphs = CudaGraphs() if cfg.batched and cfg.cuda_graphs and self.device.type == "cuda" else None
         self.trainer = LocalTrainer(self.model, self.local, graphs=graphs)
         self.per_round = cfg.clients_per_round or max(1, math.floor(cfg.participation * self.num_users + 1e-9))
@@ -202,24 +203,11 @@ class Simulation:
         """Loss and accuracy of ``w`` on each participant's train split (eval mode), evaluated
         in one pass over the participants' pooled samples.
 
-        ``loss``: mean per-sample loss; ``total``: q-FedAvg's F_i (``reported_stats``)."""
+        ``loss``: mean per-sample loss; ``total``: the sum of minibatch means (``participant_stats``)."""
         idx = [self.data.train_idx[user] for user in users]
         pooled = torch.cat(idx)
         per_sample, correct = evaluate_samples(self.model, w, self.data.x[pooled], self.data.y[pooled])
-        sizes = [len(i) for i in idx]
-        return self.reported_stats(participant_stats(per_sample, correct, sizes, self.local.batch_size), sizes)
-
-    def reported_stats(self, stats: dict[str, torch.Tensor], sizes: list[int]) -> dict[str, torch.Tensor]:
-        """``participant_stats`` as this run reports them; F_i (``total``) by ``qffl_loss``:
-        batch_sum, the sum of minibatch means as computed; batch_sum_per_sample, that divided by
-        the participant's train samples; train_mean, the mean loss over its whole train split
-        (``loss``), as the q-FFL code's ``loss = c.get_loss()`` ("compute loss on the whole
-        training data", fair_flearn qffedavg.py:L52; qffedsgd.py's loss of the full-split batch)."""
-        if self.cfg.qffl_loss == "batch_sum_per_sample":
-            stats["total"] = stats["total"] / torch.tensor(sizes, device=stats["total"].device, dtype=stats["total"].dtype)
-        elif self.cfg.qffl_loss == "train_mean":
-            stats["total"] = stats["loss"]
-        return stats
+        return participant_stats(per_sample, correct, [len(i) for i in idx], self.local.batch_size)
 
     def _losses(self, w: torch.Tensor, users: list[int]):
         """``participant_losses(w, users)`` asked of the driver (a generator), remembered once:
@@ -275,7 +263,7 @@ class Simulation:
         return run_packed([self], [out_dir])[0]
 
     def steps(self, out_dir: str | Path | None = None):
-        """The run as a generator: it yields (w, t, users) whenever a round's clients must be
+        """The run as a generator: it yields a TrainRequest whenever a round's clients must be
         trained and is sent back their (updates, train losses), yields a LossRequest when its
         participants' losses are needed and is sent back ``participant_losses``, yields an
         EvalRequest when its model is evaluated and is sent back ``evaluate``, and returns the
@@ -315,12 +303,14 @@ class Simulation:
         row and the next global model)."""
         cfg, attack = self.cfg, self.cfg.attack
         users = self.participants(t)
+        sizes = [int(self.train_sizes[u]) for u in users]
         pre = (yield from self._losses(w, users)) if self.needs_pre_round_loss else None
-        updates, train_losses = yield w, t, users
+        updates, train_losses = yield self._train_request(w, t, users)
+        reports = self._after_training(w, users, updates, train_losses)
         scales = torch.tensor([loss_scale(attack, u) for u in users], device=self.device)
         biases = torch.tensor([loss_bias(attack, u) for u in users], device=self.device)
-        reported_total = pre["total"] * scales + biases if pre is not None else torch.full((len(users),), float("nan"), device=self.device)
-        ctx = RoundContext(t, cfg.rounds, users, reported_total, train_losses + biases, [int(self.train_sizes[u]) for u in users])
+        reported_total = self.aggregator.reported_loss(pre, sizes) * scales + biases if pre is not None else torch.full((len(users),), float("nan"), device=self.device)
+        ctx = RoundContext(t, cfg.rounds, users, reported_total, train_losses + biases, sizes, reports)
         row: dict[str, float] = {"round": t + 1, "train_loss": float(train_losses.mean())}
         try:
             w_next, info = self.aggregator.aggregate(w, updates, ctx)
@@ -342,6 +332,29 @@ class Simulation:
                 row.update(global_acc)
                 state.per_user_rows.append(pd.DataFrame({"round": t + 1, "user": np.arange(self.num_users), "n_test": self.test_sizes, "accuracy": acc, "loss": loss}))
         return row, w_next
+
+    def _client_state(self, user: int, w: torch.Tensor) -> Any:
+        if user not in self.client_states:
+            self.client_states[user] = self.aggregator.client_state(user, w)
+        return self.client_states[user]
+
+    def _train_request(self, w: torch.Tensor, t: int, users: list[int]) -> TrainRequest:
+        """Round t's training request, with each participant's local term if the algorithm has one."""
+        if not self.aggregator.has_local_term():
+            return TrainRequest(w, t, users)
+        return TrainRequest(w, t, users, [partial(self.aggregator.local_term, state=self._client_state(u, w)) for u in users])
+
+    def _after_training(self, w: torch.Tensor, users: list[int], updates: torch.Tensor, train_losses: torch.Tensor) -> list[Any]:
+        """Each participant's ``after_training``: its new state (kept) and its report (returned)."""
+        if not self.aggregator.has_client_state():
+            return [None] * len(users)
+        reports = []
+        for user, update, loss in zip(users, updates, train_losses):
+            steps = self.local.epochs * self.local.batches_per_epoch(int(self.train_sizes[user]))
+            client = ClientRound(user, self._client_state(user, w), update, loss, steps, self.local.lr)
+            self.client_states[user], report = self.aggregator.after_training(client)
+            reports.append(report)
+        return reports
 
     def _finish(self, w: torch.Tensor, state: _State) -> RunResult:
         cfg = self.cfg
@@ -380,6 +393,7 @@ class Simulation:
             "w": state.w.cpu(),
             "iterate_sum": state.iterate_sum.cpu(),
             "aggregator": self.aggregator.state_dict(),
+            "client_states": self.client_states,
             "rows": state.rows,
             "per_user_rows": state.per_user_rows,
             "elapsed": state.elapsed,
@@ -396,6 +410,7 @@ class Simulation:
         if payload["config"] != self.cfg.to_dict():
             raise ConfigError(f"{path} belongs to a different run config; delete it to start this run afresh")
         self.aggregator.load_state_dict(payload["aggregator"])
+        self.client_states = payload.get("client_states", {})
         return _State(
             next_round=payload["next_round"],
             w=payload["w"].to(self.device),
@@ -466,7 +481,7 @@ def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None], progre
     check_packable(sims)
     runs = [sim.steps(out) for sim, out in zip(sims, out_dirs)]
     results: list[RunResult | None] = [None] * len(sims)
-    pending: dict[int, tuple | LossRequest] = {}
+    pending: dict[int, TrainRequest | LossRequest | EvalRequest] = {}
 
     def advance(i: int, answer) -> None:
         try:
@@ -493,7 +508,7 @@ def serve_packed(sims: list[Simulation], requests: list) -> list:
     """Answer one request of each run: training requests with ``train_packed``, LossRequests with
     ``losses_packed``, EvalRequests with ``evaluate_packed`` (each kind for all runs asking it at once)."""
     answers: list = [None] * len(sims)
-    for kind, serve in ((LossRequest, losses_packed), (tuple, train_packed), (EvalRequest, evaluate_packed)):
+    for kind, serve in ((LossRequest, losses_packed), (TrainRequest, train_packed), (EvalRequest, evaluate_packed)):
         chosen = [i for i, request in enumerate(requests) if isinstance(request, kind)]
         if chosen:
             for i, answer in zip(chosen, serve([sims[i] for i in chosen], [requests[i] for i in chosen])):
@@ -535,7 +550,7 @@ def linear_participant_losses(sims: list[Simulation], ws: list[torch.Tensor], us
     per_sample, correct = (pairs.expand(values) for values in evaluate_linear(lead.model, torch.stack(ws), pairs.x, pairs.y))  # (samples, runs)
     sizes = [len(lead.data.train_idx[user]) for user in users]
     stats = participant_stats(per_sample, correct, sizes, lead.local.batch_size)  # (users, runs) each
-    return [sim.reported_stats({key: value[:, r] for key, value in stats.items()}, sizes) for r, sim in enumerate(sims)]
+    return [{key: value[:, r] for key, value in stats.items()} for r in range(len(sims))]
 
 
 def evaluate_packed(sims: list[Simulation], requests: list[EvalRequest]) -> list[tuple[np.ndarray, np.ndarray, dict[str, float]]]:
@@ -562,62 +577,72 @@ def linear_evaluate(sims: list[Simulation], requests: list[EvalRequest]) -> list
     return [(acc[r], loss[r], {key: values[r] for key, values in global_acc.items()} if request.with_global else {}) for r, request in enumerate(requests)]
 
 
-def train_packed(sims: list[Simulation], requests: list[tuple[torch.Tensor, int, list[int]]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """One round's client updates of one or more runs: requests[j] = (w, t, users) of sims[j];
-    returns, per run, the updates (rows, in ``users`` order) and reported mean local losses.
+def train_packed(sims: list[Simulation], requests: list[TrainRequest]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """One round's client updates of one or more runs (requests[j] of sims[j]); returns, per run,
+    the updates (rows, in ``users`` order) and reported mean local losses.
 
     Client k of run j draws its minibatch order from (seed_j, t, user). With ``batched``, clients
     of similar size, of every run, are trained together (one vmap-ed step per local step; their
     dropout masks are drawn per client from the group's seed); a client without a partner of
     similar size takes the sequential path, which is cheaper, unless CUDA graphs make the
     batched path (a group of one) cheaper still. Linear + log_softmax models (Adult) train all
-    clients in one group, with the analytic step."""
+    clients in one group, with the analytic step. The clients of a run whose algorithm has a
+    ``local_term`` (``Simulation.batched`` false) take the sequential path, the reference."""
     lead = sims[0]
-    clients = [(j, k) for j, (_, _, users) in enumerate(requests) for k in range(len(users))]
-
-    def client_key(j: int, k: int) -> tuple[int, int, int]:
-        _, t, users = requests[j]
-        return sims[j].cfg.seed, t, users[k]
-
-    def user(j: int, k: int) -> int:
-        return requests[j][2][k]
-
-    sizes = [len(sims[j].train_idx_cpu[user(j, k)]) for j, k in clients]
-    if not lead.cfg.batched:
-        groups = [[c] for c in range(len(clients))]
-    elif lead.trainer.analytic is not None:  # no padding to waste: done clients leave the steps
-        groups = [list(range(len(clients)))]
+    clients = [(j, k) for j, request in enumerate(requests) for k in range(len(request.users))]
+    sequential = [c for c, (j, _) in enumerate(clients) if not sims[j].batched]
+    together = [c for c, (j, _) in enumerate(clients) if sims[j].batched]
+    if lead.trainer.analytic is not None:  # no padding to waste: done clients leave the steps
+        groups = [together] if together else []
     else:
-        groups = size_groups(sizes)
-    results: list[list[ClientResult | None]] = [[None] * len(users) for _, _, users in requests]
+        groups = [[together[i] for i in group] for group in size_groups([len(sims[j].train_idx_cpu[requests[j].users[k]]) for j, k in (clients[c] for c in together)])]
+    groups = [[c] for c in sequential] + groups
+    results: list[list[ClientResult | None]] = [[None] * len(request.users) for request in requests]
     for group in groups:
         members = [clients[c] for c in group]
-        if not lead.cfg.batched or (len(members) == 1 and lead.trainer.graphs is None and lead.trainer.analytic is None):
-            (j, k), sim = members[0], sims[members[0][0]]
-            seed = derived_seed(*client_key(j, k))
-            torch.manual_seed(seed)  # dropout masks
-            idx = sim.data.train_idx[user(j, k)]
-            results[j][k] = sim.trainer.train(requests[j][0], sim.data.x[idx], sim.data.y[idx], torch.Generator().manual_seed(seed), loss_scale(sim.cfg.attack, user(j, k)))
-            continue
-        torch.manual_seed(derived_seed(*(key for j, k in members for key in client_key(j, k))))  # dropout, per client by vmap
-        # clients of one seed, user and partition draw one minibatch plan: the same samples and generator
-        plans: dict[tuple, tuple[torch.Tensor, torch.Generator]] = {}
-        for j, k in members:
-            key = (*client_key(j, k), sims[j].partition_key)
-            if key not in plans:
-                plans[key] = (sims[j].train_idx_cpu[user(j, k)], torch.Generator().manual_seed(derived_seed(*client_key(j, k))))
-        shared = [plans[(*client_key(j, k), sims[j].partition_key)] for j, k in members]
-        trained = lead.trainer.train_batched(
-            torch.stack([requests[j][0] for j, _ in members]),
-            lead.data.x,
-            lead.data.y,
-            [idx for idx, _ in shared],
-            [generator for _, generator in shared],
-            torch.tensor([loss_scale(sims[j].cfg.attack, user(j, k)) for j, k in members]),
-        )
-        for (j, k), result in zip(members, trained):
-            results[j][k] = result
+        if len(members) == 1 and (not sims[members[0][0]].batched or (lead.trainer.graphs is None and lead.trainer.analytic is None)):
+            j, k = members[0]
+            results[j][k] = train_one(sims[j], requests[j], k)
+        else:
+            for (j, k), result in zip(members, train_together([sims[j] for j, _ in members], [requests[j] for j, _ in members], [k for _, k in members])):
+                results[j][k] = result
     return [(torch.stack([r.update for r in rows]), torch.stack([r.train_loss for r in rows])) for rows in results]
+
+
+def client_key(sim: Simulation, request: TrainRequest, k: int) -> tuple[int, int, int]:
+    """What client k of a training request draws its randomness from: (run seed, round, user)."""
+    return sim.cfg.seed, request.t, request.users[k]
+
+
+def train_one(sim: Simulation, request: TrainRequest, k: int) -> ClientResult:
+    """Client k of ``request`` trained alone, on the sequential (reference) path."""
+    user = request.users[k]
+    seed = derived_seed(*client_key(sim, request, k))
+    torch.manual_seed(seed)  # dropout masks
+    idx = sim.data.train_idx[user]
+    term = request.local_terms[k] if request.local_terms is not None else None
+    return sim.trainer.train(request.w, sim.data.x[idx], sim.data.y[idx], torch.Generator().manual_seed(seed), loss_scale(sim.cfg.attack, user), term=term)
+
+
+def train_together(sims: list[Simulation], requests: list[TrainRequest], ks: list[int]) -> list[ClientResult]:
+    """Clients ks[i] of requests[i] (of sims[i]) trained as one batched computation."""
+    keys = [client_key(sim, request, k) for sim, request, k in zip(sims, requests, ks)]
+    torch.manual_seed(derived_seed(*(key for client in keys for key in client)))  # dropout, per client by vmap
+    # clients of one seed, user and partition draw one minibatch plan: the same samples and generator
+    plans: dict[tuple, tuple[torch.Tensor, torch.Generator]] = {}
+    for sim, key in zip(sims, keys):
+        if (*key, sim.partition_key) not in plans:
+            plans[(*key, sim.partition_key)] = (sim.train_idx_cpu[key[2]], torch.Generator().manual_seed(derived_seed(*key)))
+    shared = [plans[(*key, sim.partition_key)] for sim, key in zip(sims, keys)]
+    lead = sims[0]
+    return lead.trainer.train_batched(
+        torch.stack([request.w for request in requests]),
+        lead.data.x,
+        lead.data.y,
+        [idx for idx, _ in shared],
+        [generator for _, generator in shared],
+        torch.tensor([loss_scale(sim.cfg.attack, key[2]) for sim, key in zip(sims, keys)]),
+    )
 
 
 def protocol_stats(per_user: pd.DataFrame, metrics: pd.DataFrame, per_user_every: int) -> dict[str, float] | None:
