@@ -56,6 +56,7 @@ from fedmgda.metrics import (
 from fedmgda.models import build_model
 
 CHECKPOINT = "checkpoint.pt"
+_SAID_SEQUENTIAL: set[str] = set()  # algorithms whose fall-back to the reference path was logged
 
 
 def derived_seed(*keys: int) -> int:
@@ -164,8 +165,10 @@ class Simulation:
         # reference path serves, per-client state (kept in checkpoints) and reports
         self.client_states: dict[int, Any] = {}
         self.batched = cfg.batched and not self.aggregator.has_local_term()
-        if cfg.batched and not self.batched:
-            print(f"[engine] {cfg.algorithm}: its local_term runs on the reference path only, so its clients train one after another (batched: off for this run)", flush=True)
+        if cfg.batched and not self.batched and cfg.algorithm not in _SAID_SEQUENTIAL:
+            _SAID_SEQUENTIAL.add(cfg.algorithm)
+            print(f"[engine] {cfg.algorithm}: the batched and analytic paths do not serve its local_term; "
+                  f"its clients train on the reference path, one after another", flush=True)
         graphs = CudaGraphs() if cfg.batched and cfg.cuda_graphs and self.device.type == "cuda" else None
         self.trainer = LocalTrainer(self.model, self.local, graphs=graphs)
         self.per_round = cfg.clients_per_round or max(1, math.floor(cfg.participation * self.num_users + 1e-9))
@@ -342,7 +345,8 @@ class Simulation:
         """Round t's training request, with each participant's local term if the algorithm has one."""
         if not self.aggregator.has_local_term():
             return TrainRequest(w, t, users)
-        return TrainRequest(w, t, users, [partial(self.aggregator.local_term, state=self._client_state(u, w)) for u in users])
+        term = self.aggregator.local_term
+        return TrainRequest(w, t, users, [partial(_with_state, term, self._client_state(u, w)) for u in users])
 
     def _after_training(self, w: torch.Tensor, users: list[int], updates: torch.Tensor, train_losses: torch.Tensor) -> list[Any]:
         """Each participant's ``after_training``: its new state (kept) and its report (returned)."""
@@ -419,6 +423,11 @@ class Simulation:
             per_user_rows=payload["per_user_rows"],
             elapsed=payload["elapsed"],
         )
+
+
+def _with_state(term: Callable, state: Any, w: torch.Tensor, w_start: torch.Tensor) -> torch.Tensor:
+    """An algorithm's ``local_term`` of one client: ``term(w, w_start, state)``."""
+    return term(w, w_start, state)
 
 
 def check_packable(sims: list[Simulation]) -> None:
