@@ -10,9 +10,10 @@ import pytest
 import torch
 from toy_federated import make_toy_federated, toy_config
 
-from fedmgda import simulator
+from fedmgda import scheduler
 from fedmgda.config import ConfigError
-from fedmgda.simulator import CHECKPOINT, Simulation, run, serve_packed
+from fedmgda.scheduler import Scheduler, batched_training, run, run_packed
+from fedmgda.simulator import CHECKPOINT, Simulation, TrainRequest
 
 REPO = Path(__file__).resolve().parents[1]
 SCAFFOLD = f"{REPO}/examples/scaffold.py:Scaffold"
@@ -36,14 +37,13 @@ def test_control_variates_follow_option_ii():
     data = make_toy_federated(num_users=4)
     sim = Simulation(scaffold(rounds=1, participation=1.0, batch_size=5), data=data, model_name="logreg")
     start = sim.model.initial_vector()
-    sim.run()
+    run_packed([sim], [None])
     steps = -(-24 // 5)  # one epoch of 24 samples in batches of 5
     states = torch.stack([sim.client_states[u] for u in range(4)])
     fedavg = Simulation(toy_config(algorithm="fedavg", momentum=0.0, rounds=1, participation=1.0, batch_size=5, batched=False), data=data, model_name="logreg")
     updates = []
     for u in range(4):  # each client's update, trained as in the run (the same minibatch order)
-        request = simulator.TrainRequest(start, 0, [u])
-        updates.append(serve_packed([fedavg], [request])[0][0][0])
+        updates.append(Scheduler([fedavg]).serve([fedavg], [TrainRequest(start, 0, [u])])[0][0][0])
     assert torch.allclose(states, -torch.stack(updates) / (steps * 0.1), atol=1e-5)
     assert torch.allclose(sim.aggregator.c, states.mean(dim=0), atol=1e-6)
 
@@ -56,10 +56,10 @@ def test_resume_from_a_checkpoint_is_exact(tmp_path):
     uninterrupted = run(cfg, data=data, model_name="logreg")
     out = tmp_path / "run"
     sim = Simulation(cfg, data=data, model_name="logreg")
-    steps = sim.steps(out)
+    steps, scheduler_ = sim.steps(out), Scheduler([sim])
     request = next(steps)
     while not (out / CHECKPOINT).exists():
-        request = steps.send(serve_packed([sim], [request])[0])
+        request = steps.send(scheduler_.serve([sim], [request])[0])
     steps.close()  # stopped after round 3, its checkpoint on disk
     resumed = run(cfg, out, data=data, model_name="logreg")
     assert torch.equal(resumed.final_weights, uninterrupted.final_weights)
@@ -68,13 +68,14 @@ def test_resume_from_a_checkpoint_is_exact(tmp_path):
 
 
 def test_the_fallback_to_the_reference_path_is_said_once(monkeypatch, capsys):
-    monkeypatch.setattr(simulator, "_SAID_SEQUENTIAL", set())
+    monkeypatch.setattr(scheduler, "_SAID_SEQUENTIAL", set())
     data = make_toy_federated()
     for seed in (1, 2):
         sim = Simulation(scaffold(seed=seed), data=data, model_name="logreg")
-        assert not sim.batched
+        Scheduler([sim])
+        assert not batched_training(sim)
     assert capsys.readouterr().out.count("do not serve its local_term") == 1
-    assert Simulation(toy_config(), data=data, model_name="logreg").batched
+    assert batched_training(Simulation(toy_config(), data=data, model_name="logreg"))
 
 
 def test_scaffold_rejects_momentum():

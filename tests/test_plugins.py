@@ -12,7 +12,7 @@ from toy_federated import make_toy_federated, toy_config
 from fedmgda.catalog import algorithms, get_algorithm, load_plugins
 from fedmgda.config import ConfigError
 from fedmgda.experiments import RegistryError, expand
-from fedmgda.simulator import run
+from fedmgda.scheduler import run
 
 REPO = Path(__file__).resolve().parents[1]
 FEDAVGM = f"{REPO}/examples/fedavgm.py:FedAvgM"

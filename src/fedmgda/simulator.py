@@ -6,9 +6,13 @@ round t from (seed, t, i). Hence every algorithm run with the same seed sees the
 and the same participants (paired comparisons, docs/protocol.md §6.1), and a run resumed from a
 checkpoint continues exactly as if it had never stopped, without saving any RNG state.
 
-A run is a generator (``Simulation.steps``) that yields whenever a round's clients must be trained
-or its participants' losses evaluated; ``run_packed`` drives several such runs in lockstep and
-serves all their requests of a kind together.
+This module is one run's protocol, in one place: sampling, the round (the clients' requests, the
+algorithm's client-side hooks, aggregation), evaluation, divergence, checkpoints and outputs. A
+run is a generator (``Simulation.steps``) that yields a typed request (``TrainRequest``,
+``LossRequest``, ``EvalRequest``) whenever a round's clients must be trained, its participants'
+losses evaluated or its model evaluated; it computes nothing of that itself. The scheduler
+(``fedmgda.scheduler``: ``run``, ``run_packed``) drives one or several runs and answers their
+requests, choosing the reference path (``fedmgda.client``) or a fast path (``fedmgda.fastpaths``).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -31,18 +35,7 @@ import torch
 from fedmgda.aggregators import ClientRound, RoundContext, make_aggregator
 from fedmgda.attacks import force_attacker, loss_bias, loss_scale
 from fedmgda.catalog import get_algorithm
-from fedmgda.client import (
-    ClientResult,
-    CudaGraphs,
-    DistinctSamples,
-    FlatModel,
-    LocalHParams,
-    LocalTrainer,
-    evaluate_linear,
-    evaluate_samples,
-    single_thread_on_cpu,
-    size_groups,
-)
+from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, evaluate_samples
 from fedmgda.config import RunConfig
 from fedmgda.data.base import FederatedDataset
 from fedmgda.errors import ConfigError
@@ -56,7 +49,6 @@ from fedmgda.metrics import (
 from fedmgda.models import build_model
 
 CHECKPOINT = "checkpoint.pt"
-_SAID_SEQUENTIAL: set[str] = set()  # algorithms whose fall-back to the reference path was logged
 
 
 def derived_seed(*keys: int) -> int:
@@ -161,16 +153,8 @@ class Simulation:
         self.aggregator = make_aggregator(cfg.algorithm, cfg.hparams, cfg.rounds, self.num_users, cfg.plugin, **options)
         batch = None if cfg.batch_size == "full" else int(cfg.batch_size)
         self.local = LocalHParams(cfg.local_epochs, batch, cfg.local_lr, cfg.momentum, self.aggregator.proximal_mu)
-        # the algorithm's client side (fedmgda.aggregators.Aggregator): a local term only the
-        # reference path serves, per-client state (kept in checkpoints) and reports
-        self.client_states: dict[int, Any] = {}
-        self.batched = cfg.batched and not self.aggregator.has_local_term()
-        if cfg.batched and not self.batched and cfg.algorithm not in _SAID_SEQUENTIAL:
-            _SAID_SEQUENTIAL.add(cfg.algorithm)
-            print(f"[engine] {cfg.algorithm}: the batched and analytic paths do not serve its local_term; "
-                  f"its clients train on the reference path, one after another", flush=True)
-        graphs = CudaGraphs() if cfg.batched and cfg.cuda_graphs and self.device.type == "cuda" else None
-        self.trainer = LocalTrainer(self.model, self.local, graphs=graphs)
+        self.client_states: dict[int, Any] = {}  # the algorithm's per-client state (kept in checkpoints)
+        self.trainer = LocalTrainer(self.model, self.local)
         self.per_round = cfg.clients_per_round or max(1, math.floor(cfg.participation * self.num_users + 1e-9))
         self.per_round = min(self.per_round, self.num_users)
         self.needs_pre_round_loss = cfg.track_improvement or self.algorithm.needs_pre_round_losses
@@ -180,8 +164,6 @@ class Simulation:
         # runs whose partitions (train and test) match can have their participant losses and
         # their evaluations computed together
         self.partition_key = hashlib.sha1(b"".join(i.numpy().tobytes() + b"|" for i in [*self.train_idx_cpu, *(i.cpu() for i in data.test_idx)])).hexdigest()
-        self._distinct_train: tuple[list[int], DistinctSamples] | None = None  # the latest participants' (packed linear runs)
-        self._distinct_test: DistinctSamples | None = None
 
         test_idx = self.data.test_idx
         self.test_owner = torch.cat([torch.full((len(i),), u, device=self.device) for u, i in enumerate(test_idx)])
@@ -241,30 +223,11 @@ class Simulation:
         acc, loss = self.evaluate_users(w)
         return acc, loss, self.evaluate_global(w) if with_global else {}
 
-    def distinct_train(self, users: list[int]) -> DistinctSamples:
-        """The participants' pooled train samples as ``DistinctSamples`` (the latest participants' are kept)."""
-        if self._distinct_train is None or self._distinct_train[0] != users:
-            pooled = torch.cat([self.data.train_idx[user] for user in users])
-            self._distinct_train = (list(users), DistinctSamples(self.data.x[pooled], self.data.y[pooled]))
-        return self._distinct_train[1]
-
-    def distinct_test(self) -> DistinctSamples:
-        """The users' test samples (``test_x``), then each global test set, as ``DistinctSamples``."""
-        if self._distinct_test is None:
-            global_sets = list(self.data.global_test.values())
-            x = torch.cat([self.test_x.flatten(1), *(gx.flatten(1) for gx, _ in global_sets)])
-            self._distinct_test = DistinctSamples(x, torch.cat([self.test_y, *(gy for _, gy in global_sets)]))
-        return self._distinct_test
-
     def model_stats(self, w: torch.Tensor) -> dict[str, float]:
         acc, _ = self.evaluate_users(w)
         return {**accuracy_stats(acc, self.test_sizes), **self.evaluate_global(w)}
 
     # ------------------------------------------------------------------ the run
-    def run(self, out_dir: str | Path | None = None) -> RunResult:
-        """Train the run; with ``out_dir``, resume from its checkpoint and write the outputs there."""
-        return run_packed([self], [out_dir])[0]
-
     def steps(self, out_dir: str | Path | None = None):
         """The run as a generator: it yields a TrainRequest whenever a round's clients must be
         trained and is sent back their (updates, train losses), yields a LossRequest when its
@@ -430,230 +393,6 @@ def _with_state(term: Callable, state: Any, w: torch.Tensor, w_start: torch.Tens
     return term(w, w_start, state)
 
 
-def check_packable(sims: list[Simulation]) -> None:
-    """Runs can be packed when they share the device, the model, the local hyper-parameters, the
-    batched setting and the pooled samples (seeds, algorithms, their hyper-parameters, attacks and
-    partitions may differ). The packed runs then share one copy of the samples."""
-    lead = sims[0]
-    for sim in sims[1:]:
-        differ = [name for name, same in [
-            ("device", sim.device == lead.device),
-            ("model", type(sim.model.module) is type(lead.model.module) and sim.model.shapes == lead.model.shapes),
-            ("local training (epochs, batch size, local lr, momentum, proximal mu)", sim.local == lead.local),
-            ("batched", sim.cfg.batched == lead.cfg.batched),
-            ("pooled samples", sim.data.x is lead.data.x or (sim.data.x.shape == lead.data.x.shape and torch.equal(sim.data.x, lead.data.x) and torch.equal(sim.data.y, lead.data.y))),
-        ] if not same]
-        if differ:
-            raise ConfigError(f"runs {lead.cfg.dataset}/{lead.cfg.algorithm}/seed{lead.cfg.seed} and {sim.cfg.dataset}/{sim.cfg.algorithm}/seed{sim.cfg.seed} cannot be packed: they differ in {'; '.join(differ)}")
-        sim.data = replace(sim.data, x=lead.data.x, y=lead.data.y)
-
-
-class Progress:
-    """Progress lines of a run or a pack, printed (flushed, for ``tail -f``) at most every
-    ``every`` seconds, and after the first and the last round: round t/T, seconds per round, ETA,
-    the mean user accuracy of the run (of a pack: min/mean/max over its runs, and how many are
-    still training)."""
-
-    def __init__(self, sims: list[Simulation], every: float):
-        self.sims, self.every = sims, every
-        self.start = self.last = time.perf_counter()
-        self.printed_round = -1
-
-    def __call__(self, active: int) -> None:
-        now = time.perf_counter()
-        total = max(sim.cfg.rounds for sim in self.sims)
-        round_ = min((sim.rounds_done for sim in self.sims if sim.rounds_done < sim.cfg.rounds), default=total)
-        done = sum(sim.rounds_done - sim.rounds_started for sim in self.sims) / len(self.sims)
-        due = round_ != self.printed_round and (now - self.last >= self.every or round_ in (1, total))
-        if not due or done <= 0:
-            return
-        self.last, self.printed_round = now, round_
-        per_round = (now - self.start) / done
-        eta = per_round * (total - round_)
-        acc = np.array([sim.mean_acc for sim in self.sims if math.isfinite(sim.mean_acc)]) * 100
-        if len(self.sims) == 1:
-            accuracy = f"mean user acc {acc[0]:.2f} %" if len(acc) else "mean user acc n/a"
-        else:
-            accuracy = f"{active}/{len(self.sims)} runs active; mean user acc min {acc.min():.2f} / mean {acc.mean():.2f} / max {acc.max():.2f} %" if len(acc) else f"{active}/{len(self.sims)} runs active"
-        print(f"[progress] round {round_}/{total} | {per_round:.3f} s/round | ETA {eta / 60:.1f} min | {accuracy}", flush=True)
-
-
-def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None], progress_every: float | None = None) -> list[RunResult]:
-    """Train several runs in lockstep ("run packing"): every round, the participants of all of them
-    are trained as one batched computation (``train_packed``), which keeps a large GPU busy; each
-    run keeps its own sampling, aggregation, evaluation, checkpoints and outputs. A finished or
-    diverged run leaves the pack. Models without dropout get the updates of unpacked runs (up to
-    float rounding); with dropout, the masks differ. With one run this is ``Simulation.run``.
-    ``progress_every`` (seconds): print progress lines (``Progress``); None: none."""
-    if len(sims) != len(out_dirs):
-        raise ValueError("run_packed needs one output folder (or None) per run")
-    check_packable(sims)
-    runs = [sim.steps(out) for sim, out in zip(sims, out_dirs)]
-    results: list[RunResult | None] = [None] * len(sims)
-    pending: dict[int, TrainRequest | LossRequest | EvalRequest] = {}
-
-    def advance(i: int, answer) -> None:
-        try:
-            pending[i] = runs[i].send(answer)
-        except StopIteration as done:
-            results[i] = done.value
-            pending.pop(i, None)
-
-    # a linear model's operations (training and evaluation) are too small to split across threads
-    with single_thread_on_cpu(sims[0].device, sims[0].trainer.analytic is not None):
-        for i in range(len(runs)):
-            advance(i, None)
-        progress = Progress(sims, progress_every) if progress_every is not None else None
-        while pending:
-            order = list(pending)
-            for i, answer in zip(order, serve_packed([sims[i] for i in order], [pending[i] for i in order])):
-                advance(i, answer)
-            if progress is not None:
-                progress(len(pending))
-    return results
-
-
-def serve_packed(sims: list[Simulation], requests: list) -> list:
-    """Answer one request of each run: training requests with ``train_packed``, LossRequests with
-    ``losses_packed``, EvalRequests with ``evaluate_packed`` (each kind for all runs asking it at once)."""
-    answers: list = [None] * len(sims)
-    for kind, serve in ((LossRequest, losses_packed), (TrainRequest, train_packed), (EvalRequest, evaluate_packed)):
-        chosen = [i for i, request in enumerate(requests) if isinstance(request, kind)]
-        if chosen:
-            for i, answer in zip(chosen, serve([sims[i] for i in chosen], [requests[i] for i in chosen])):
-                answers[i] = answer
-    return answers
-
-
-def by_group(keys: list, serve) -> list:
-    """``serve(members)`` (one answer per member) for the members of each group of equal keys,
-    the answers in the keys' order."""
-    groups: dict = {}
-    for j, key in enumerate(keys):
-        groups.setdefault(key, []).append(j)
-    answers: list = [None] * len(keys)
-    for members in groups.values():
-        for j, answer in zip(members, serve(members)):
-            answers[j] = answer
-    return answers
-
-
-def linear_batched(sims: list[Simulation]) -> bool:
-    return sims[0].cfg.batched and sims[0].trainer.analytic is not None
-
-
-def losses_packed(sims: list[Simulation], requests: list[LossRequest]) -> list[dict[str, torch.Tensor]]:
-    """``participant_losses`` of each run. Batched linear + log_softmax models evaluate the runs
-    that share the participants (and partition) in one matrix product (``linear_participant_losses``)."""
-    if not linear_batched(sims):
-        return [sim.participant_losses(r.w, r.users) for sim, r in zip(sims, requests)]
-    keys = [(tuple(r.users), sim.partition_key) for sim, r in zip(sims, requests)]
-    return by_group(keys, lambda members: linear_participant_losses([sims[j] for j in members], [requests[j].w for j in members], requests[members[0]].users))
-
-
-def linear_participant_losses(sims: list[Simulation], ws: list[torch.Tensor], users: list[int]) -> list[dict[str, torch.Tensor]]:
-    """``participant_losses`` of several runs' linear + log_softmax models ``ws`` (one per run, the
-    same partition and participants), evaluated once per distinct sample for all runs."""
-    lead = sims[0]
-    pairs = lead.distinct_train(users)
-    per_sample, correct = (pairs.expand(values) for values in evaluate_linear(lead.model, torch.stack(ws), pairs.x, pairs.y))  # (samples, runs)
-    sizes = [len(lead.data.train_idx[user]) for user in users]
-    stats = participant_stats(per_sample, correct, sizes, lead.local.batch_size)  # (users, runs) each
-    return [{key: value[:, r] for key, value in stats.items()} for r in range(len(sims))]
-
-
-def evaluate_packed(sims: list[Simulation], requests: list[EvalRequest]) -> list[tuple[np.ndarray, np.ndarray, dict[str, float]]]:
-    """``evaluate`` of each run. Batched linear + log_softmax models evaluate the runs that share
-    the partition in one matrix product (``linear_evaluate``)."""
-    if not linear_batched(sims):
-        return [sim.evaluate(r.w, r.with_global) for sim, r in zip(sims, requests)]
-    return by_group([sim.partition_key for sim in sims], lambda members: linear_evaluate([sims[j] for j in members], [requests[j] for j in members]))
-
-
-def linear_evaluate(sims: list[Simulation], requests: list[EvalRequest]) -> list[tuple[np.ndarray, np.ndarray, dict[str, float]]]:
-    """``evaluate`` of several runs' linear + log_softmax models (the same partition), evaluated
-    once per distinct test sample (the users' and the global test sets') for all runs."""
-    lead = sims[0]
-    pairs = lead.distinct_test()
-    per_sample, correct = (pairs.expand(values) for values in evaluate_linear(lead.model, torch.stack([r.w for r in requests]), pairs.x, pairs.y))  # (samples, runs)
-    n = len(lead.test_y)
-    acc = per_owner_mean(correct[:n], lead.test_owner, lead.num_users).T.cpu().numpy()  # (runs, users)
-    loss = per_owner_mean(per_sample[:n], lead.test_owner, lead.num_users).T.cpu().numpy()
-    global_acc, start = {}, n
-    for name, (_, gy) in lead.data.global_test.items():
-        global_acc[f"test_acc_{name}"] = correct[start : start + len(gy)].mean(dim=0).tolist()
-        start += len(gy)
-    return [(acc[r], loss[r], {key: values[r] for key, values in global_acc.items()} if request.with_global else {}) for r, request in enumerate(requests)]
-
-
-def train_packed(sims: list[Simulation], requests: list[TrainRequest]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """One round's client updates of one or more runs (requests[j] of sims[j]); returns, per run,
-    the updates (rows, in ``users`` order) and reported mean local losses.
-
-    Client k of run j draws its minibatch order from (seed_j, t, user). With ``batched``, clients
-    of similar size, of every run, are trained together (one vmap-ed step per local step; their
-    dropout masks are drawn per client from the group's seed); a client without a partner of
-    similar size takes the sequential path, which is cheaper, unless CUDA graphs make the
-    batched path (a group of one) cheaper still. Linear + log_softmax models (Adult) train all
-    clients in one group, with the analytic step. The clients of a run whose algorithm has a
-    ``local_term`` (``Simulation.batched`` false) take the sequential path, the reference."""
-    lead = sims[0]
-    clients = [(j, k) for j, request in enumerate(requests) for k in range(len(request.users))]
-    sequential = [c for c, (j, _) in enumerate(clients) if not sims[j].batched]
-    together = [c for c, (j, _) in enumerate(clients) if sims[j].batched]
-    if lead.trainer.analytic is not None:  # no padding to waste: done clients leave the steps
-        groups = [together] if together else []
-    else:
-        groups = [[together[i] for i in group] for group in size_groups([len(sims[j].train_idx_cpu[requests[j].users[k]]) for j, k in (clients[c] for c in together)])]
-    groups = [[c] for c in sequential] + groups
-    results: list[list[ClientResult | None]] = [[None] * len(request.users) for request in requests]
-    for group in groups:
-        members = [clients[c] for c in group]
-        if len(members) == 1 and (not sims[members[0][0]].batched or (lead.trainer.graphs is None and lead.trainer.analytic is None)):
-            j, k = members[0]
-            results[j][k] = train_one(sims[j], requests[j], k)
-        else:
-            for (j, k), result in zip(members, train_together([sims[j] for j, _ in members], [requests[j] for j, _ in members], [k for _, k in members])):
-                results[j][k] = result
-    return [(torch.stack([r.update for r in rows]), torch.stack([r.train_loss for r in rows])) for rows in results]
-
-
-def client_key(sim: Simulation, request: TrainRequest, k: int) -> tuple[int, int, int]:
-    """What client k of a training request draws its randomness from: (run seed, round, user)."""
-    return sim.cfg.seed, request.t, request.users[k]
-
-
-def train_one(sim: Simulation, request: TrainRequest, k: int) -> ClientResult:
-    """Client k of ``request`` trained alone, on the sequential (reference) path."""
-    user = request.users[k]
-    seed = derived_seed(*client_key(sim, request, k))
-    torch.manual_seed(seed)  # dropout masks
-    idx = sim.data.train_idx[user]
-    term = request.local_terms[k] if request.local_terms is not None else None
-    return sim.trainer.train(request.w, sim.data.x[idx], sim.data.y[idx], torch.Generator().manual_seed(seed), loss_scale(sim.cfg.attack, user), term=term)
-
-
-def train_together(sims: list[Simulation], requests: list[TrainRequest], ks: list[int]) -> list[ClientResult]:
-    """Clients ks[i] of requests[i] (of sims[i]) trained as one batched computation."""
-    keys = [client_key(sim, request, k) for sim, request, k in zip(sims, requests, ks)]
-    torch.manual_seed(derived_seed(*(key for client in keys for key in client)))  # dropout, per client by vmap
-    # clients of one seed, user and partition draw one minibatch plan: the same samples and generator
-    plans: dict[tuple, tuple[torch.Tensor, torch.Generator]] = {}
-    for sim, key in zip(sims, keys):
-        if (*key, sim.partition_key) not in plans:
-            plans[(*key, sim.partition_key)] = (sim.train_idx_cpu[key[2]], torch.Generator().manual_seed(derived_seed(*key)))
-    shared = [plans[(*key, sim.partition_key)] for sim, key in zip(sims, keys)]
-    lead = sims[0]
-    return lead.trainer.train_batched(
-        torch.stack([request.w for request in requests]),
-        lead.data.x,
-        lead.data.y,
-        [idx for idx, _ in shared],
-        [generator for _, generator in shared],
-        torch.tensor([loss_scale(sim.cfg.attack, key[2]) for sim, key in zip(sims, keys)]),
-    )
-
-
 def protocol_stats(per_user: pd.DataFrame, metrics: pd.DataFrame, per_user_every: int) -> dict[str, float] | None:
     """Statistics of the last stored per-user vector at a round t (0-based) with
     t % per_user_every == 0: the vector the paper's tables were computed from (docs/protocol.md §6.3:
@@ -679,8 +418,3 @@ def write_result(result: RunResult, out: Path) -> None:
     tmp = out / "summary.json.tmp"
     tmp.write_text(json.dumps(result.summary, indent=2, default=float))
     os.replace(tmp, out / "summary.json")
-
-
-def run(cfg: RunConfig, out_dir: str | Path | None = None, data: FederatedDataset | None = None, model_name: str | None = None) -> RunResult:
-    """Train one run of ``cfg`` and (with ``out_dir``) write its outputs there."""
-    return Simulation(cfg, data=data, model_name=model_name).run(out_dir)
