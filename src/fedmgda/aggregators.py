@@ -1,7 +1,9 @@
-"""Server-side aggregation of FedMGDA+ and its baselines (docs/protocol.md §4).
+"""The algorithms: server-side aggregation of FedMGDA+ and its baselines (docs/protocol.md §4),
+and the ``Aggregator`` contract, whose client-side hooks let an algorithm change its clients'
+local training too (a local term, per-client state, reports; docs/plugins.md §3).
 
-Every algorithm runs the same client update (``fedmgda.client``); they differ only in the client's
-proximal weight and in how the server combines the returned updates u_i = w_i - w:
+Every built-in algorithm runs the same client update (``fedmgda.client``); they differ only in the
+client's proximal weight and in how the server combines the returned updates u_i = w_i - w:
 
 | algorithm    | updates     | weights lambda                       | server step        | client prox |
 |--------------|-------------|--------------------------------------|--------------------|-------------|
