@@ -81,3 +81,14 @@ def test_the_fallback_to_the_reference_path_is_said_once(monkeypatch, capsys):
 def test_scaffold_rejects_momentum():
     with pytest.raises(ConfigError, match="scaffold: its clients run plain SGD.*momentum: 0"):
         scaffold(momentum=0.5)
+
+
+def test_packed_beside_fedavg_each_run_keeps_its_path():
+    """In one pack, SCAFFOLD's clients take the reference path and FedAvg's the analytic one;
+    each run gives what it gives alone."""
+    data = make_toy_federated()
+    configs = [scaffold(seed=1), toy_config(algorithm="fedavg", momentum=0.0, seed=2)]
+    packed = run_packed([Simulation(cfg, data=data, model_name="logreg") for cfg in configs], [None, None])
+    for cfg, result in zip(configs, packed):
+        alone = run(cfg, data=data, model_name="logreg")
+        assert torch.allclose(result.final_weights, alone.final_weights, rtol=1e-5, atol=1e-6)
