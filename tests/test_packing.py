@@ -12,7 +12,8 @@ import yaml
 from toy_federated import make_toy_federated, toy_config
 
 from fedmgda.config import ConfigError
-from fedmgda.simulator import Simulation, run, run_packed
+from fedmgda.scheduler import run, run_packed
+from fedmgda.simulator import Simulation
 
 RUNS = [  # different algorithms, seeds, rounds and partitions; the same samples and local training
     dict(algorithm="fedavg", rounds=5, seed=3),

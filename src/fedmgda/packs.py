@@ -1,8 +1,8 @@
 """Packed training jobs: which runs of the registry share one process ("a pack").
 
 ``fedmgda train --config a.yaml b.yaml --out A B`` trains several runs in lockstep
-(:func:`fedmgda.simulator.run_packed`); the runs must share the samples, the model and the local
-training (:func:`fedmgda.simulator.check_packable`). :func:`pack_group` is that condition as a
+(:func:`fedmgda.scheduler.run_packed`); the runs must share the samples, the model and the local
+training (:func:`fedmgda.scheduler.check_packable`). :func:`pack_group` is that condition as a
 key computed from a run config alone, and :func:`assign_packs` cuts every group into packs of at
 most ``resources.<dataset>.pack`` runs, which the workflow trains as one job each
 (``workflow/rules/train.smk``). ``pack: 1`` (the default) packs nothing: one job per run.
