@@ -3,14 +3,31 @@
 #   make test    set up, then run the test suite
 # With a virtualenv or conda environment active, that environment is used; otherwise .venv is
 # created (with access to system site-packages, so an installed torch is reused, not re-downloaded).
+#
+# Then, without activating anything (CORES=N and SNAKEMAKE_ARGS="..." apply to each):
+#   make paper                                     the whole paper (config/config.yaml) -> results/paper/
+#   make target T=results/paper/tables/table7.md   one table, figure or other output, and only the runs it needs
+#   make report                                    after a run: Snakemake's report -> $(REPORT)
+#   make dry-run                                   what would run, job counts per rule
+# Another profile: SNAKEMAKE_ARGS="--configfile config/quick.yaml" (report: REPORT=results/quick/snakemake-report.zip).
+# Or enter the environment once, `source .venv/bin/activate`, and type the README's `snakemake ...`
+# commands as written: the workflow's jobs run with the Python that runs Snakemake.
 
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 CORES ?= 2
 SNAKEMAKE_ARGS ?=
 PYTEST_ARGS ?=
+T ?=
+REPORT ?= results/paper/snakemake-report.zip
 BENCH_ARGS ?= --only cifar10_b10_p0.1 fmnist_b10_p0.1 --rounds 1
 # the transcription of the paper's Tables 6-14 (kept outside the repository)
 PAPER_TABLES ?= ../shared/reference/paper_tables.md
+
+ifneq ($(filter target,$(MAKECMDGOALS)),)
+ifeq ($(T),)
+$(error name the output: make target T=results/paper/tables/table7.md)
+endif
+endif
 
 ifneq ($(VIRTUAL_ENV)$(CONDA_PREFIX),)
 PY := python
@@ -18,11 +35,9 @@ SETUP_STAMP := .setup-stamp-env
 else
 PY := .venv/bin/python
 SETUP_STAMP := .venv/.setup-stamp
-# rules of the workflow call `python` / `fedmgda`: make them the venv's
-export PATH := $(abspath .venv/bin):$(PATH)
 endif
 
-.PHONY: setup quick paper test test-fast lint dry-run benchmark config-docs paper-reference clean
+.PHONY: setup quick paper target report test test-fast lint dry-run benchmark config-docs paper-reference clean
 
 setup: $(SETUP_STAMP)
 
@@ -40,6 +55,12 @@ quick: setup
 
 paper: setup
 	$(PY) -m snakemake --cores $(CORES) $(SNAKEMAKE_ARGS)
+
+target: setup
+	$(PY) -m snakemake $(T) --cores $(CORES) $(SNAKEMAKE_ARGS)
+
+report: setup
+	$(PY) -m snakemake --report $(REPORT) $(SNAKEMAKE_ARGS)
 
 dry-run: setup
 	$(PY) -m snakemake -n --quiet rules $(SNAKEMAKE_ARGS)

@@ -30,7 +30,8 @@ import torch
 
 from fedmgda.config import RunConfig
 from fedmgda.experiments import expand, load_config
-from fedmgda.simulator import Simulation, run_packed
+from fedmgda.scheduler import run_packed
+from fedmgda.simulator import Simulation
 
 # parts of a packed round: (label, function names whose cumulative times are summed); the rest is
 # the per-run Python of the rounds (sampling, bookkeeping, metrics rows)

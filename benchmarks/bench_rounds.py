@@ -12,7 +12,7 @@ reference path and once batched, in the same process, and prints seconds per rou
 second and their ratio. ``--fraction f`` keeps only a fraction f of every client's training samples
 (so a CPU finishes in minutes) and scales the measured round time by 1/f; the table says when a
 time is extrapolated this way. The evaluation of every user's test split is timed separately.
-``--pack K`` also times K runs (seeds 1..K) trained packed (``fedmgda.simulator.run_packed``) and
+``--pack K`` also times K runs (seeds 1..K) trained packed (``fedmgda.scheduler.run_packed``) and
 prints their throughput against the same K runs trained one after another.
 
 Finally the wall time of the whole paper DAG (config/config.yaml, every training run) is projected
@@ -33,7 +33,8 @@ import torch
 from fedmgda.config import RunConfig
 from fedmgda.data import DATASET_SPECS
 from fedmgda.data.base import FederatedDataset
-from fedmgda.simulator import Simulation, _State, check_packable, serve_packed
+from fedmgda.scheduler import Scheduler
+from fedmgda.simulator import Simulation, _State
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ def packed_rounds(setting: Setting, data: FederatedDataset, batched: bool, devic
     """``pack`` runs of the setting (seeds 1..pack), their start models, and a function that
     trains one round of all of them, packed (the real simulator's round, less per-user evaluation)."""
     sims = [Simulation(bench_config(setting, device, batched, seed), data=data, model_name=DATASET_SPECS[setting.dataset].model) for seed in range(1, pack + 1)]
-    check_packable(sims)
+    scheduler = Scheduler(sims)  # checks that the runs can be packed
     states = [_State() for _ in sims]
     ws = [sim.model.initial_vector().to(sim.device) for sim in sims]
 
@@ -107,14 +108,14 @@ def packed_rounds(setting: Setting, data: FederatedDataset, batched: bool, devic
         pending = {i: next(step) for i, step in enumerate(steps)}
         while pending:  # training and participant-loss requests, until the round's end
             order = list(pending)
-            for i, answer in zip(order, serve_packed([sims[i] for i in order], [pending[i] for i in order])):
+            for i, answer in zip(order, scheduler.serve([sims[i] for i in order], [pending[i] for i in order])):
                 try:
                     pending[i] = steps[i].send(answer)
                 except StopIteration:  # the round's end: metrics row, next model
                     del pending[i]
 
     one_round(1)  # warm-up (allocations, first calls)
-    if sims[0].trainer.graphs is not None:
+    if scheduler.graphs is not None:
         one_round(1)  # a client group's second sight is captured as a CUDA graph
     return sims, ws, one_round
 

@@ -144,7 +144,7 @@ def test_afl_uniform_step_is_the_mean_update_while_lambda_still_moves():
     """afl_step_weights: uniform (the q-FFL code's AFL): the model step ignores lambda."""
     u = torch.tensor([[1.0, 0.0], [0.0, 3.0]], dtype=torch.float64)
     losses = torch.tensor([1.0, 0.0], dtype=torch.float64)
-    plain = make_aggregator("afl", {"gamma_w": 0.5, "gamma_lambda": 0.2}, 100, 2, step_weights="uniform")
+    plain = make_aggregator("afl", {"gamma_w": 0.5, "gamma_lambda": 0.2}, 100, 2, afl_step_weights="uniform")
     paper = make_aggregator("afl", {"gamma_w": 0.5, "gamma_lambda": 0.2}, 100, 2)
     for _ in range(3):  # lambda drifts from uniform, the uniform step does not follow it
         new, info = plain.aggregate(torch.zeros(2, dtype=torch.float64), u, context(2, train=losses))

@@ -3,7 +3,8 @@ from toy_federated import make_toy_federated, toy_config
 
 from fedmgda.attacks import force_attacker, loss_bias, loss_scale
 from fedmgda.config import AttackConfig
-from fedmgda.simulator import Simulation, run
+from fedmgda.scheduler import run, run_packed
+from fedmgda.simulator import Simulation
 
 
 def one_round(algorithm, attack, hparams=None, **overrides):
@@ -42,7 +43,7 @@ def test_bias_moves_afls_lambda():
     sims = {}
     for value in (0.0, 1.0):
         sims[value] = Simulation(toy_config(attack={"kind": "bias", "user": 0, "value": value}, **cfg), data=data, model_name="logreg")
-        sims[value].run()
+        run_packed([sims[value]], [None])
     lam_honest, lam_biased = sims[0.0].aggregator.lam, sims[1.0].aggregator.lam
     assert lam_biased[0] > lam_honest[0] + 0.05  # the attacker's weight grows
 

@@ -7,10 +7,11 @@ import pytest
 import torch
 from toy_federated import make_toy_federated, toy_config
 
-from fedmgda.client import CudaGraphs, FlatModel, LocalHParams, LocalTrainer, size_groups
+from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, size_groups
 from fedmgda.data.base import FederatedDataset
+from fedmgda.fastpaths import CudaGraphs
 from fedmgda.models import build_model
-from fedmgda.simulator import run
+from fedmgda.scheduler import run
 
 MODELS = [
     ("cnn_cifar", (3, 32, 32), 10),
@@ -113,18 +114,18 @@ def test_cuda_graph_replay_gives_the_eager_updates():
     x, y, idx = pooled_clients((1, 28, 28), 10, [40, 33, 40], token_input=False)
     x, y = x.float().cuda(), y.cuda()
     graphs = CudaGraphs()
-    trainer = LocalTrainer(flat, LocalHParams(batch_size=10, lr=0.1), graphs=graphs)
+    trainer = LocalTrainer(flat, LocalHParams(batch_size=10, lr=0.1))
     w0 = flat.initial_vector()
     runs = []
     for _ in range(3):
         torch.manual_seed(7)
-        runs.append(trainer.train_batched(w0, x, y, idx, [torch.Generator().manual_seed(k) for k in range(3)], torch.ones(3)))
+        runs.append(trainer.train_batched(w0, x, y, idx, [torch.Generator().manual_seed(k) for k in range(3)], torch.ones(3), graphs=graphs))
     assert len(graphs.graphs) == 1
     for later in runs[1:]:
         for a, b in zip(runs[0], later):
             assert torch.equal(a.update, b.update) and torch.equal(a.train_loss, b.train_loss)
     torch.manual_seed(8)  # another seed: other dropout masks through the same graph
-    other = trainer.train_batched(w0, x, y, idx, [torch.Generator().manual_seed(k) for k in range(3)], torch.ones(3))
+    other = trainer.train_batched(w0, x, y, idx, [torch.Generator().manual_seed(k) for k in range(3)], torch.ones(3), graphs=graphs)
     assert not torch.equal(other[0].update, runs[0][0].update)
 
 

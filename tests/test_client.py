@@ -2,14 +2,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedmgda.client import (
-    DistinctSamples,
-    FlatModel,
-    LocalHParams,
-    LocalTrainer,
-    evaluate_linear,
-    evaluate_samples,
-)
+from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, evaluate_samples
+from fedmgda.fastpaths import DistinctSamples, evaluate_linear
 from fedmgda.models import build_model
 
 

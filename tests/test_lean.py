@@ -10,9 +10,11 @@ import yaml
 from toy_federated import make_toy_federated, toy_config
 
 from fedmgda.cli import main
-from fedmgda.client import FlatModel, LinearSoftmaxSteps, LocalHParams, LocalTrainer
+from fedmgda.client import FlatModel, LocalHParams, LocalTrainer
+from fedmgda.fastpaths import LinearSoftmaxSteps
 from fedmgda.models import build_model
-from fedmgda.simulator import Simulation, run, run_packed
+from fedmgda.scheduler import Scheduler, run, run_packed
+from fedmgda.simulator import Simulation
 
 
 def clients(sizes, dim=7, classes=3, seed=0):
@@ -33,11 +35,12 @@ def test_analytic_step_follows_the_autograd_trajectory(mu, batch_size, classes):
     flat = FlatModel(build_model("logreg", (7,), classes))
     hparams = LocalHParams(epochs=2, batch_size=batch_size, lr=0.1, momentum=0.5, mu=mu)
     trainer = LocalTrainer(flat, hparams)
-    assert trainer.analytic is not None
+    assert LinearSoftmaxSteps.eligible(flat)
+    analytic = LinearSoftmaxSteps(flat, hparams)
     x, y, idx = clients([13, 3, 9, 22, 9], classes=classes)
     starts = flat.initial_vector() + 0.3 * torch.randn(len(idx), flat.num_params)
     scales = torch.tensor([1.0, 2.5, 1.0, 1.0, 0.5])
-    batched = trainer.train_batched(starts, x, y, idx, [torch.Generator().manual_seed(k) for k in range(len(idx))], scales)
+    batched = analytic.train(trainer, starts, x, y, idx, [torch.Generator().manual_seed(k) for k in range(len(idx))], scales)
     for k, i in enumerate(idx):
         reference = trainer.train(starts[k], x[i], y[i], torch.Generator().manual_seed(k), float(scales[k]))
         assert torch.allclose(batched[k].update, reference.update, rtol=1e-5, atol=1e-6)
@@ -53,14 +56,15 @@ def test_clients_sharing_a_minibatch_sequence_train_as_one_group(mu, classes):
     size (empty slots) and a group that stops early."""
     torch.manual_seed(0)
     flat = FlatModel(build_model("logreg", (7,), classes))
-    trainer = LocalTrainer(flat, LocalHParams(epochs=1, batch_size=4, lr=0.1, momentum=0.5, mu=mu))
+    hparams = LocalHParams(epochs=1, batch_size=4, lr=0.1, momentum=0.5, mu=mu)
+    trainer, analytic = LocalTrainer(flat, hparams), LinearSoftmaxSteps(flat, hparams)
     x, y, (big, small) = clients([21, 6], classes=classes)
     idx = [big, small, big, big, small]
     seeds = [7, 3, 7, 7, 3]
     generators = {seed: torch.Generator().manual_seed(seed) for seed in set(seeds)}  # one plan per (samples, generator)
     starts = flat.initial_vector() + 0.3 * torch.randn(len(idx), flat.num_params)
     scales = torch.tensor([1.0, 2.0, 0.5, 1.0, 1.0])
-    batched = trainer.train_batched(starts, x, y, idx, [generators[k] for k in seeds], scales)
+    batched = analytic.train(trainer, starts, x, y, idx, [generators[k] for k in seeds], scales)
     plans = [trainer.padded_batches(i, torch.Generator().manual_seed(k)) for i, k in [(big, 7), (small, 3)]]
     sequences, group, slot, members = LinearSoftmaxSteps._groups(plans, [0, 1, 0, 0, 1])
     assert sequences.shape == (2, 6, 4) and members == 3
@@ -76,12 +80,13 @@ def test_clients_given_the_same_samples_and_generator_share_one_minibatch_plan()
     client had its own generator of that seed."""
     torch.manual_seed(0)
     flat = FlatModel(build_model("logreg", (7,), 2))
-    trainer = LocalTrainer(flat, LocalHParams(epochs=1, batch_size=4, lr=0.1, momentum=0.5))
+    hparams = LocalHParams(epochs=1, batch_size=4, lr=0.1, momentum=0.5)
+    trainer, analytic = LocalTrainer(flat, hparams), LinearSoftmaxSteps(flat, hparams)
     x, y, (big, small) = clients([21, 6], classes=2)
     starts = flat.initial_vector() + 0.3 * torch.randn(4, flat.num_params)
     g_big, g_small = torch.Generator().manual_seed(7), torch.Generator().manual_seed(3)
-    shared = trainer.train_batched(starts, x, y, [big, small, big, big], [g_big, g_small, g_big, g_big], torch.ones(4))
-    own = trainer.train_batched(starts, x, y, [big, small, big, big], [torch.Generator().manual_seed(k) for k in (7, 3, 7, 7)], torch.ones(4))
+    shared = analytic.train(trainer, starts, x, y, [big, small, big, big], [g_big, g_small, g_big, g_big], torch.ones(4))
+    own = analytic.train(trainer, starts, x, y, [big, small, big, big], [torch.Generator().manual_seed(k) for k in (7, 3, 7, 7)], torch.ones(4))
     for a, b in zip(shared, own):
         assert torch.allclose(a.update, b.update, rtol=1e-6, atol=1e-7) and torch.allclose(a.train_loss, b.train_loss, rtol=1e-6)
 
@@ -90,8 +95,10 @@ def test_models_that_are_not_linear_softmax_keep_the_autograd_step():
     for name, shape, classes in [("cnn_fmnist", (1, 28, 28), 10), ("mlp_digits", (64,), 10)]:
         flat = FlatModel(build_model(name, shape, classes))
         assert not LinearSoftmaxSteps.eligible(flat)
-        assert LocalTrainer(flat, LocalHParams()).analytic is None
     assert LinearSoftmaxSteps.eligible(FlatModel(build_model("logreg", (99,), 2)))
+    data = make_toy_federated()  # the scheduler chooses the analytic step for a linear model only
+    assert Scheduler([Simulation(toy_config(), data=data, model_name="mlp_digits")]).analytic is None
+    assert Scheduler([Simulation(toy_config(), data=data, model_name="logreg")]).analytic is not None
 
 
 @pytest.mark.parametrize("classes,dim", [(2, 10), (3, 10), (2, 3)])  # dim 3, binarised: many equal samples

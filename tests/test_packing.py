@@ -12,7 +12,8 @@ import yaml
 from toy_federated import make_toy_federated, toy_config
 
 from fedmgda.config import ConfigError
-from fedmgda.simulator import Simulation, run, run_packed
+from fedmgda.scheduler import run, run_packed
+from fedmgda.simulator import Simulation
 
 RUNS = [  # different algorithms, seeds, rounds and partitions; the same samples and local training
     dict(algorithm="fedavg", rounds=5, seed=3),
@@ -116,13 +117,14 @@ def test_full_batch_packs_share_one_plan_per_user_and_match_the_runs_alone(tmp_p
     sims = [Simulation(toy_config(**cfg), data=data, model_name="logreg") for cfg in cfgs]
     assert len({tuple(sim.participants(0)) for sim in sims}) > 1  # the seeds order the devices differently
     plans = []
-    batched = LocalTrainer.train_batched
+    drawn = LocalTrainer.plans
 
-    def spy(self, w_start, data_x, data_y, client_idx, generators, scales):
-        plans.append(len({(id(i), id(g)) for i, g in zip(client_idx, generators)}))
-        return batched(self, w_start, data_x, data_y, client_idx, generators, scales)
+    def spy(self, client_idx, generators):
+        distinct, plan_of = drawn(self, client_idx, generators)
+        plans.append(len(distinct))
+        return distinct, plan_of
 
-    monkeypatch.setattr(LocalTrainer, "train_batched", spy)
+    monkeypatch.setattr(LocalTrainer, "plans", spy)
     packed = run_packed(sims, [tmp_path / str(i) for i in range(len(sims))])
     assert plans and set(plans) == {5}  # 4 runs x 5 devices, one plan per device
     for a, p in zip(alone, packed):

@@ -12,7 +12,7 @@ from toy_federated import make_toy_federated, toy_config
 from fedmgda.catalog import algorithms, get_algorithm, load_plugins
 from fedmgda.config import ConfigError
 from fedmgda.experiments import RegistryError, expand
-from fedmgda.simulator import run
+from fedmgda.scheduler import run
 
 REPO = Path(__file__).resolve().parents[1]
 FEDAVGM = f"{REPO}/examples/fedavgm.py:FedAvgM"
@@ -79,3 +79,31 @@ def test_registry_rejects_an_undeclared_algorithm_and_bad_hparams():
     with pytest.raises(RegistryError, match="unknown hyper-parameter"):
         expand({**_config(plugins=[FEDAVGM]), "experiments": {"e": {"setting": "s", "grid": [
             {"algorithm": "fedavgm", "hparams": {"gamma": 1}}]}}})
+
+
+def test_a_plugin_receives_its_run_options_and_checks_the_run(tmp_path):
+    """``run_options``: run-config keys passed to ``build``; ``check_run``: one error before the run."""
+    (tmp_path / "opts.py").write_text(
+        "from fedmgda.aggregators import Aggregator\n"
+        "from fedmgda.errors import ConfigError\n"
+        "class Opts(Aggregator):\n"
+        "    name = 'opts'\n"
+        "    run_options = ('local_lr', 'sampling')\n"
+        "    @classmethod\n"
+        "    def build(cls, hparams, *, algorithm, rounds, num_users, local_lr, sampling):\n"
+        "        rule = cls()\n"
+        "        rule.seen = (local_lr, sampling)\n"
+        "        return rule\n"
+        "    @classmethod\n"
+        "    def check_run(cls, cfg):\n"
+        "        if cfg.rounds > 50:\n"
+        "            raise ConfigError('opts: at most 50 rounds')\n"
+        "    def aggregate(self, w, updates, ctx):\n"
+        "        return w + updates.mean(dim=0), {}\n")
+    plugin = f"{tmp_path}/opts.py:Opts"
+    from fedmgda.simulator import Simulation
+
+    sim = Simulation(toy_config(algorithm="opts", plugin=plugin, local_lr=0.2, sampling="size"), data=make_toy_federated(), model_name="logreg")
+    assert sim.aggregator.seen == (0.2, "size")
+    with pytest.raises(ConfigError, match="opts: at most 50 rounds"):
+        toy_config(algorithm="opts", plugin=plugin, rounds=60)

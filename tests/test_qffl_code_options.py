@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from toy_federated import make_toy_federated, toy_config
 
-from fedmgda.simulator import Simulation, linear_participant_losses, run, run_packed
+from fedmgda.scheduler import Scheduler, run, run_packed
+from fedmgda.simulator import Simulation
 
 SIZES = [24, 2, 3, 2, 20, 4, 2, 3]  # two big users (0 and 4) hold 44 of the 60 train samples
 
@@ -70,7 +71,7 @@ def test_afl_uniform_step_equals_fedavg_while_lambda_still_moves():
     common = dict(rounds=4, participation=0.5, final_model="last")
     fedavg = run(toy_config(algorithm="fedavg", **common), data=unequal_toy(), model_name="logreg")
     afl = simulation(algorithm="afl", hparams={"gamma_w": 1.0, "gamma_lambda": 0.5}, afl_step_weights="uniform", **common)
-    result = afl.run()
+    result = run_packed([afl], [None])[0]
     assert torch.allclose(result.final_weights, fedavg.final_weights, atol=1e-6)
     assert not np.allclose(afl.aggregator.lam, 1 / len(SIZES))  # lambda ascended on the losses
     paper = run(toy_config(algorithm="afl", hparams={"gamma_w": 1.0, "gamma_lambda": 0.5}, **common), data=unequal_toy(), model_name="logreg")
@@ -84,10 +85,13 @@ def test_train_mean_f_is_the_mean_per_sample_loss_in_the_reference_and_packed_pa
     w = sim.model.initial_vector() + 0.3 * torch.randn(sim.model.num_params, generator=torch.Generator().manual_seed(1))
     users = [0, 4, 1]
     expected = torch.stack([F.nll_loss(sim.model(w, data.x[data.train_idx[u]]), data.y[data.train_idx[u]]) for u in users])
-    reference = sim.participant_losses(w, users)["total"]
-    packed = linear_participant_losses([sim], [w], users)[0]["total"]
+    sizes = [len(data.train_idx[u]) for u in users]
+    reported = sim.aggregator.reported_loss  # F_i as q-FedAvg reads it from the participants' stats
+    reference = reported(sim.participant_losses(w, users), sizes)
+    packed = reported(Scheduler([sim]).linear_participant_losses([sim], [w], users)[0], sizes)
     assert torch.allclose(reference, expected, atol=1e-6) and torch.allclose(packed, expected, atol=1e-6)
-    batch_sum = simulation(algorithm="qfedavg", batched=batched, batch_size=5).participant_losses(w, users)["total"]
+    other = simulation(algorithm="qfedavg", batched=batched, batch_size=5)
+    batch_sum = other.aggregator.reported_loss(other.participant_losses(w, users), sizes)
     assert not torch.allclose(batch_sum, expected)  # users 0 and 4 have several batches of 5
 
 

@@ -5,7 +5,7 @@ sum_k L u_k / (m L), the devices' mean update, i.e. FedAvg's with uniform a-prio
 import torch
 from toy_federated import make_toy_federated, toy_config
 
-from fedmgda.simulator import run
+from fedmgda.scheduler import run
 
 
 def test_qfedavg_at_q0_with_L_one_over_lr_is_uniform_fedavg():

@@ -8,7 +8,8 @@ import torch
 from toy_federated import make_toy_federated, toy_config
 
 from fedmgda.config import ConfigError
-from fedmgda.simulator import CHECKPOINT, Simulation, run
+from fedmgda.scheduler import run, run_packed
+from fedmgda.simulator import CHECKPOINT, Simulation
 
 
 def simulate(**overrides):
@@ -162,7 +163,7 @@ def test_final_model_average_is_the_mean_of_the_iterates():
         return row, w_next
 
     sim._round = record
-    result = sim.run()
+    result = run_packed([sim], [None])[0]
     assert result.summary["final_model"] == "average of all iterates"
     assert torch.allclose(result.final_weights, torch.stack(iterates).mean(0), atol=1e-6)
 

@@ -1,7 +1,9 @@
-"""Server-side aggregation of FedMGDA+ and its baselines (docs/protocol.md §4).
+"""The algorithms: server-side aggregation of FedMGDA+ and its baselines (docs/protocol.md §4),
+and the ``Aggregator`` contract, whose client-side hooks let an algorithm change its clients'
+local training too (a local term, per-client state, reports; docs/plugins.md §3).
 
-Every algorithm runs the same client update (``fedmgda.client``); they differ only in the client's
-proximal weight and in how the server combines the returned updates u_i = w_i - w:
+Every built-in algorithm runs the same client update (``fedmgda.client``); they differ only in the
+client's proximal weight and in how the server combines the returned updates u_i = w_i - w:
 
 | algorithm    | updates     | weights lambda                       | server step        | client prox |
 |--------------|-------------|--------------------------------------|--------------------|-------------|
@@ -57,28 +59,84 @@ class RoundContext:
     pre_round_losses: torch.Tensor  # F_i: reported loss of w_t on each participant's train split
     train_losses: torch.Tensor  # reported mean local training loss of each participant
     train_sizes: list[int]  # n_i: each participant's number of train samples
+    client_reports: list[Any] = field(default_factory=list)  # what each participant sent beside its update (``after_training``)
+
+
+@dataclass
+class ClientRound:
+    """What ``Aggregator.after_training`` sees of one participant's local training."""
+
+    user: int
+    state: Any  # the client's state before this round (``client_state``)
+    update: torch.Tensor  # u = w_new - w_start, flat
+    train_loss: torch.Tensor  # its mean local objective, as reported
+    steps: int  # K: the local SGD steps it took
+    lr: float  # the local learning rate
 
 
 class Aggregator(ABC):
-    """Base class of every server rule: combine the round's updates (rows of ``updates``) into
-    the next global model.
+    """Base class of every algorithm: the server rule that combines the round's updates (rows of
+    ``updates``) into the next global model, and what the clients do besides the shared local SGD.
 
     The built-in rules are described in ``fedmgda.catalog``. A plug-in (docs/plugins.md) declares
     the same facts on its class, is named in a config's ``plugins:`` list and then runs like a
     built-in: ``name`` (as written in grids and run paths), ``display`` (tables, figures),
-    ``hparams`` (name -> HParam: default and range), optionally ``implied`` and the flags
-    ``proximal`` (clients use hyper-parameter ``mu``), ``needs_pre_round_losses``,
-    ``averages_iterates``, ``normalised_updates``, ``min_norm_qp``.
+    ``hparams`` (name -> HParam: default and range), optionally ``implied``, ``run_options``,
+    ``check_run`` and the flags ``proximal`` (clients use hyper-parameter ``mu``),
+    ``needs_pre_round_losses``, ``averages_iterates``, ``normalised_updates``, ``min_norm_qp``.
+
+    The clients' side (docs/plugins.md §3), all optional: ``proximal_mu`` (set from hyper-parameter
+    ``mu`` of a ``proximal`` algorithm; every training path serves it), ``local_term`` (a term of
+    the local objective; served by the reference path), ``client_state`` (per-client state kept
+    across rounds and in checkpoints) and ``after_training`` (the new state and a value sent
+    beside the update, ``RoundContext.client_reports``).
     """
 
     name: ClassVar[str]
     display: ClassVar[str] = ""
     hparams: ClassVar[dict[str, HParam]] = {}
+    run_options: ClassVar[tuple[str, ...]] = ()  # RunConfig options its ``build`` receives as keywords
+    proximal_mu: float = 0.0  # the clients add proximal_mu * ||w - w_start||^2 (no 1/2) to their objective
 
     @classmethod
     def build(cls, hparams: dict[str, float | None], *, algorithm: Algorithm, rounds: int, num_users: int) -> Aggregator:
-        """The rule of one run: by default ``cls(**hparams)`` with the resolved hyper-parameters."""
+        """The rule of one run: by default ``cls(**hparams)`` with the resolved hyper-parameters
+        (and, as keywords, the values of the run options it names in ``run_options``)."""
         return cls(**hparams)
+
+    @classmethod  # noqa: B027 (nothing to check by default)
+    def check_run(cls, cfg: Any) -> None:
+        """Reject a run config (``fedmgda.config.RunConfig``) this algorithm cannot run, with one
+        ``ConfigError``; called by the config's checks, before any job starts."""
+
+    def reported_loss(self, stats: dict[str, torch.Tensor], sizes: list[int]) -> torch.Tensor:
+        """F_i, the loss of w_t each participant reports before training (``ctx.pre_round_losses``,
+        before an attack changes it), from its ``participant_stats``: by default the sum of its
+        minibatch-mean losses (``total``)."""
+        return stats["total"]
+
+    # ------------------------------------------------------------------ the clients' side
+    def local_term(self, w: torch.Tensor, w_start: torch.Tensor, state: Any) -> torch.Tensor:
+        """A term added to the client's local objective at ``w`` (differentiated with it), given
+        the round's start ``w_start`` and the client's ``state``. Not overridden: no term. An
+        algorithm that overrides it trains on the reference (sequential) path."""
+        raise NotImplementedError
+
+    def client_state(self, user: int, w: torch.Tensor) -> Any:
+        """Client ``user``'s state before its first round (``w``: the global model then); the run
+        keeps each client's state across rounds and in its checkpoints. None: stateless."""
+        return None
+
+    def after_training(self, client: ClientRound) -> tuple[Any, Any]:
+        """After a participant's local training, on the client: its new state and the value it
+        sends beside its update (``ctx.client_reports``). By default: unchanged, nothing."""
+        return client.state, None
+
+    def has_local_term(self) -> bool:
+        return type(self).local_term is not Aggregator.local_term
+
+    def has_client_state(self) -> bool:
+        return type(self).client_state is not Aggregator.client_state or type(self).after_training is not Aggregator.after_training
 
     @abstractmethod
     def aggregate(self, w: torch.Tensor, updates: torch.Tensor, ctx: RoundContext) -> tuple[torch.Tensor, dict[str, Any]]:
@@ -154,6 +212,23 @@ class QFedAvg(Aggregator):
 
     q: float = 0.1
     L: float = 1.0
+    loss: str = "batch_sum"
+
+    @classmethod
+    def build(cls, hparams, *, algorithm, rounds, num_users, qffl_loss="batch_sum"):
+        return cls(**hparams, loss=qffl_loss)
+
+    def reported_loss(self, stats, sizes):
+        """F_i by the run option ``qffl_loss``: batch_sum, the sum of minibatch means as computed;
+        batch_sum_per_sample, that divided by the participant's train samples; train_mean, the
+        mean loss over its whole train split (``loss``), as the q-FFL code's ``loss = c.get_loss()``
+        ("compute loss on the whole training data", fair_flearn qffedavg.py:L52; qffedsgd.py's
+        loss of the full-split batch)."""
+        if self.loss == "batch_sum_per_sample":
+            return stats["total"] / torch.tensor(sizes, device=stats["total"].device, dtype=stats["total"].dtype)
+        if self.loss == "train_mean":
+            return stats["loss"]
+        return stats["total"]
 
     def aggregate(self, w, updates, ctx):
         losses = ctx.pre_round_losses.to(updates.dtype)
@@ -183,8 +258,12 @@ class AFL(Aggregator):
     step_weights: str = "lambda"
 
     @classmethod
-    def build(cls, hparams, *, algorithm, rounds, num_users, step_weights="lambda"):
-        return cls(**hparams, num_users=num_users, step_weights=step_weights)
+    def build(cls, hparams, *, algorithm, rounds, num_users, afl_step_weights="lambda", afl_gamma_w="server_step"):
+        """With run option ``afl_gamma_w: local_lr`` gamma_w is the clients' learning rate (the
+        config checks local_lr equals it) and the server adds the weighted updates with step 1,
+        as the authors' example command does (docs/protocol.md §4.5, §8.11)."""
+        hparams = {**hparams, "gamma_w": 1.0} if afl_gamma_w == "local_lr" else hparams
+        return cls(**hparams, num_users=num_users, step_weights=afl_step_weights)
 
     def __post_init__(self) -> None:
         if len(self.lam) == 0:
@@ -211,7 +290,11 @@ class AFL(Aggregator):
 def make_aggregator(algorithm: str, hparams: dict[str, Any] | None, rounds: int, num_users: int,
                     plugin: str | None = None, **options: str) -> Aggregator:
     """The aggregator of ``algorithm`` with validated hyper-parameters for a run of ``rounds`` rounds.
-    ``options``: run-config options of a built-in rule (``fedmgda.simulator.server_options``),
-    passed to its ``build``."""
+    ``options``: values of the run-config options the algorithm names (``Algorithm.run_options``),
+    passed to its ``build``; the clients' ``proximal_mu`` is set from a proximal algorithm's ``mu``."""
     info = get_algorithm(algorithm, plugin)
-    return import_object(info.aggregator).build(info.resolve(hparams), algorithm=info, rounds=rounds, num_users=num_users, **options)
+    resolved = info.resolve(hparams)
+    rule = import_object(info.aggregator).build(resolved, algorithm=info, rounds=rounds, num_users=num_users, **options)
+    if info.proximal:
+        rule.proximal_mu = info.prox_mu(resolved)
+    return rule

@@ -15,7 +15,7 @@ import importlib
 import importlib.util
 import math
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -53,6 +53,10 @@ class Algorithm:
                epsilon 1" and "FedMGDA+" are one run.
     aggregator: ``module:Class`` of its ``fedmgda.aggregators.Aggregator`` (imported when a run is
                built, so that this module needs no torch).
+    run_options: the run-config options (``fedmgda.config.RunConfig`` fields) its aggregator's
+               ``build`` receives as keywords, e.g. AFL's ``afl_step_weights``.
+    check_run: checks a run config for this algorithm (one ConfigError), e.g. AFL's reading of
+               gamma_w as the clients' learning rate; None: nothing beyond the common checks.
     The flags describe the server rule (docs, tests) and tell the simulator what to compute:
     ``proximal`` (the clients add mu ||w - w_t||^2, no 1/2, mu = hyper-parameter ``mu``),
     ``needs_pre_round_losses`` (F_i of w_t on each participant before it trains) and
@@ -69,6 +73,8 @@ class Algorithm:
     proximal: bool = False
     needs_pre_round_losses: bool = False
     averages_iterates: bool = False
+    run_options: tuple[str, ...] = ()
+    check_run: Callable[[Any], None] | None = None
     summary: str = ""
     plugin: str | None = None  # the config's ``path.py:Class`` / ``module:Class`` of a plug-in
 
@@ -105,7 +111,19 @@ AVERAGING_RULE = "fedmgda.aggregators:WeightedUpdates"  # the averaging rules' a
 
 
 def _algorithm(name: str, display: str, hparams: dict[str, HParam], aggregator: str = AVERAGING_RULE, **kw) -> Algorithm:
+    if aggregator == AVERAGING_RULE:
+        kw["run_options"] = ("aggregation_weights",)
     return Algorithm(name, display, MappingProxyType(hparams), aggregator, **kw)
+
+
+def _check_afl_gamma_w(cfg: Any) -> None:
+    """AFL with ``afl_gamma_w: local_lr`` reads gamma_w as the clients' learning rate (the server
+    step is then 1, ``fedmgda.aggregators.AFL.build``): local_lr must equal gamma_w."""
+    if cfg.afl_gamma_w == "local_lr":
+        gamma_w = cfg.hparams.get("gamma_w", 1.0)
+        if not math.isclose(float(gamma_w), float(cfg.local_lr)):
+            raise ConfigError(f"afl_gamma_w: local_lr reads AFL's gamma_w as the clients' learning rate, so local_lr "
+                              f"must equal gamma_w (got local_lr {cfg.local_lr}, gamma_w {gamma_w})")
 
 
 BUILTIN_ALGORITHMS: Mapping[str, Algorithm] = MappingProxyType({a.name: a for a in (
@@ -115,11 +133,12 @@ BUILTIN_ALGORITHMS: Mapping[str, Algorithm] = MappingProxyType({a.name: a for a 
     _algorithm("fedprox", "FedProx", {"mu": HParam(0.01, 0.0, symbol="μ")}, proximal=True,
                summary="FedAvg with a proximal term in the clients' loss"),
     _algorithm("qfedavg", "q-FedAvg", {"q": HParam(0.1, 0.0, symbol="q"), "L": HParam(1.0, 0.0, low_open=True, symbol="L")},
-               aggregator="fedmgda.aggregators:QFedAvg", needs_pre_round_losses=True,
+               aggregator="fedmgda.aggregators:QFedAvg", needs_pre_round_losses=True, run_options=("qffl_loss",),
                summary="q-FFL weights from the participants' pre-round losses"),
     _algorithm("afl", "AFL", {"gamma_w": HParam(1.0, 0.0, low_open=True, symbol="γ_w"),
                               "gamma_lambda": HParam(0.1, 0.0, symbol="γ_λ")},
                aggregator="fedmgda.aggregators:AFL", averages_iterates=True,
+               run_options=("afl_step_weights", "afl_gamma_w"), check_run=_check_afl_gamma_w,
                summary="lambda ascent on the losses; the output is the average iterate"),
     _algorithm("fedmgda", "FedMGDA", {"epsilon": _EPSILON}, implied=("epsilon",), min_norm_qp=True,
                summary="min-norm QP weights of the raw updates"),
@@ -221,6 +240,7 @@ def load_plugins(paths: Iterable[str]) -> list[Algorithm]:
         info = Algorithm(
             name, getattr(cls, "display", "") or name, MappingProxyType(hparams), f"{cls.__module__}:{cls.__qualname__}",
             implied=implied, summary=(cls.__doc__ or "").strip().split("\n")[0], plugin=path,
+            run_options=tuple(getattr(cls, "run_options", ()) or ()), check_run=getattr(cls, "check_run", None),
             **{flag: bool(getattr(cls, flag, False)) for flag in _DECLARED})
         _PLUGINS[name] = info
         loaded.append(info)

@@ -37,7 +37,8 @@ def read_run_config(path: str, overrides: list[str], device: str | None) -> RunC
 
 
 def train(args: argparse.Namespace) -> int:
-    from fedmgda.simulator import CHECKPOINT, Simulation, run_packed
+    from fedmgda.scheduler import run_packed
+    from fedmgda.simulator import CHECKPOINT, Simulation
 
     if len(args.config) != len(args.out):
         raise ConfigError(f"--config names {len(args.config)} run(s) but --out {len(args.out)} folder(s)")

@@ -4,26 +4,23 @@ A model's weights travel as one flat vector ``w`` (see ``FlatModel``). The clien
 function of (w, the client's data, the local hyper-parameters, a random generator): k epochs of
 minibatch SGD with momentum on the client's objective
 
-    scale * NLL(w; batch) + mu * ||w - w_start||^2
+    scale * NLL(w; batch) + mu * ||w - w_start||^2 [+ term(w, w_start)]
 
-(the authors' proximal term has no 1/2, docs/protocol.md §3.4; ``scale`` is 1 except for a scaling
-attacker). It returns the update u = w_new - w_start and the mean minibatch objective over the
-local epochs (what q-FedAvg and AFL consume; it includes the proximal term, as in the code).
+(the authors' proximal term has no 1/2, docs/protocol.md §3.4; mu is the algorithm's
+``proximal_mu``; ``scale`` is 1 except for a scaling attacker; ``term`` is an algorithm's
+``local_term``, served by the sequential path only). It returns the update u = w_new - w_start
+and the mean minibatch objective over the local epochs (what q-FedAvg and AFL consume; it
+includes the proximal term, as in the code).
 
 The single SGD step (``LocalTrainer.step``) is written with ``torch.func`` so that the same step
-can be ``vmap``-ed over a round's clients for batched training. Models that are one linear layer
-followed by log_softmax (``linear_softmax = True``: the Adult logistic regression) take
-``LinearSoftmaxSteps`` instead in batched training: the same steps with the gradient written out
-as batched matrix products, since their steps are too small for anything but per-operation
-overhead to matter.
+can be ``vmap``-ed over a round's clients for batched training (``train_batched``). This module is
+the reference; the fast paths (``fedmgda.fastpaths``: the analytic step of linear + log_softmax
+models, CUDA graphs) sit beside it and the scheduler (``fedmgda.scheduler``) chooses among them.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
-from collections import OrderedDict
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -79,27 +76,28 @@ class ClientResult:
 class LocalTrainer:
     """Runs the shared client update for one model and one set of local hyper-parameters."""
 
-    def __init__(self, model: FlatModel, hparams: LocalHParams, dropout: bool = True, graphs: CudaGraphs | None = None):
+    def __init__(self, model: FlatModel, hparams: LocalHParams, dropout: bool = True):
         self.model = model
         self.hparams = hparams
         self.dropout = dropout  # False: train in eval mode (tests comparing the two paths exactly)
-        self.graphs = graphs  # CUDA only: replay the batched client update as CUDA graphs
         self._grad_and_loss = grad_and_value(self._objective)
         self._batched_step = vmap(self.step, in_dims=(0, 0, 0, 0, 0, 0, None, 0), randomness="different")
-        self.analytic = LinearSoftmaxSteps(model, hparams) if LinearSoftmaxSteps.eligible(model) else None
 
-    def _objective(self, w, w_start, x, y, scale, mask=None):
+    def _objective(self, w, w_start, x, y, scale, mask=None, term=None):
         nll = F.nll_loss(self.model(w, x), y, reduction="none")
         data_loss = nll.mean() if mask is None else (nll * mask).sum() / mask.sum().clamp(min=1)
         loss = scale * data_loss
         if self.hparams.mu:
             loss = loss + self.hparams.mu * ((w - w_start) ** 2).sum()
+        if term is not None:
+            loss = loss + term(w, w_start)
         return loss
 
-    def step(self, w, buf, w_start, x, y, scale, first: bool, mask=None):
+    def step(self, w, buf, w_start, x, y, scale, first: bool, mask=None, term=None):
         """One SGD-with-momentum step; pure, so that it is vmap-ed over clients by the batched
-        path (there ``mask`` marks the real samples of a minibatch padded to a common width)."""
-        grad, loss = self._grad_and_loss(w, w_start, x, y, scale, mask)
+        path (there ``mask`` marks the real samples of a minibatch padded to a common width).
+        ``term(w, w_start)``: an algorithm's extra term of the objective (sequential path only)."""
+        grad, loss = self._grad_and_loss(w, w_start, x, y, scale, mask, term)
         buf = grad if first else self.hparams.momentum * buf + grad
         return w - self.hparams.lr * buf, buf, loss
 
@@ -112,14 +110,15 @@ class LocalTrainer:
             batches.extend(torch.randperm(n, generator=generator).split(self.hparams.batch_size))
         return batches
 
-    def train(self, w_start: torch.Tensor, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator, scale: float = 1.0) -> ClientResult:
-        """The client update: local SGD from ``w_start`` on (x, y); returns u and the mean loss."""
+    def train(self, w_start: torch.Tensor, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator, scale: float = 1.0, term=None) -> ClientResult:
+        """The client update: local SGD from ``w_start`` on (x, y); returns u and the mean loss.
+        ``term(w, w_start)``: a term added to the objective (an algorithm's ``local_term``)."""
         self.model.module.train(self.dropout)
         w, buf = w_start, None
         losses = []
         for position in self.batch_order(len(y), generator):
             position = position.to(x.device)
-            w, buf, loss = self.step(w, buf, w_start, x[position], y[position], scale, first=buf is None)
+            w, buf, loss = self.step(w, buf, w_start, x[position], y[position], scale, first=buf is None, term=term)
             losses.append(loss)
         return ClientResult(update=(w - w_start).detach(), train_loss=torch.stack(losses).mean().detach())
 
@@ -137,7 +136,19 @@ class LocalTrainer:
             rows.append(padded.view(-1, width))
         return torch.cat(rows)
 
-    def train_batched(self, w_start: torch.Tensor, data_x: torch.Tensor, data_y: torch.Tensor, client_idx: list[torch.Tensor], generators: list[torch.Generator], scales: torch.Tensor) -> list[ClientResult]:
+    def plans(self, client_idx: list[torch.Tensor], generators: list[torch.Generator]) -> tuple[list[torch.Tensor], list[int]]:
+        """The distinct minibatch plans (``padded_batches``) of clients and each client's plan:
+        clients given the same index tensor and the same generator object share one plan, drawn
+        once (packed runs of one seed: the same user's minibatch order)."""
+        plans: dict[tuple[int, int], int] = {}
+        distinct: list[torch.Tensor] = []
+        for idx, g in zip(client_idx, generators):
+            if (id(idx), id(g)) not in plans:
+                plans[id(idx), id(g)] = len(distinct)
+                distinct.append(self.padded_batches(idx.cpu(), g))
+        return distinct, [plans[id(idx), id(g)] for idx, g in zip(client_idx, generators)]
+
+    def train_batched(self, w_start: torch.Tensor, data_x: torch.Tensor, data_y: torch.Tensor, client_idx: list[torch.Tensor], generators: list[torch.Generator], scales: torch.Tensor, graphs=None) -> list[ClientResult]:
         """The client update of several clients at once: their weights stacked, one vmap-ed
         forward/backward per local step. Clients with fewer or smaller minibatches are padded and
         masked, so each client follows exactly the trajectory of ``train`` (the minibatch orders
@@ -147,23 +158,13 @@ class LocalTrainer:
 
         w_start: the start (P,), or one per client (clients, P) when several runs are packed.
         data_x, data_y: the pooled samples; client_idx[i]: client i's sample indices into them
-        (best on the CPU: the minibatch plan is built there and sent to the device in one copy).
-        Clients given the same index tensor and the same generator object share one minibatch
-        plan, drawn once (packed runs of one seed: the same user's minibatch order).
+        (best on the CPU: the minibatch plan is built there and sent to the device in one copy);
+        clients may share a plan (``plans``). graphs: a ``fedmgda.fastpaths.CudaGraphs`` to replay
+        the steps as CUDA graphs (the scheduler's choice), or None.
         """
         self.model.module.train(self.dropout)
         device = data_x.device
-        plans: dict[tuple[int, int], int] = {}
-        distinct: list[torch.Tensor] = []
-        for idx, g in zip(client_idx, generators):
-            if (id(idx), id(g)) not in plans:
-                plans[id(idx), id(g)] = len(distinct)
-                distinct.append(self.padded_batches(idx.cpu(), g))
-        plan_of = [plans[id(idx), id(g)] for idx, g in zip(client_idx, generators)]
-        if self.analytic is not None:  # the steps of each distinct plan, its clients side by side
-            with single_thread_on_cpu(device, True):
-                updates, mean_loss = self.analytic(w_start, data_x, data_y, distinct, plan_of, scales.to(device=device, dtype=w_start.dtype))
-            return [ClientResult(update=u, train_loss=loss) for u, loss in zip(updates, mean_loss)]
+        distinct, plan_of = self.plans(client_idx, generators)
         batches = [distinct[i] for i in plan_of]
         order = sorted(range(len(batches)), key=lambda i: -len(batches[i]))  # most steps first
         width = max(b.shape[1] for b in batches)
@@ -179,11 +180,11 @@ class LocalTrainer:
         def local_steps(w_start, positions, scales):
             return self._local_steps(w_start, data_x, data_y, positions, scales, active)
 
-        if self.graphs is None:
+        if graphs is None:
             updates, mean_loss = local_steps(*inputs)
         else:
             key = (tuple(positions.shape), active, w_start.dtype, data_x.data_ptr(), self.dropout)
-            updates, mean_loss = self.graphs(key, local_steps, inputs)
+            updates, mean_loss = graphs(key, local_steps, inputs)
         results: list[ClientResult | None] = [None] * len(order)
         for row, i in enumerate(order):
             results[i] = ClientResult(update=updates[row], train_loss=mean_loss[row])
@@ -211,231 +212,6 @@ class LocalTrainer:
                 loss_sum = loss_sum + torch.cat([loss, loss_sum.new_zeros(n - k)])
         steps_done = real[:, :, 0].sum(dim=1).to(w.dtype)  # a client's minibatch s is real iff its first slot is
         return (w - starts).detach(), (loss_sum / steps_done).detach()
-
-
-@contextmanager
-def single_thread_on_cpu(device: torch.device, active: bool = True):
-    """Tiny operations run on one CPU thread: splitting them costs more than it saves, and on a
-    shared, busy machine waiting for a second thread can make each one take milliseconds."""
-    if not active or device.type != "cpu" or torch.get_num_threads() == 1:
-        yield
-        return
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
-class LinearSoftmaxSteps:
-    """The batched client update of ``LocalTrainer.train_batched`` for a model log_softmax(x W^T + b),
-    gradient written out.
-
-    Per client and step, with c = scale * mask / (real samples of the minibatch):
-        grad W|b = [x 1]^T (c * (softmax(z) - onehot(y))) + 2 mu (w - w_start),  z = [x 1] [W|b]^T
-    and the momentum update of ``LocalTrainer.step`` (the first step's buffer is the gradient:
-    the buffer starts at zero). The clients of one minibatch plan form a group (packed runs of one
-    seed draw the same order for the same user: Table 7's 115 runs have 10 plans), whose
-    weights sit side by side as (features + 1, members x classes), bias last: each step is one
-    ``bmm`` forward and one in-place ``baddbmm_`` (gradient and momentum) per group, on samples
-    gathered once per group. Minibatches are gathered a chunk of steps at a time, and a chunk's
-    loss is computed afterwards from its stored logits. Groups are ordered by their number of
-    steps, so the groups with a minibatch at a step are a prefix (as ``active`` in
-    ``_local_steps``). Same minibatch order, hence the same trajectory as the autograd step up to
-    float rounding.
-
-    Two classes (Adult) take the logit difference instead: the loss depends on W|b only through
-    v = w_1 - w_0 (the class-1 minus the class-0 column), its gradient in w_1 is
-    g = [x 1]^T (c * (sigmoid(x v) - y)) and minus that in w_0, so the data term moves w_1 and w_0
-    by opposite amounts and leaves w_1 + w_0 as it was (the proximal term, 2 mu (w_j - w_start_j),
-    is opposite on the two as well). The steps then run on v alone, one column per member:
-        buf <- momentum * buf + g + mu (v - v_start),   v <- v - 2 lr buf,
-    and the update of w_1 is (v - v_start) / 2, that of w_0 its negative: the same SGD in exact
-    arithmetic, with half the matmul width and a sigmoid for the softmax (about half the step's
-    operations, and these steps cost their per-operation overhead).
-    """
-
-    chunk_elements = 1 << 22  # gathered samples x features per chunk of steps (16 MB in float32)
-
-    def __init__(self, model: FlatModel, hparams: LocalHParams):
-        self.classes, self.features = model.shapes[0]
-        self.hparams = hparams
-        self._data_key = None
-
-    @staticmethod
-    def eligible(model: FlatModel) -> bool:
-        """Models that say they are linear + log_softmax, with parameters weight (C, D), bias (C)."""
-        shapes = model.shapes
-        return bool(getattr(model.module, "linear_softmax", False)) and len(shapes) == 2 and len(shapes[0]) == 2 and tuple(shapes[1]) == (shapes[0][0],)
-
-    def _augmented(self, data_x: torch.Tensor, data_y: torch.Tensor, dtype: torch.dtype, classes: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """[x 1] and onehot(y) of the pooled samples, kept while the pooled samples stay the same."""
-        key = (data_x.data_ptr(), data_y.data_ptr(), tuple(data_x.shape), dtype, classes)
-        if self._data_key != key:
-            x = data_x.flatten(1).to(dtype)
-            self._x1 = torch.cat([x, x.new_ones(len(x), 1)], dim=1)
-            self._onehot = torch.nn.functional.one_hot(data_y, classes).to(dtype)
-            self._data_key = key
-        return self._x1, self._onehot
-
-    @staticmethod
-    def _groups(plans: list[torch.Tensor], plan_of: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-        """The clients of each plan as a group: (the plans padded to one (groups, steps, width)
-        tensor, most steps first; each client's group; each client's slot in its group, in the
-        clients' order; the largest group's size)."""
-        order = sorted(range(len(plans)), key=lambda i: -len(plans[i]))  # most steps first
-        sequences = torch.full((len(plans), len(plans[order[0]]), max(p.shape[1] for p in plans)), -1, dtype=torch.long)
-        for row, i in enumerate(order):
-            sequences[row, : plans[i].shape[0], : plans[i].shape[1]] = plans[i]
-        rank = torch.empty(len(plans), dtype=torch.long)
-        rank[order] = torch.arange(len(plans))
-        group = rank[plan_of]
-        # a client's slot: how many of its group come before it
-        by_group = torch.argsort(group, stable=True)
-        counts = torch.bincount(group, minlength=len(plans))
-        slot = torch.empty_like(group)
-        slot[by_group] = torch.arange(len(group)) - (counts.cumsum(0) - counts)[group[by_group]]
-        return sequences, group, slot, int(counts.max())
-
-    def __call__(self, w_start, data_x, data_y, plans: list[torch.Tensor], plan_of: list[int], scales) -> tuple[torch.Tensor, torch.Tensor]:
-        """The updates and mean losses of clients (rows, in ``plan_of``'s order) from ``w_start``
-        ((P,), or one row per client): plans[k] is a minibatch plan as ``padded_batches`` makes it,
-        plan_of[i] client i's."""
-        lr, momentum, mu = self.hparams.lr, self.hparams.momentum, self.hparams.mu
-        n = len(plan_of)
-        classes, features = self.classes, self.features
-        binary = classes == 2
-        cols = 1 if binary else classes  # weight columns per member: v, or W|b's columns
-        x1, onehot = self._augmented(data_x, data_y, w_start.dtype, classes)
-        if binary:
-            onehot = onehot[:, 1:]  # y
-        sequences, group, slot, members = self._groups(plans, plan_of)
-        sequences, group, slot = sequences.to(w_start.device), group.to(w_start.device), slot.to(w_start.device)
-        groups, steps, width = sequences.shape
-        # flat [W (C x D) row-major, b] per client -> its slot of (groups, D + 1, members, C)
-        flat_start = w_start.expand(n, -1)
-        per_client = torch.cat([flat_start[:, : classes * features].view(n, classes, features).transpose(1, 2), flat_start[:, None, classes * features :]], dim=1)
-        if binary:
-            per_client = per_client[:, :, 1:] - per_client[:, :, :1]  # v = w_1 - w_0
-        starts = per_client.new_zeros(groups, features + 1, members, cols)
-        starts[group, :, slot] = per_client
-        slot_scale = scales.new_zeros(groups, members)  # empty slots: scale 0, so they never move
-        slot_scale[group, slot] = scales
-        w = starts.clone().view(groups, features + 1, members * cols)
-        buf = torch.zeros_like(w)
-        starts = starts.view_as(w)
-        # binary: buf is w_1's, v moves twice w_1's step; w_1's proximal gradient is mu (v - v_start)
-        step_size, prox_weight = (2 * lr, mu) if binary else (lr, 2 * mu)
-        loss_sum = torch.zeros(groups, members, device=w.device, dtype=w.dtype)
-        prox_sum = torch.zeros_like(loss_sum)
-        real = sequences >= 0
-        group_active = (real[:, :, 0].sum(dim=1)[:, None] > torch.arange(steps, device=real.device)).sum(dim=0).tolist()
-        chunk = max(1, self.chunk_elements // (groups * width * (features + 1)))
-        logits = w.new_zeros(min(chunk, steps), groups, width, members * cols)
-        first = 0
-        while first < steps:
-            k = group_active[first]  # groups with a minibatch at this step: a prefix; constant over the chunk
-            last = min(first + chunk, steps)
-            last = next((s for s in range(first, last) if group_active[s] != k), last)
-            pos = sequences[:k, first:last].transpose(0, 1)  # (steps, groups, width)
-            mask = real[:k, first:last].transpose(0, 1).to(w.dtype)
-            per_batch = slot_scale[None, :k] / mask.sum(dim=2).clamp(min=1)[:, :, None]  # scale / real samples, (steps, groups, members)
-            coef = (mask[:, :, :, None] * per_batch[:, :, None, :]).unsqueeze(4)  # (steps, groups, width, members, 1)
-            x = x1[pos.clamp(min=0)]  # (steps, groups, width, D + 1)
-            target = onehot[pos.clamp(min=0)].mul_(mask.unsqueeze(3)).unsqueeze(3)  # (steps, groups, width, 1, cols)
-            neg_target = (target * -coef).flatten(3)
-            coef = coef.expand(-1, -1, -1, -1, cols).flatten(3)
-            used = logits[: last - first, :k]
-            w_k, buf_k, starts_k = w[:k], buf[:k], starts[:k]
-            for x_s, z_s, target_s, coef_s in zip(x.unbind(0), used.unbind(0), neg_target.unbind(0), coef.unbind(0)):
-                z = torch.bmm(x_s, w_k, out=z_s)
-                if binary:
-                    p = torch.sigmoid(z)  # P(class 1), the softmax of the two logits
-                else:
-                    # softmax over each member's classes, written out: torch.softmax costs 4x more
-                    # on these tiny (groups, width, members, classes) tensors on the CPU
-                    z4 = z.view(k, width, members, classes)
-                    p = (z4 - z4.amax(dim=3, keepdim=True)).exp_()
-                    p = p.div_(p.sum(dim=3, keepdim=True)).view_as(z)
-                buf_k.baddbmm_(x_s.transpose(1, 2), torch.addcmul(target_s, p, coef_s), beta=momentum)
-                if mu:
-                    gap = w_k - starts_k
-                    buf_k.add_(gap, alpha=prox_weight)
-                    prox_sum[:k] += gap.square().view(k, features + 1, members, cols).sum(dim=(1, 3))
-                w_k.sub_(buf_k, alpha=step_size)
-            # as the autograd objective: each minibatch's summed NLL, then / real samples * scale
-            if binary:  # -log p(y) = softplus(z) - y z, z the logit difference
-                nll_sums = (F.softplus(used).mul_(mask.unsqueeze(3)) - used * target.flatten(3)).sum(dim=2)
-            else:
-                log_p = torch.log_softmax(used.view(*used.shape[:3], members, classes), dim=4)
-                nll_sums = log_p.mul_(target).sum(dim=(2, 4)).neg_()  # (steps, groups, members)
-            loss_sum[:k] += (nll_sums * per_batch).sum(dim=0)
-            first = last
-        update = (w - starts).view(groups, features + 1, members, cols)[group, :, slot]  # (clients, D + 1, cols)
-        if binary:  # ||w - w_start||^2 = 2 ||(v - v_start) / 2||^2; w_0 and w_1 move by -/+ (v - v_start) / 2
-            prox_sum = prox_sum / 2
-            update = torch.cat([-update / 2, update / 2], dim=2)
-        steps_done = real[:, :, 0].sum(dim=1).to(w.dtype)[group]  # a minibatch s is real iff its first slot is
-        loss = (loss_sum + mu * prox_sum)[group, slot]
-        flat = torch.cat([update[:, :features].transpose(1, 2).reshape(n, -1), update[:, features]], dim=1)
-        return flat, loss / steps_done
-
-
-class CudaGraphs:
-    """Replays a function of fixed-shape CUDA tensors as captured CUDA graphs.
-
-    A round's batched client update is thousands of small kernels, so on a GPU its time is the
-    CPU's time to launch them; a graph launches them all at once. A key (shapes and everything
-    else the function depends on) is captured the second time it is seen: the first call runs
-    eagerly, so keys seen only once (FEMNIST's changing client groups) cost no capture. Replays
-    give the eager results bit for bit; random draws inside (dropout) follow the CUDA generator's
-    state at replay time. At most ``capacity`` graphs are kept, least recently used evicted; a key
-    whose capture fails (an operation that cannot be captured) runs eagerly, with a warning.
-    """
-
-    def __init__(self, capacity: int = 4):
-        self.capacity = capacity
-        self.graphs: OrderedDict = OrderedDict()
-        self.seen: set = set()
-        self.failed: set = set()
-
-    def __call__(self, key, fn, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-        if key not in self.graphs:
-            if key not in self.seen or key in self.failed:
-                self.seen.add(key)
-                return fn(*inputs)
-            try:
-                self.graphs[key] = self._capture(fn, inputs)
-            except RuntimeError as error:  # an operation that cannot be captured: stay eager for this key
-                self.failed.add(key)
-                warnings.warn(f"CUDA graph capture failed, running eagerly: {str(error).splitlines()[0]}", stacklevel=2)
-                return fn(*inputs)
-            if len(self.graphs) > self.capacity:
-                self.graphs.popitem(last=False)
-        self.graphs.move_to_end(key)
-        graph, static_inputs, static_outputs = self.graphs[key]
-        for static, x in zip(static_inputs, inputs):
-            static.copy_(x)
-        graph.replay()
-        return tuple(out.clone() for out in static_outputs)
-
-    @staticmethod
-    def _capture(fn, inputs):
-        static_inputs = tuple(x.clone() for x in inputs)
-        stream = torch.cuda.Stream()
-        # warm up on the capture stream first (per-stream cuBLAS/cuDNN state must not be created
-        # during capture); the generator is rewound so that replays draw what eager calls would
-        rng = torch.cuda.get_rng_state()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            fn(*static_inputs)
-        torch.cuda.current_stream().wait_stream(stream)
-        torch.cuda.set_rng_state(rng)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            static_outputs = fn(*static_inputs)
-        return graph, static_inputs, static_outputs
 
 
 def size_groups(sizes: list[int], max_padding: float = 0.25) -> list[list[int]]:
@@ -473,45 +249,3 @@ def evaluate_samples(model: FlatModel, w: torch.Tensor, x: torch.Tensor, y: torc
         empty = x.new_zeros(0, dtype=torch.float32)
         return empty, empty
     return torch.cat(losses), torch.cat(correct)
-
-
-@torch.no_grad()
-def evaluate_linear(model: FlatModel, ws: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``evaluate_samples`` of several linear + log_softmax models (``LinearSoftmaxSteps.eligible``)
-    at once, in one matrix product: ``ws`` (models, P) flat weights; per-sample NLL and correctness
-    as (samples, models). The logits are laid out classes first, (classes, models, samples), so
-    that the softmax and the argmax run over the leading dimension (several times faster on the
-    CPU than over a short trailing one); the prediction is the first of equal maxima, as
-    ``torch.argmax``'s (written out: torch.argmax over a leading dimension is slow on the CPU)."""
-    classes, features = model.shapes[0]
-    models = len(ws)
-    weight = ws[:, : classes * features].reshape(models, classes, features).transpose(0, 1).reshape(classes * models, features)
-    bias = ws[:, classes * features :].T.reshape(-1, 1)
-    logits = torch.addmm(bias, weight, x.flatten(1).to(ws.dtype).T).view(classes, models, len(y))
-    log_p = F.log_softmax(logits, dim=0)
-    per_sample = -log_p.gather(0, y.view(1, 1, -1).expand(1, models, -1))[0]
-    if classes == 2:
-        correct = (log_p[1] > log_p[0]) == y.bool()
-    else:
-        best, predicted = log_p[0], torch.zeros_like(per_sample, dtype=y.dtype)
-        for c in range(1, classes):
-            predicted = torch.where(log_p[c] > best, c, predicted)
-            best = torch.maximum(best, log_p[c])
-        correct = predicted == y
-    return per_sample.T.contiguous(), correct.to(per_sample.dtype).T.contiguous()
-
-
-class DistinctSamples:
-    """The distinct (features, label) pairs of a set of samples and each sample's pair: samples
-    that are equal have equal losses, so a model can be evaluated once per pair and the values
-    read back per sample (``expand``). Adult's 99 binary features: 32 561 train samples are
-    9 646 pairs, 16 281 test samples 5 891."""
-
-    def __init__(self, x: torch.Tensor, y: torch.Tensor):
-        x = x.flatten(1)
-        pairs, self.inverse = torch.unique(torch.cat([x, y[:, None].to(x.dtype)], dim=1), dim=0, return_inverse=True)
-        self.x, self.y = pairs[:, :-1], pairs[:, -1].to(y.dtype)
-
-    def expand(self, values: torch.Tensor) -> torch.Tensor:
-        """Values of the pairs, (pairs, ...), as values of the samples, (samples, ...)."""
-        return values[self.inverse]

@@ -14,9 +14,8 @@ from typing import Any
 
 import yaml
 
-from fedmgda.catalog import AVERAGING_RULE, BUILTIN_ALGORITHMS, get_algorithm
+from fedmgda.catalog import BUILTIN_ALGORITHMS, Algorithm, get_algorithm
 from fedmgda.errors import ConfigError  # also importable from here, as before
-
 
 # run-config fields with a fixed set of readings, the default first (docs/protocol-choices.md)
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -27,6 +26,16 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "afl_step_weights": ("lambda", "uniform"),
     "init": ("torch", "glorot"),
     "final_model": ("auto", "last", "average"),
+}
+
+
+# run options that only the algorithms naming them in ``run_options`` read: another algorithm given
+# a value other than the default is an error, worded here ({readers}: the built-ins that read it)
+SCOPED_OPTIONS: dict[str, str] = {
+    "aggregation_weights": "sets the a-priori weights lambda0 of the averaging rules ({readers}); {algorithm} weights "
+                           "the updates by its own rule (a plug-in reads the participants' train sizes from its "
+                           "RoundContext): use {default}",
+    "afl_step_weights": "changes AFL's model step only; {algorithm} is not AFL: leave it at {default}",
 }
 
 
@@ -129,6 +138,20 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def _check_algorithm_options(self, info: Algorithm) -> None:
+        """The run options some algorithms read (``Algorithm.run_options``): a scoped one set for
+        an algorithm that does not read it is an error; then the algorithm's own ``check_run``."""
+        unknown = sorted(set(info.run_options) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise ConfigError(f"{self.algorithm}: run_options names unknown run config key(s) {', '.join(unknown)}")
+        for name, why in SCOPED_OPTIONS.items():
+            default = getattr(type(self), name)
+            if getattr(self, name) != default and name not in info.run_options:
+                readers = ", ".join(a.name for a in BUILTIN_ALGORITHMS.values() if name in a.run_options)
+                raise ConfigError(f"{name}: {getattr(self, name)} " + why.format(readers=readers, algorithm=self.algorithm, default=default))
+        if info.check_run is not None:
+            info.check_run(self)
+
     def validate(self) -> None:
         def positive(name: str, value: float) -> None:
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
@@ -163,19 +186,7 @@ class RunConfig:
         for name, allowed in CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name} must be {', '.join(allowed[:-1])} or {allowed[-1]}, got {getattr(self, name)!r}")
-        if self.aggregation_weights == "samples" and info.aggregator != AVERAGING_RULE:
-            averaging = ", ".join(a.name for a in BUILTIN_ALGORITHMS.values() if a.aggregator == AVERAGING_RULE)
-            raise ConfigError(f"aggregation_weights: samples sets the a-priori weights lambda0 of the averaging rules "
-                              f"({averaging}); {self.algorithm} weights the updates by its own rule (a plug-in "
-                              f"reads the participants' train sizes from its RoundContext): use uniform")
-        if self.algorithm != "afl" and self.afl_step_weights != "lambda":
-            raise ConfigError(f"afl_step_weights: {self.afl_step_weights} changes AFL's model step only; "
-                              f"{self.algorithm} is not AFL: leave it at lambda")
-        if self.algorithm == "afl" and self.afl_gamma_w == "local_lr":
-            gamma_w = self.hparams.get("gamma_w", 1.0)
-            if not math.isclose(float(gamma_w), float(self.local_lr)):
-                raise ConfigError(f"afl_gamma_w: local_lr reads AFL's gamma_w as the clients' learning rate, so local_lr "
-                                  f"must equal gamma_w (got local_lr {self.local_lr}, gamma_w {gamma_w})")
+        self._check_algorithm_options(info)
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
         self.attack.validate()

@@ -1,8 +1,8 @@
 """Packed training jobs: which runs of the registry share one process ("a pack").
 
 ``fedmgda train --config a.yaml b.yaml --out A B`` trains several runs in lockstep
-(:func:`fedmgda.simulator.run_packed`); the runs must share the samples, the model and the local
-training (:func:`fedmgda.simulator.check_packable`). :func:`pack_group` is that condition as a
+(:func:`fedmgda.scheduler.run_packed`); the runs must share the samples, the model and the local
+training (:func:`fedmgda.scheduler.check_packable`). :func:`pack_group` is that condition as a
 key computed from a run config alone, and :func:`assign_packs` cuts every group into packs of at
 most ``resources.<dataset>.pack`` runs, which the workflow trains as one job each
 (``workflow/rules/train.smk``). ``pack: 1`` (the default) packs nothing: one job per run.
@@ -20,6 +20,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -138,10 +139,11 @@ def pack_resources(specs: list[RunSpec]) -> dict[str, int]:
     }
 
 
-def train_pack(command: str, members: list[dict[str, str]], pack_log: str | Path, threads: int = 1) -> None:
+def train_pack(command: str | None, members: list[dict[str, str]], pack_log: str | Path, threads: int = 1) -> None:
     """Train one pack (the pack rules' script): write each run's ``run.yaml``, run
     ``<command> --config <run.yaml ...> --out <dir ...>`` in one process with its output in
     ``pack_log``, then copy that log to each run's ``train.log`` (also when training failed).
+    ``command`` None (the config's ``train_command: null``): ``<this Python> -m fedmgda train``.
 
     ``members``: one ``{"config": YAML text, "run_yaml": path, "out": folder, "log": path}`` per run.
     """
@@ -152,7 +154,8 @@ def train_pack(command: str, members: list[dict[str, str]], pack_log: str | Path
         Path(m["run_yaml"]).write_text(m["config"])
     Path(pack_log).parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    argv = shlex.split(command) + ["--config", *[m["run_yaml"] for m in members],
+    trainer = shlex.split(command) if command else [sys.executable, "-m", "fedmgda", "train"]
+    argv = trainer + ["--config", *[m["run_yaml"] for m in members],
                                    "--out", *[m["out"] for m in members]]
     try:
         with open(pack_log, "w") as log:

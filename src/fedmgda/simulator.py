@@ -6,9 +6,13 @@ round t from (seed, t, i). Hence every algorithm run with the same seed sees the
 and the same participants (paired comparisons, docs/protocol.md §6.1), and a run resumed from a
 checkpoint continues exactly as if it had never stopped, without saving any RNG state.
 
-A run is a generator (``Simulation.steps``) that yields whenever a round's clients must be trained
-or its participants' losses evaluated; ``run_packed`` drives several such runs in lockstep and
-serves all their requests of a kind together.
+This module is one run's protocol, in one place: sampling, the round (the clients' requests, the
+algorithm's client-side hooks, aggregation), evaluation, divergence, checkpoints and outputs. A
+run is a generator (``Simulation.steps``) that yields a typed request (``TrainRequest``,
+``LossRequest``, ``EvalRequest``) whenever a round's clients must be trained, its participants'
+losses evaluated or its model evaluated; it computes nothing of that itself. The scheduler
+(``fedmgda.scheduler``: ``run``, ``run_packed``) drives one or several runs and answers their
+requests, choosing the reference path (``fedmgda.client``) or a fast path (``fedmgda.fastpaths``).
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,21 +32,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fedmgda.aggregators import RoundContext, make_aggregator
+from fedmgda.aggregators import ClientRound, RoundContext, make_aggregator
 from fedmgda.attacks import force_attacker, loss_bias, loss_scale
-from fedmgda.catalog import AVERAGING_RULE, get_algorithm
-from fedmgda.client import (
-    ClientResult,
-    CudaGraphs,
-    DistinctSamples,
-    FlatModel,
-    LocalHParams,
-    LocalTrainer,
-    evaluate_linear,
-    evaluate_samples,
-    single_thread_on_cpu,
-    size_groups,
-)
+from fedmgda.catalog import get_algorithm
+from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, evaluate_samples
 from fedmgda.config import RunConfig
 from fedmgda.data.base import FederatedDataset
 from fedmgda.errors import ConfigError
@@ -69,26 +64,6 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def server_hparams(cfg: RunConfig) -> dict[str, Any]:
-    """The aggregator's hyper-parameters. With ``afl_gamma_w: local_lr`` AFL's gamma_w is the
-    clients' learning rate (the config checks local_lr equals it) and the server adds the weighted
-    updates with step 1, as the authors' example command does (docs/protocol.md §4.5, §8.11)."""
-    if cfg.algorithm == "afl" and cfg.afl_gamma_w == "local_lr":
-        return {**cfg.hparams, "gamma_w": 1.0}
-    return cfg.hparams
-
-
-def server_options(cfg: RunConfig) -> dict[str, str]:
-    """The run-config options of the built-in server rules, passed to their ``build`` (RunConfig
-    allows each for its rule only): AFL's ``afl_step_weights``, the averaging rules'
-    ``aggregation_weights`` (fedmgda.aggregators)."""
-    if cfg.algorithm == "afl":
-        return {"step_weights": cfg.afl_step_weights}
-    if get_algorithm(cfg.algorithm, cfg.plugin).aggregator == AVERAGING_RULE:
-        return {"aggregation_weights": cfg.aggregation_weights}
-    return {}
-
-
 def load_dataset(cfg: RunConfig) -> tuple[FederatedDataset, str]:
     """The run's federated dataset and its model name, from the dataset registry."""
     from fedmgda.data import DATASET_SPECS, load_federated
@@ -108,8 +83,20 @@ class RunResult:
 
 
 @dataclass
+class TrainRequest:
+    """A run asks for round ``t``'s local training of ``users`` from ``w`` and is sent back their
+    (updates, reported mean local losses). ``local_terms``: each participant's term of its local
+    objective, ``term(w, w_start)`` (the algorithm's ``local_term``), or None."""
+
+    w: torch.Tensor
+    t: int
+    users: list[int]
+    local_terms: list[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] | None = None
+
+
+@dataclass
 class LossRequest:
-    """A run asks for ``participant_losses(w, users)``; a training request is a tuple (w, t, users)."""
+    """A run asks for ``participant_losses(w, users)``."""
 
     w: torch.Tensor
     users: list[int]
@@ -162,11 +149,12 @@ class Simulation:
         module = build_model(model_name, tuple(data.x.shape[1:]), data.num_classes, cfg.init).to(self.device)
         self.model = FlatModel(module)
         self.algorithm = get_algorithm(cfg.algorithm, cfg.plugin)  # what the rule needs (fedmgda.catalog)
-        self.aggregator = make_aggregator(cfg.algorithm, server_hparams(cfg), cfg.rounds, self.num_users, cfg.plugin, **server_options(cfg))
+        options = {name: getattr(cfg, name) for name in self.algorithm.run_options}
+        self.aggregator = make_aggregator(cfg.algorithm, cfg.hparams, cfg.rounds, self.num_users, cfg.plugin, **options)
         batch = None if cfg.batch_size == "full" else int(cfg.batch_size)
-        self.local = LocalHParams(cfg.local_epochs, batch, cfg.local_lr, cfg.momentum, self.algorithm.prox_mu(cfg.hparams))
-        graphs = CudaGraphs() if cfg.batched and cfg.cuda_graphs and self.device.type == "cuda" else None
-        self.trainer = LocalTrainer(self.model, self.local, graphs=graphs)
+        self.local = LocalHParams(cfg.local_epochs, batch, cfg.local_lr, cfg.momentum, self.aggregator.proximal_mu)
+        self.client_states: dict[int, Any] = {}  # the algorithm's per-client state (kept in checkpoints)
+        self.trainer = LocalTrainer(self.model, self.local)
         self.per_round = cfg.clients_per_round or max(1, math.floor(cfg.participation * self.num_users + 1e-9))
         self.per_round = min(self.per_round, self.num_users)
         self.needs_pre_round_loss = cfg.track_improvement or self.algorithm.needs_pre_round_losses
@@ -176,8 +164,6 @@ class Simulation:
         # runs whose partitions (train and test) match can have their participant losses and
         # their evaluations computed together
         self.partition_key = hashlib.sha1(b"".join(i.numpy().tobytes() + b"|" for i in [*self.train_idx_cpu, *(i.cpu() for i in data.test_idx)])).hexdigest()
-        self._distinct_train: tuple[list[int], DistinctSamples] | None = None  # the latest participants' (packed linear runs)
-        self._distinct_test: DistinctSamples | None = None
 
         test_idx = self.data.test_idx
         self.test_owner = torch.cat([torch.full((len(i),), u, device=self.device) for u, i in enumerate(test_idx)])
@@ -202,24 +188,11 @@ class Simulation:
         """Loss and accuracy of ``w`` on each participant's train split (eval mode), evaluated
         in one pass over the participants' pooled samples.
 
-        ``loss``: mean per-sample loss; ``total``: q-FedAvg's F_i (``reported_stats``)."""
+        ``loss``: mean per-sample loss; ``total``: the sum of minibatch means (``participant_stats``)."""
         idx = [self.data.train_idx[user] for user in users]
         pooled = torch.cat(idx)
         per_sample, correct = evaluate_samples(self.model, w, self.data.x[pooled], self.data.y[pooled])
-        sizes = [len(i) for i in idx]
-        return self.reported_stats(participant_stats(per_sample, correct, sizes, self.local.batch_size), sizes)
-
-    def reported_stats(self, stats: dict[str, torch.Tensor], sizes: list[int]) -> dict[str, torch.Tensor]:
-        """``participant_stats`` as this run reports them; F_i (``total``) by ``qffl_loss``:
-        batch_sum, the sum of minibatch means as computed; batch_sum_per_sample, that divided by
-        the participant's train samples; train_mean, the mean loss over its whole train split
-        (``loss``), as the q-FFL code's ``loss = c.get_loss()`` ("compute loss on the whole
-        training data", fair_flearn qffedavg.py:L52; qffedsgd.py's loss of the full-split batch)."""
-        if self.cfg.qffl_loss == "batch_sum_per_sample":
-            stats["total"] = stats["total"] / torch.tensor(sizes, device=stats["total"].device, dtype=stats["total"].dtype)
-        elif self.cfg.qffl_loss == "train_mean":
-            stats["total"] = stats["loss"]
-        return stats
+        return participant_stats(per_sample, correct, [len(i) for i in idx], self.local.batch_size)
 
     def _losses(self, w: torch.Tensor, users: list[int]):
         """``participant_losses(w, users)`` asked of the driver (a generator), remembered once:
@@ -250,32 +223,13 @@ class Simulation:
         acc, loss = self.evaluate_users(w)
         return acc, loss, self.evaluate_global(w) if with_global else {}
 
-    def distinct_train(self, users: list[int]) -> DistinctSamples:
-        """The participants' pooled train samples as ``DistinctSamples`` (the latest participants' are kept)."""
-        if self._distinct_train is None or self._distinct_train[0] != users:
-            pooled = torch.cat([self.data.train_idx[user] for user in users])
-            self._distinct_train = (list(users), DistinctSamples(self.data.x[pooled], self.data.y[pooled]))
-        return self._distinct_train[1]
-
-    def distinct_test(self) -> DistinctSamples:
-        """The users' test samples (``test_x``), then each global test set, as ``DistinctSamples``."""
-        if self._distinct_test is None:
-            global_sets = list(self.data.global_test.values())
-            x = torch.cat([self.test_x.flatten(1), *(gx.flatten(1) for gx, _ in global_sets)])
-            self._distinct_test = DistinctSamples(x, torch.cat([self.test_y, *(gy for _, gy in global_sets)]))
-        return self._distinct_test
-
     def model_stats(self, w: torch.Tensor) -> dict[str, float]:
         acc, _ = self.evaluate_users(w)
         return {**accuracy_stats(acc, self.test_sizes), **self.evaluate_global(w)}
 
     # ------------------------------------------------------------------ the run
-    def run(self, out_dir: str | Path | None = None) -> RunResult:
-        """Train the run; with ``out_dir``, resume from its checkpoint and write the outputs there."""
-        return run_packed([self], [out_dir])[0]
-
     def steps(self, out_dir: str | Path | None = None):
-        """The run as a generator: it yields (w, t, users) whenever a round's clients must be
+        """The run as a generator: it yields a TrainRequest whenever a round's clients must be
         trained and is sent back their (updates, train losses), yields a LossRequest when its
         participants' losses are needed and is sent back ``participant_losses``, yields an
         EvalRequest when its model is evaluated and is sent back ``evaluate``, and returns the
@@ -315,12 +269,14 @@ class Simulation:
         row and the next global model)."""
         cfg, attack = self.cfg, self.cfg.attack
         users = self.participants(t)
+        sizes = [int(self.train_sizes[u]) for u in users]
         pre = (yield from self._losses(w, users)) if self.needs_pre_round_loss else None
-        updates, train_losses = yield w, t, users
+        updates, train_losses = yield self._train_request(w, t, users)
+        reports = self._after_training(w, users, updates, train_losses)
         scales = torch.tensor([loss_scale(attack, u) for u in users], device=self.device)
         biases = torch.tensor([loss_bias(attack, u) for u in users], device=self.device)
-        reported_total = pre["total"] * scales + biases if pre is not None else torch.full((len(users),), float("nan"), device=self.device)
-        ctx = RoundContext(t, cfg.rounds, users, reported_total, train_losses + biases, [int(self.train_sizes[u]) for u in users])
+        reported_total = self.aggregator.reported_loss(pre, sizes) * scales + biases if pre is not None else torch.full((len(users),), float("nan"), device=self.device)
+        ctx = RoundContext(t, cfg.rounds, users, reported_total, train_losses + biases, sizes, reports)
         row: dict[str, float] = {"round": t + 1, "train_loss": float(train_losses.mean())}
         try:
             w_next, info = self.aggregator.aggregate(w, updates, ctx)
@@ -342,6 +298,30 @@ class Simulation:
                 row.update(global_acc)
                 state.per_user_rows.append(pd.DataFrame({"round": t + 1, "user": np.arange(self.num_users), "n_test": self.test_sizes, "accuracy": acc, "loss": loss}))
         return row, w_next
+
+    def _client_state(self, user: int, w: torch.Tensor) -> Any:
+        if user not in self.client_states:
+            self.client_states[user] = self.aggregator.client_state(user, w)
+        return self.client_states[user]
+
+    def _train_request(self, w: torch.Tensor, t: int, users: list[int]) -> TrainRequest:
+        """Round t's training request, with each participant's local term if the algorithm has one."""
+        if not self.aggregator.has_local_term():
+            return TrainRequest(w, t, users)
+        term = self.aggregator.local_term
+        return TrainRequest(w, t, users, [partial(_with_state, term, self._client_state(u, w)) for u in users])
+
+    def _after_training(self, w: torch.Tensor, users: list[int], updates: torch.Tensor, train_losses: torch.Tensor) -> list[Any]:
+        """Each participant's ``after_training``: its new state (kept) and its report (returned)."""
+        if not self.aggregator.has_client_state():
+            return [None] * len(users)
+        reports = []
+        for user, update, loss in zip(users, updates, train_losses):
+            steps = self.local.epochs * self.local.batches_per_epoch(int(self.train_sizes[user]))
+            client = ClientRound(user, self._client_state(user, w), update, loss, steps, self.local.lr)
+            self.client_states[user], report = self.aggregator.after_training(client)
+            reports.append(report)
+        return reports
 
     def _finish(self, w: torch.Tensor, state: _State) -> RunResult:
         cfg = self.cfg
@@ -380,6 +360,7 @@ class Simulation:
             "w": state.w.cpu(),
             "iterate_sum": state.iterate_sum.cpu(),
             "aggregator": self.aggregator.state_dict(),
+            "client_states": self.client_states,
             "rows": state.rows,
             "per_user_rows": state.per_user_rows,
             "elapsed": state.elapsed,
@@ -396,6 +377,7 @@ class Simulation:
         if payload["config"] != self.cfg.to_dict():
             raise ConfigError(f"{path} belongs to a different run config; delete it to start this run afresh")
         self.aggregator.load_state_dict(payload["aggregator"])
+        self.client_states = payload.get("client_states", {})
         return _State(
             next_round=payload["next_round"],
             w=payload["w"].to(self.device),
@@ -406,230 +388,9 @@ class Simulation:
         )
 
 
-def check_packable(sims: list[Simulation]) -> None:
-    """Runs can be packed when they share the device, the model, the local hyper-parameters, the
-    batched setting and the pooled samples (seeds, algorithms, their hyper-parameters, attacks and
-    partitions may differ). The packed runs then share one copy of the samples."""
-    lead = sims[0]
-    for sim in sims[1:]:
-        differ = [name for name, same in [
-            ("device", sim.device == lead.device),
-            ("model", type(sim.model.module) is type(lead.model.module) and sim.model.shapes == lead.model.shapes),
-            ("local training (epochs, batch size, local lr, momentum, proximal mu)", sim.local == lead.local),
-            ("batched", sim.cfg.batched == lead.cfg.batched),
-            ("pooled samples", sim.data.x is lead.data.x or (sim.data.x.shape == lead.data.x.shape and torch.equal(sim.data.x, lead.data.x) and torch.equal(sim.data.y, lead.data.y))),
-        ] if not same]
-        if differ:
-            raise ConfigError(f"runs {lead.cfg.dataset}/{lead.cfg.algorithm}/seed{lead.cfg.seed} and {sim.cfg.dataset}/{sim.cfg.algorithm}/seed{sim.cfg.seed} cannot be packed: they differ in {'; '.join(differ)}")
-        sim.data = replace(sim.data, x=lead.data.x, y=lead.data.y)
-
-
-class Progress:
-    """Progress lines of a run or a pack, printed (flushed, for ``tail -f``) at most every
-    ``every`` seconds, and after the first and the last round: round t/T, seconds per round, ETA,
-    the mean user accuracy of the run (of a pack: min/mean/max over its runs, and how many are
-    still training)."""
-
-    def __init__(self, sims: list[Simulation], every: float):
-        self.sims, self.every = sims, every
-        self.start = self.last = time.perf_counter()
-        self.printed_round = -1
-
-    def __call__(self, active: int) -> None:
-        now = time.perf_counter()
-        total = max(sim.cfg.rounds for sim in self.sims)
-        round_ = min((sim.rounds_done for sim in self.sims if sim.rounds_done < sim.cfg.rounds), default=total)
-        done = sum(sim.rounds_done - sim.rounds_started for sim in self.sims) / len(self.sims)
-        due = round_ != self.printed_round and (now - self.last >= self.every or round_ in (1, total))
-        if not due or done <= 0:
-            return
-        self.last, self.printed_round = now, round_
-        per_round = (now - self.start) / done
-        eta = per_round * (total - round_)
-        acc = np.array([sim.mean_acc for sim in self.sims if math.isfinite(sim.mean_acc)]) * 100
-        if len(self.sims) == 1:
-            accuracy = f"mean user acc {acc[0]:.2f} %" if len(acc) else "mean user acc n/a"
-        else:
-            accuracy = f"{active}/{len(self.sims)} runs active; mean user acc min {acc.min():.2f} / mean {acc.mean():.2f} / max {acc.max():.2f} %" if len(acc) else f"{active}/{len(self.sims)} runs active"
-        print(f"[progress] round {round_}/{total} | {per_round:.3f} s/round | ETA {eta / 60:.1f} min | {accuracy}", flush=True)
-
-
-def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None], progress_every: float | None = None) -> list[RunResult]:
-    """Train several runs in lockstep ("run packing"): every round, the participants of all of them
-    are trained as one batched computation (``train_packed``), which keeps a large GPU busy; each
-    run keeps its own sampling, aggregation, evaluation, checkpoints and outputs. A finished or
-    diverged run leaves the pack. Models without dropout get the updates of unpacked runs (up to
-    float rounding); with dropout, the masks differ. With one run this is ``Simulation.run``.
-    ``progress_every`` (seconds): print progress lines (``Progress``); None: none."""
-    if len(sims) != len(out_dirs):
-        raise ValueError("run_packed needs one output folder (or None) per run")
-    check_packable(sims)
-    runs = [sim.steps(out) for sim, out in zip(sims, out_dirs)]
-    results: list[RunResult | None] = [None] * len(sims)
-    pending: dict[int, tuple | LossRequest] = {}
-
-    def advance(i: int, answer) -> None:
-        try:
-            pending[i] = runs[i].send(answer)
-        except StopIteration as done:
-            results[i] = done.value
-            pending.pop(i, None)
-
-    # a linear model's operations (training and evaluation) are too small to split across threads
-    with single_thread_on_cpu(sims[0].device, sims[0].trainer.analytic is not None):
-        for i in range(len(runs)):
-            advance(i, None)
-        progress = Progress(sims, progress_every) if progress_every is not None else None
-        while pending:
-            order = list(pending)
-            for i, answer in zip(order, serve_packed([sims[i] for i in order], [pending[i] for i in order])):
-                advance(i, answer)
-            if progress is not None:
-                progress(len(pending))
-    return results
-
-
-def serve_packed(sims: list[Simulation], requests: list) -> list:
-    """Answer one request of each run: training requests with ``train_packed``, LossRequests with
-    ``losses_packed``, EvalRequests with ``evaluate_packed`` (each kind for all runs asking it at once)."""
-    answers: list = [None] * len(sims)
-    for kind, serve in ((LossRequest, losses_packed), (tuple, train_packed), (EvalRequest, evaluate_packed)):
-        chosen = [i for i, request in enumerate(requests) if isinstance(request, kind)]
-        if chosen:
-            for i, answer in zip(chosen, serve([sims[i] for i in chosen], [requests[i] for i in chosen])):
-                answers[i] = answer
-    return answers
-
-
-def by_group(keys: list, serve) -> list:
-    """``serve(members)`` (one answer per member) for the members of each group of equal keys,
-    the answers in the keys' order."""
-    groups: dict = {}
-    for j, key in enumerate(keys):
-        groups.setdefault(key, []).append(j)
-    answers: list = [None] * len(keys)
-    for members in groups.values():
-        for j, answer in zip(members, serve(members)):
-            answers[j] = answer
-    return answers
-
-
-def linear_batched(sims: list[Simulation]) -> bool:
-    return sims[0].cfg.batched and sims[0].trainer.analytic is not None
-
-
-def losses_packed(sims: list[Simulation], requests: list[LossRequest]) -> list[dict[str, torch.Tensor]]:
-    """``participant_losses`` of each run. Batched linear + log_softmax models evaluate the runs
-    that share the participants (and partition) in one matrix product (``linear_participant_losses``)."""
-    if not linear_batched(sims):
-        return [sim.participant_losses(r.w, r.users) for sim, r in zip(sims, requests)]
-    keys = [(tuple(sorted(r.users)), sim.partition_key) for sim, r in zip(sims, requests)]
-
-    def group(members: list[int]) -> list[dict[str, torch.Tensor]]:
-        # one product for the runs with the same participants, in any order; rows back in each run's order
-        users = sorted(requests[members[0]].users)
-        stats = linear_participant_losses([sims[j] for j in members], [requests[j].w for j in members], users)
-        rows = [[users.index(u) for u in requests[j].users] for j in members]
-        return [{key: value[row] for key, value in s.items()} for s, row in zip(stats, rows)]
-
-    return by_group(keys, group)
-
-
-def linear_participant_losses(sims: list[Simulation], ws: list[torch.Tensor], users: list[int]) -> list[dict[str, torch.Tensor]]:
-    """``participant_losses`` of several runs' linear + log_softmax models ``ws`` (one per run, the
-    same partition and participants), evaluated once per distinct sample for all runs."""
-    lead = sims[0]
-    pairs = lead.distinct_train(users)
-    per_sample, correct = (pairs.expand(values) for values in evaluate_linear(lead.model, torch.stack(ws), pairs.x, pairs.y))  # (samples, runs)
-    sizes = [len(lead.data.train_idx[user]) for user in users]
-    stats = participant_stats(per_sample, correct, sizes, lead.local.batch_size)  # (users, runs) each
-    return [sim.reported_stats({key: value[:, r] for key, value in stats.items()}, sizes) for r, sim in enumerate(sims)]
-
-
-def evaluate_packed(sims: list[Simulation], requests: list[EvalRequest]) -> list[tuple[np.ndarray, np.ndarray, dict[str, float]]]:
-    """``evaluate`` of each run. Batched linear + log_softmax models evaluate the runs that share
-    the partition in one matrix product (``linear_evaluate``)."""
-    if not linear_batched(sims):
-        return [sim.evaluate(r.w, r.with_global) for sim, r in zip(sims, requests)]
-    return by_group([sim.partition_key for sim in sims], lambda members: linear_evaluate([sims[j] for j in members], [requests[j] for j in members]))
-
-
-def linear_evaluate(sims: list[Simulation], requests: list[EvalRequest]) -> list[tuple[np.ndarray, np.ndarray, dict[str, float]]]:
-    """``evaluate`` of several runs' linear + log_softmax models (the same partition), evaluated
-    once per distinct test sample (the users' and the global test sets') for all runs."""
-    lead = sims[0]
-    pairs = lead.distinct_test()
-    per_sample, correct = (pairs.expand(values) for values in evaluate_linear(lead.model, torch.stack([r.w for r in requests]), pairs.x, pairs.y))  # (samples, runs)
-    n = len(lead.test_y)
-    acc = per_owner_mean(correct[:n], lead.test_owner, lead.num_users).T.cpu().numpy()  # (runs, users)
-    loss = per_owner_mean(per_sample[:n], lead.test_owner, lead.num_users).T.cpu().numpy()
-    global_acc, start = {}, n
-    for name, (_, gy) in lead.data.global_test.items():
-        global_acc[f"test_acc_{name}"] = correct[start : start + len(gy)].mean(dim=0).tolist()
-        start += len(gy)
-    return [(acc[r], loss[r], {key: values[r] for key, values in global_acc.items()} if request.with_global else {}) for r, request in enumerate(requests)]
-
-
-def train_packed(sims: list[Simulation], requests: list[tuple[torch.Tensor, int, list[int]]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """One round's client updates of one or more runs: requests[j] = (w, t, users) of sims[j];
-    returns, per run, the updates (rows, in ``users`` order) and reported mean local losses.
-
-    Client k of run j draws its minibatch order from (seed_j, t, user). With ``batched``, clients
-    of similar size, of every run, are trained together (one vmap-ed step per local step; their
-    dropout masks are drawn per client from the group's seed); a client without a partner of
-    similar size takes the sequential path, which is cheaper, unless CUDA graphs make the
-    batched path (a group of one) cheaper still. Linear + log_softmax models (Adult) train all
-    clients in one group, with the analytic step."""
-    lead = sims[0]
-    clients = [(j, k) for j, (_, _, users) in enumerate(requests) for k in range(len(users))]
-
-    def client_key(j: int, k: int) -> tuple[int, int, int]:
-        _, t, users = requests[j]
-        return sims[j].cfg.seed, t, users[k]
-
-    def user(j: int, k: int) -> int:
-        return requests[j][2][k]
-
-    sizes = [len(sims[j].train_idx_cpu[user(j, k)]) for j, k in clients]
-    if not lead.cfg.batched:
-        groups = [[c] for c in range(len(clients))]
-    elif lead.trainer.analytic is not None:  # no padding to waste: done clients leave the steps
-        groups = [list(range(len(clients)))]
-    else:
-        groups = size_groups(sizes)
-    results: list[list[ClientResult | None]] = [[None] * len(users) for _, _, users in requests]
-    for group in groups:
-        members = [clients[c] for c in group]
-        if not lead.cfg.batched or (len(members) == 1 and lead.trainer.graphs is None and lead.trainer.analytic is None):
-            (j, k), sim = members[0], sims[members[0][0]]
-            seed = derived_seed(*client_key(j, k))
-            torch.manual_seed(seed)  # dropout masks
-            idx = sim.data.train_idx[user(j, k)]
-            results[j][k] = sim.trainer.train(requests[j][0], sim.data.x[idx], sim.data.y[idx], torch.Generator().manual_seed(seed), loss_scale(sim.cfg.attack, user(j, k)))
-            continue
-        torch.manual_seed(derived_seed(*(key for j, k in members for key in client_key(j, k))))  # dropout, per client by vmap
-        # clients of one seed, user and partition draw one minibatch plan: the same samples and
-        # generator; full batches are not shuffled, so there one user and partition is one plan
-        def plan_key(j: int, k: int) -> tuple:
-            drawn = () if lead.trainer.hparams.batch_size is None else client_key(j, k)
-            return (*drawn, user(j, k), sims[j].partition_key)
-
-        plans: dict[tuple, tuple[torch.Tensor, torch.Generator]] = {}
-        for j, k in members:
-            if plan_key(j, k) not in plans:
-                plans[plan_key(j, k)] = (sims[j].train_idx_cpu[user(j, k)], torch.Generator().manual_seed(derived_seed(*client_key(j, k))))
-        shared = [plans[plan_key(j, k)] for j, k in members]
-        trained = lead.trainer.train_batched(
-            torch.stack([requests[j][0] for j, _ in members]),
-            lead.data.x,
-            lead.data.y,
-            [idx for idx, _ in shared],
-            [generator for _, generator in shared],
-            torch.tensor([loss_scale(sims[j].cfg.attack, user(j, k)) for j, k in members]),
-        )
-        for (j, k), result in zip(members, trained):
-            results[j][k] = result
-    return [(torch.stack([r.update for r in rows]), torch.stack([r.train_loss for r in rows])) for rows in results]
+def _with_state(term: Callable, state: Any, w: torch.Tensor, w_start: torch.Tensor) -> torch.Tensor:
+    """An algorithm's ``local_term`` of one client: ``term(w, w_start, state)``."""
+    return term(w, w_start, state)
 
 
 def protocol_stats(per_user: pd.DataFrame, metrics: pd.DataFrame, per_user_every: int) -> dict[str, float] | None:
@@ -657,8 +418,3 @@ def write_result(result: RunResult, out: Path) -> None:
     tmp = out / "summary.json.tmp"
     tmp.write_text(json.dumps(result.summary, indent=2, default=float))
     os.replace(tmp, out / "summary.json")
-
-
-def run(cfg: RunConfig, out_dir: str | Path | None = None, data: FederatedDataset | None = None, model_name: str | None = None) -> RunResult:
-    """Train one run of ``cfg`` and (with ``out_dir``) write its outputs there."""
-    return Simulation(cfg, data=data, model_name=model_name).run(out_dir)

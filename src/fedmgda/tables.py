@@ -32,7 +32,6 @@ import pandas as pd
 
 from fedmgda.metrics import display_scale
 
-PAPER_NA = "n/a (offline dataset)"
 NOT_IN_PAPER = "not in paper"
 
 
@@ -156,22 +155,22 @@ def build_table(spec: dict[str, Any], runs_dir: str | Path, paper: pd.DataFrame 
             matched.update(hits["row"])
         for c in columns:
             mean, std = stats[c]
-            if paper_rows is None:
-                p_mean, p_std, p_text = math.nan, math.nan, PAPER_NA
+            h = hits[hits["column"] == c] if hits is not None else None
+            if h is None or not len(h):
+                p_mean, p_std, p_text = math.nan, math.nan, NOT_IN_PAPER
             else:
-                h = hits[hits["column"] == c] if hits is not None else hits
-                if h is None or not len(h):
-                    p_mean, p_std, p_text = math.nan, math.nan, NOT_IN_PAPER
-                else:
-                    p_mean, p_std = float(h["mean"].iloc[0]), float(h["std"].iloc[0])
-                    p_text = f"{p_mean:.2f}±{p_std:.2f}"
+                p_mean, p_std = float(h["mean"].iloc[0]), float(h["std"].iloc[0])
+                p_text = f"{p_mean:.2f}±{p_std:.2f}"
             if diverged:
                 r_text, diff, verd = f"diverged ({diverged}/{n} seeds)", math.nan, "diverged"
                 mean = std = math.nan
             else:
                 r_text = "n/a" if math.isnan(mean) else f"{mean:.2f}±{std:.2f}"
                 diff = mean - p_mean
-                verd = verdict(mean, p_mean, p_std, n, tolerance.get(c, 0.0)) if paper_rows is not None else "n/a"
+                verd = verdict(mean, p_mean, p_std, n, tolerance.get(c, 0.0))
+            if paper_rows is None:  # no paper reference: the reproduced statistic only
+                rec.update({f"{c} reproduced": r_text, f"{c} repro_mean": mean, f"{c} repro_std": std})
+                continue
             rec.update({f"{c} paper": p_text, f"{c} paper_mean": p_mean, f"{c} paper_std": p_std,
                         f"{c} reproduced": r_text, f"{c} repro_mean": mean, f"{c} repro_std": std,
                         f"{c} diff": diff, f"{c} verdict": verd})
@@ -224,13 +223,15 @@ def join_parts(spec: dict[str, Any], runs_dir: str | Path, paper: pd.DataFrame |
                                "label": " / ".join(dict.fromkeys(str(r["label"]) for r in present.values())),
                                "seeds": min(int(r["seeds"]) for r in present.values()) if not missing else 0,
                                "status": status}
+        fields = (("paper", "paper_mean", "paper_std") if spec.get("paper") else ()) + \
+            ("reproduced", "repro_mean", "repro_std") + (("diff", "verdict") if spec.get("paper") else ())
         for c in spec["columns"]:
             part = present.get(bound[c])
-            for field in ("paper", "paper_mean", "paper_std", "reproduced", "repro_mean", "repro_std", "diff", "verdict"):
+            for field in fields:
                 if part is not None:
                     rec[f"{c} {field}"] = part[f"{c} {field}"]
                 elif field in ("paper", "reproduced", "verdict"):  # neither run nor printed for this part
-                    rec[f"{c} {field}"] = (NOT_IN_PAPER if spec.get("paper") else PAPER_NA) if field == "paper" else "not run"
+                    rec[f"{c} {field}"] = NOT_IN_PAPER if field == "paper" else "not run"
                 else:
                     rec[f"{c} {field}"] = math.nan
         records.append(rec)
@@ -238,22 +239,27 @@ def join_parts(spec: dict[str, Any], runs_dir: str | Path, paper: pd.DataFrame |
 
 
 def to_markdown(df: pd.DataFrame, spec: dict[str, Any]) -> str:
-    """A readable markdown rendering: per column paper | reproduced | Δ (verdict)."""
+    """A readable markdown rendering: per column paper | reproduced | Δ (verdict); a table
+    without a paper reference (``paper: null``) has one column per statistic, the reproduced one."""
     columns = list(spec["columns"])
+    with_paper = bool(spec.get("paper"))
     head = ["Row", "Seeds"]
     for c in columns:
-        head += [f"{c} paper", f"{c} reproduced", f"{c} Δ (verdict)"]
+        head += [f"{c} paper", f"{c} reproduced", f"{c} Δ (verdict)"] if with_paper else [c]
     lines = [f"## {spec.get('title', spec['name'])}", ""]
-    if not spec.get("paper"):
-        lines += ["Paper values: " + PAPER_NA + " — this profile runs offline datasets, so only "
-                  "reproduced numbers are shown.", ""]
-    lines += ["Mean ± population std over seeds, in %. Verdict: *within* when |reproduced − paper| "
-              "≤ " + _band_text(spec) + ".", ""]
+    if with_paper:
+        lines += ["Mean ± population std over seeds, in %. Verdict: *within* when |reproduced − paper| "
+                  "≤ " + _band_text(spec) + ".", ""]
+    else:
+        lines += ["Mean ± population std over seeds, in % (no paper reference: reproduced numbers only).", ""]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
     for _, r in df.iterrows():
         cells = [str(r["label"]) + ("" if r["status"] == "ok" else f" — {r['status']}"), str(r["seeds"])]
         for c in columns:
+            if not with_paper:
+                cells.append(str(r[f"{c} reproduced"]))
+                continue
             diff = r[f"{c} diff"]
             dtext = "" if pd.isna(diff) else f"{diff:+.2f} "
             cells += [str(r[f"{c} paper"]), str(r[f"{c} reproduced"]), f"{dtext}({r[f'{c} verdict']})"]

@@ -14,7 +14,7 @@ from fedmgda.config import RunConfig
 from fedmgda.data import DATASET_SPECS, ensure_raw_files, load_federated, make_partition
 from fedmgda.data.download import file_digest
 from fedmgda.data.fmnist import read_idx
-from fedmgda.simulator import run
+from fedmgda.scheduler import run
 
 USERS = ["tshirt", "pullover", "shirt"]
 LABELS = (0, 2, 6)  # the original Fashion-MNIST labels of the three users

@@ -95,9 +95,11 @@ def run_snakemake(workdir: Path, *args: str) -> tuple[str, list[tuple[str, str]]
         *args,
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    # As if this interpreter's environment were activated: the workflow's shell commands call
-    # `python -m fedmgda...`, and jobs inherit the submit host's PATH (sbatch --export=ALL).
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    # No environment activated: jobs inherit the submit host's PATH (sbatch --export=ALL), but
+    # the workflow's commands run the interpreter that runs Snakemake (docs/workflow.md, "Which
+    # Python runs the jobs"), which each Slurm job starts Snakemake with.
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin)
     try:
         proc = subprocess.run(
             cmd,

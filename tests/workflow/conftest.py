@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +56,37 @@ def copy_workflow(wd: Path) -> Path:
         shutil.copytree(REPO / d, wd / d)
     (wd / "src").symlink_to(REPO / "src")
     return wd
+
+
+def git_clone_copy(wd: Path) -> Path:
+    """The repository as a fresh clone has it: its git-tracked files copied into ``wd``."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip(f"not a git checkout: {listed.stderr.strip()}")
+    for name in filter(None, listed.stdout.split("\0")):
+        src = REPO / name
+        if src.exists() or src.is_symlink():  # tracked but deleted in the checkout: not copied
+            (wd / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, wd / name, follow_symlinks=False)
+    return wd
+
+
+DECOYS = ("python", "python3", "fedmgda", "papermill", "jupyter")
+
+
+def unactivated_env(tmp: Path) -> tuple[dict[str, str], Path]:
+    """The environment of a shell where no virtualenv / conda env is active: PATH is
+    /usr/bin:/bin behind decoy ``python``, ``python3``, ``fedmgda``, ``papermill`` and ``jupyter``
+    commands that fail and write their name to the returned file, so a job that runs whatever comes
+    first on PATH instead of the interpreter running Snakemake fails and is named."""
+    bin_dir, called = tmp / "decoy-bin", tmp / "decoys-called.txt"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name in DECOYS:
+        (bin_dir / name).write_text(f"#!/bin/sh\necho {name} >> '{called}'\nexit 97\n")
+        (bin_dir / name).chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "PYTHONHOME")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin"
+    return env, called
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from .conftest import copy_workflow
+from .conftest import copy_workflow, unactivated_env
 
 # over config/test.yaml (a second --configfile is merged over the first): seed 1 of FedAvg and
 # FedMGDA+ share the local training -> one pack; FedProx (mu 0.01) trains alone (rule train)
@@ -45,8 +45,10 @@ def snakemake(wd: Path, *args: str, **kw) -> subprocess.Popen:
 def test_a_killed_pack_job_resumes_every_run_to_the_results_of_runs_trained_alone(tmp_path):
     wd = copy_workflow(tmp_path / "wf")
     (wd / "pack.yaml").write_text(yaml.safe_dump(OVERLAY))
+    # no environment activated: the pack script and its trainer run with this interpreter
+    env, decoys_called = unactivated_env(tmp_path)
 
-    dry = snakemake(wd, "runs", "-n", "--quiet", "rules")
+    dry = snakemake(wd, "runs", "-n", "--quiet", "rules", env=env)
     out = dry.communicate(timeout=120)[0]
     assert dry.returncode == 0, out[-3000:]
     assert "train_pack_tiny_digits_k1_b10_lr0_05_m0_5_devicecpu_pack1" in out and "\ntrain " in out, out
@@ -55,7 +57,7 @@ def test_a_killed_pack_job_resumes_every_run_to_the_results_of_runs_trained_alon
     alone = f"{SETTING}/fedprox/mu0.01/clean/seed1"
     runs = [wd / m for m in members] + [wd / alone]
 
-    first = snakemake(wd, "runs")
+    first = snakemake(wd, "runs", env=env)
     deadline = time.time() + 300
     while time.time() < deadline and first.poll() is None and not all((r / "checkpoint.pt").exists() for r in runs[:2]):
         time.sleep(0.05)
@@ -65,10 +67,11 @@ def test_a_killed_pack_job_resumes_every_run_to_the_results_of_runs_trained_alon
     assert not any((r / "summary.json").exists() for r in runs[:2]), "the pack finished before it could be killed"
     configs = [(r / "run.yaml").read_text() for r in runs[:2]]
 
-    assert snakemake(wd, "--unlock").wait(timeout=120) == 0
-    second = snakemake(wd, "runs", "--rerun-incomplete")
+    assert snakemake(wd, "--unlock", env=env).wait(timeout=120) == 0
+    second = snakemake(wd, "runs", "--rerun-incomplete", env=env)
     log = second.communicate(timeout=600)[0]
     assert second.returncode == 0, log[-5000:]
+    assert not decoys_called.exists(), decoys_called.read_text()
     for r in runs:
         for f in FILES:
             assert (r / f).is_file(), (r, f)

@@ -35,4 +35,34 @@ def test_plugin_gets_its_row_in_a_table(tmp_path):
     assert len(metrics) == 4 and metrics["mean_acc"].notna().all()
     table = (wd / "results/plugin/tables/table8.md").read_text()
     assert "FedAvgM β=0.5" in table and "FedMGDA+" in table
+    # `paper: null`: one's own numbers only, one column per statistic
+    header = next(line for line in table.splitlines() if line.startswith("| Row |"))
+    assert sorted(header.strip("| ").split(" | ")) == sorted(["Row", "Seeds", *cfg["tables"]["table8"]["columns"]])
+    assert "paper |" not in table and "n/a" not in table
     assert (wd / "results/plugin/figures/fig1a.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_client_side_plugin_gets_its_row_and_curve(tmp_path):
+    """SCAFFOLD (examples/scaffold.py: a local term, per-client state, reports) beside FedMGDA+."""
+    wd = copy_workflow(tmp_path / "wf")
+    shutil.copytree(REPO / "examples", wd / "examples")
+    cfg = yaml.safe_load((REPO / "config/test.yaml").read_text())
+    # the config lines docs/plugins.md asks for: the plug-in, its grid line, plain local SGD
+    cfg["plugins"] = ["examples/scaffold.py:Scaffold"]
+    cfg["grids"]["tiny"].append({"algorithm": "scaffold"})
+    cfg["settings"]["digits_b10"]["momentum"] = 0.0
+    cfg.update(profile="scaffold", seeds=[1])
+    (wd / "config/scaffold.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True))
+
+    targets = ["results/scaffold/tables/table8.md", "results/scaffold/figures/fig1a.png"]
+    proc = subprocess.run([sys.executable, "-m", "snakemake", *targets, "--cores", "2", "--configfile", "config/scaffold.yaml"],
+                          cwd=wd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    [summary] = (wd / "results/scaffold/runs").glob("*/scaffold/*/clean/seed1/summary.json")
+    metrics = pd.read_csv(summary.parent / "metrics.csv")
+    assert len(metrics) == 4 and metrics["mean_acc"].notna().all()
+    assert "do not serve its local_term" in (summary.parent / "train.log").read_text()
+    table = (wd / "results/scaffold/tables/table8.md").read_text()
+    assert "SCAFFOLD" in table and "FedMGDA+" in table
+    assert (wd / "results/scaffold/figures/fig1a.png").stat().st_size > 0

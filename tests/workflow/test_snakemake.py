@@ -18,7 +18,7 @@ import yaml
 from fedmgda.experiments import expand, rows_selected
 from fedmgda.packs import assign_packs, pack_rule_name
 
-from .conftest import REPO, copy_workflow
+from .conftest import REPO, copy_workflow, unactivated_env
 
 
 def _job_counts(output: str) -> dict[str, int]:
@@ -89,10 +89,14 @@ def workdir(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-def test_tiny_config_end_to_end(workdir):
+def test_tiny_config_end_to_end(workdir, tmp_path):
+    # from a shell without the environment activated: every rule (papermill's kernel included)
+    # runs with this interpreter, none with the decoys first on PATH
+    env, decoys_called = unactivated_env(tmp_path)
     proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/test.yaml"], cwd=workdir,
-                          capture_output=True, text=True, timeout=600)
+                          env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    assert not decoys_called.exists(), decoys_called.read_text()
     out = workdir / "results/test"
     runs = list((out / "runs").rglob("summary.json"))
     assert len(runs) == 4

@@ -1,5 +1,5 @@
 """Table statistics on fixture runs: mean ± population std over seeds, verdicts, diverged runs,
-best-of rows, paper rows that are not run, offline tables without paper values."""
+best-of rows, paper rows that are not run, tables without a paper reference (reproduced numbers only)."""
 
 from __future__ import annotations
 
@@ -67,21 +67,44 @@ def test_diverged_seeds_are_shown_as_diverged(runs_dir):
     df = build_table(spec, runs_dir)
     r = df.iloc[0]
     assert r["status"] == "diverged (1/2 seeds)"
-    assert r["Average reproduced"] == "diverged (1/2 seeds)" and r["Average verdict"] == "diverged"
+    assert r["Average reproduced"] == "diverged (1/2 seeds)"
     assert math.isnan(r["Average repro_mean"])
 
 
-def test_offline_tables_have_no_paper_values(runs_dir, tmp_path):
+def test_a_table_without_a_paper_reference_shows_only_the_reproduced_numbers(runs_dir, tmp_path):
+    # paper: null -- an offline profile, or a researcher's own experiment (docs/plugins.md)
     write_run(runs_dir, "r/seed1", [0.5, 0.7])
-    spec = {"name": "table9", "paper": None, "title": "quick", "columns": {"Average": "protocol.mean_acc"},
-            "rows": [_row("fedavg", "FedAvg", "fedavg", ["r/seed1"])]}
+    write_run(runs_dir, "r/seed2", [0.7, 0.9])
+    spec = {"name": "mine", "paper": None, "title": "my runs", "columns": {"Average": "protocol.mean_acc",
+                                                                           "Std": "protocol.std_acc"},
+            "rows": [_row("fedavg", "FedAvg", "fedavg", ["r/seed1", "r/seed2"])]}
     df = write_table(spec, runs_dir, tmp_path / "t.csv", tmp_path / "t.md")
-    assert df.iloc[0]["Average paper"] == "n/a (offline dataset)"
-    assert df.iloc[0]["Average repro_mean"] == pytest.approx(60.0)
+    assert list(df.columns) == ["table", "row", "label", "seeds", "status",
+                                "Average reproduced", "Average repro_mean", "Average repro_std",
+                                "Std reproduced", "Std repro_mean", "Std repro_std"]
+    assert df.iloc[0]["Average repro_mean"] == pytest.approx(70.0)
     md = (tmp_path / "t.md").read_text()
-    assert "n/a (offline dataset)" in md and "60.00±0.00" in md
+    assert "| Row | Seeds | Average | Std |" in md.splitlines()
+    assert "| FedAvg | 2 | 70.00±10.00 | 10.00±0.00 |" in md.splitlines()
+    assert "paper |" not in md and "n/a" not in md and "verdict" not in md.lower()
     back = pd.read_csv(tmp_path / "t.csv", keep_default_na=False)
-    assert list(back["row"]) == ["fedavg"]
+    assert list(back["row"]) == ["fedavg"] and list(back.columns) == list(df.columns)
+
+
+def test_a_table_with_a_paper_reference_keeps_its_paper_columns(runs_dir, tmp_path):
+    write_run(runs_dir, "s/seed1", [0.7] * 10)
+    spec = {"name": "table8", "paper": "table8", "title": "T8", "columns": {"Average": "protocol.mean_acc"},
+            "rows": [_row("fedavg", "FedAvg", "fedavg", ["s/seed1"])]}
+    df = write_table(spec, runs_dir, tmp_path / "t.csv", tmp_path / "t.md")
+    assert list(df.columns) == ["table", "row", "label", "seeds", "status", "Average paper", "Average paper_mean",
+                                "Average paper_std", "Average reproduced", "Average repro_mean",
+                                "Average repro_std", "Average diff", "Average verdict"]
+    lines = (tmp_path / "t.md").read_text().splitlines()
+    assert lines[2] == ("Mean ± population std over seeds, in %. Verdict: *within* when |reproduced − paper| "
+                        "≤ the paper's std.")
+    assert lines[4] == "| Row | Seeds | Average paper | Average reproduced | Average Δ (verdict) |"
+    # paper: FedAvg 70.11 ± 1.27 (Table 8)
+    assert lines[6] == "| FedAvg | 1 | 70.11±1.27 | 70.00±0.00 | -0.11 (within (1 seed)) |"
 
 
 def test_best_of_picks_the_best_row_per_algorithm(runs_dir):
@@ -180,3 +203,18 @@ def test_a_table_over_two_experiments_joins_its_rows_by_key(runs_dir, tmp_path):
     back = pd.read_csv(tmp_path / "t.csv")
     assert {"PhD paper_mean", "PhD paper_std", "PhD repro_mean", "F-MNIST average verdict"} <= set(back.columns)
     assert "AFL γ_w=0.1 / AFL γ_w=0.001" in (tmp_path / "t.md").read_text()
+
+
+def test_a_two_experiment_table_without_a_paper_shows_reproduced_numbers_only(runs_dir):
+    write_run(runs_dir, "a/seed1", [0.6, 0.8], final={"test_acc_phd": 0.6})
+    write_run(runs_dir, "f/seed1", [0.7, 0.9], final={"test_acc_all": 0.8})
+    rows = [{**_row("afl", "AFL", "afl", ["a/seed1"]), "experiment": "adult"},
+            {**_row("afl", "AFL", "afl", ["f/seed1"]), "experiment": "fmnist"},
+            {**_row("extra", "only F-MNIST", "fedavg", ["f/seed1"]), "experiment": "fmnist"}]
+    spec = {"name": "mine", "paper": None, "rows": rows,
+            "columns": {"PhD": "final.test_acc_phd", "all": "final.test_acc_all"},
+            "column_experiment": {"PhD": "adult", "all": "fmnist"}}
+    df = build_table(spec, runs_dir).set_index("row")
+    assert df.loc["afl", "PhD repro_mean"] == pytest.approx(60.0) and df.loc["afl", "all repro_mean"] == pytest.approx(80.0)
+    assert not any(c.endswith((" paper", " verdict", " diff")) for c in df.columns)
+    assert df.loc["extra", "status"] == "adult: not in its grid" and df.loc["extra", "PhD reproduced"] == "not run"

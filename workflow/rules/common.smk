@@ -28,13 +28,18 @@ R = f"results/{PROFILE}"
 RUNS_DIR = f"{R}/runs"
 LOGS = f"logs/{PROFILE}"
 RAW_DIR = config["raw_dir"]
-PYTHON = "python"  # the interpreter Snakemake jobs use (an activated env / conda)
-WF = f"{PYTHON} -m fedmgda.workflow_cli"
-TRAIN = config["train_command"]
+# Jobs run the package with PYTHON (workflow/rules/interpreter.smk), which their shell commands
+# name as "$FEDMGDA_PYTHON", set by the shell prefix: not a param, since params are a rerun trigger
+# and starting Snakemake from another interpreter (venv, conda, a SLURM job) must not retrain
+# anything. `train_command: null` (the default): the package's trainer under that Python.
+WF = '"$FEDMGDA_PYTHON" -m fedmgda.workflow_cli'
+TRAIN = config["train_command"] or '"$FEDMGDA_PYTHON" -m fedmgda train'
 
 CONDA_ENV = "../envs/fedmgda.yaml"  # relative to workflow/rules/
 # jobs import the package from src/ (also inside a rule's conda env, where it is not installed)
-shell.prefix("set -euo pipefail; export PYTHONPATH=src${{PYTHONPATH:+:$PYTHONPATH}}; ")
+_prefix_python = PYTHON.replace("{", "{{").replace("}", "}}")  # Snakemake formats the prefix too
+shell.prefix("set -euo pipefail; export PYTHONPATH=src${{PYTHONPATH:+:$PYTHONPATH}}; "
+             f"FEDMGDA_PYTHON={_prefix_python}; ")
 
 ALL_RUNS = [f"{RUNS_DIR}/{k}/summary.json" for k in REG.runs]
 TABLE_FILES = [f"{R}/tables/{t}.{ext}" for t in REG.tables for ext in ("csv", "md")]

@@ -56,7 +56,7 @@ rule report_notebook:
     conda:
         CONDA_ENV
     shell:
-        "MPLBACKEND=Agg papermill {input.notebook} {output} -k python3 --cwd . "
+        "MPLBACKEND=Agg \"$FEDMGDA_PYTHON\" -m papermill {input.notebook} {output} -k python3 --cwd . "
         "-p results_dir {params.results_dir} -p profile {params.profile} "
         "-p tables '{params.tables}' -p figures '{params.figures}' > {log} 2>&1"
 
@@ -73,5 +73,5 @@ rule report_html:
     conda:
         CONDA_ENV
     shell:
-        "jupyter nbconvert --to html --output-dir $(dirname {output}) "
+        "\"$FEDMGDA_PYTHON\" -m nbconvert --to html --output-dir $(dirname {output}) "
         "--output $(basename {output} .html) {input} > {log} 2>&1"

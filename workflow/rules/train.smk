@@ -49,7 +49,7 @@ for _pack, _keys in PACKS.items():
         params:
             members=[{"config": run_config_text(k), "run_yaml": f"{RUNS_DIR}/{k}/run.yaml", "out": f"{RUNS_DIR}/{k}",
                       "log": f"{RUNS_DIR}/{k}/train.log"} for k in _keys],
-            train=TRAIN,
+            train=config["train_command"],  # null: the script's own Python (PYTHON)
         log:
             pack=f"{LOGS}/packs/{_pack}.log",
             runs=[f"{RUNS_DIR}/{k}/train.log" for k in _keys],
