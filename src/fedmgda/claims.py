@@ -57,6 +57,7 @@ import pandas as pd
 
 from fedmgda.experiments import Registry, RegistryError, algorithm_info, fmt_num
 from fedmgda.metrics import display_scale
+from fedmgda.results import metrics_value, read_summary, run_value, seed_stats
 
 PAIR_KINDS = ("identical", "at_least", "close")
 SERIES_KINDS = ("identical", "monotone")
@@ -221,28 +222,13 @@ def claim_runs(claims: list[dict[str, Any]]) -> list[str]:
 # --------------------------------------------------------------------------- values
 def run_quantity(run_dir: Path, claim: dict[str, Any]) -> float:
     """The claim's quantity of one run (unscaled); NaN when the run diverged or lacks it."""
-    from fedmgda.tables import read_summary, run_value
-
     summary = read_summary(run_dir)
     if summary.get("status", "ok") != "ok":
         return math.nan
     quantity = claim["quantity"]
     if not quantity.startswith("metrics."):
         return run_value(run_dir, summary, quantity)
-    column = quantity.partition(".")[2]
-    df = pd.read_csv(run_dir / "metrics.csv")
-    if column not in df.columns:
-        return math.nan
-    s = df.sort_values("round").set_index("round")[column].astype(float).dropna()
-    window = claim.get("window") or {}
-    if "last" in window:
-        s = s[s.index > s.index.max() - int(window["last"])] if len(s) else s
-    elif "first" in window:
-        s = s[s.index <= s.index.min() + int(window["first"]) - 1] if len(s) else s
-    if not len(s):
-        return math.nan
-    agg = claim.get("agg", "mean")
-    return float(s.iloc[-1]) if agg == "last" else float(getattr(s, agg)())
+    return metrics_value(run_dir, quantity.partition(".")[2], claim.get("window"), claim.get("agg", "mean"))
 
 
 def row_values(row: dict[str, Any], claim: dict[str, Any], runs_dir: Path) -> tuple[dict[int, float], int]:
@@ -255,11 +241,6 @@ def row_values(row: dict[str, Any], claim: dict[str, Any], runs_dir: Path) -> tu
             continue
         values[int(seed)] = run_quantity(d, claim) * claim["scale"]
     return values, missing
-
-
-def _stats(values) -> tuple[float, float]:
-    arr = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
-    return (float(arr.mean()), float(arr.std(ddof=0))) if len(arr) else (math.nan, math.nan)
 
 
 def _score_pair(a: float, b: float, claim: dict[str, Any]) -> float:
@@ -352,7 +333,7 @@ def evaluate_claim(c: dict[str, Any], runs_dir: str | Path) -> dict[str, Any]:
     const = None if series or "runs" in c["b"] else c["b"]["constant"]
     if const is not None:
         per_row.append({s: const for s in per_row[0]})
-    means = [_stats(v.values()) for v in per_row]
+    means = [seed_stats(v.values()) for v in per_row]
     common = sorted(set.intersection(*(set(v) for v in per_row)))
     complete = [s for s in common if all(not math.isnan(v[s]) for v in per_row)]
     dropped = sorted(set().union(*(set(v) for v in per_row)) - set(complete))

@@ -18,16 +18,15 @@ says so, and a row with a diverged seed shows "diverged (k/n seeds)" instead of 
 from __future__ import annotations
 
 import fnmatch
-import json
 import math
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from fedmgda.metrics import display_scale
+from fedmgda.results import read_summary, run_value, seed_stats
 
 NOT_IN_PAPER = "not in paper"
 
@@ -36,43 +35,6 @@ def paper_reference() -> pd.DataFrame:
     """The paper's Tables 6-14 as a long table: table, row, label, column, mean, std, note."""
     with resources.files("fedmgda").joinpath("reference", "paper_tables.csv").open() as fh:
         return pd.read_csv(fh, keep_default_na=False, dtype={"note": str})
-
-
-def read_summary(run_dir: str | Path) -> dict[str, Any]:
-    path = Path(run_dir) / "summary.json"
-    with open(path) as fh:
-        return json.load(fh)
-
-
-def summary_value(summary: dict[str, Any], source: str) -> float:
-    """``final.mean_acc`` -> summary["final"]["mean_acc"]; NaN when absent."""
-    section, _, stat = source.partition(".")
-    value = (summary.get(section) or {}).get(stat)
-    if value is None:
-        return math.nan
-    return float(value)
-
-
-def run_value(run_dir: str | Path, summary: dict[str, Any], source: str) -> float:
-    """A source of one run: ``final.<stat>`` / ``protocol.<stat>`` from summary.json, or
-    ``final_user.<k>`` (user k's accuracy at the last stored round of per_user.csv) /
-    ``final_others.<k>`` (mean accuracy of every other user there), e.g. an attacker vs the rest."""
-    section, _, arg = source.partition(".")
-    if section in ("final_user", "final_others"):
-        users = pd.read_csv(Path(run_dir) / "per_user.csv")
-        last = users[users["round"] == users["round"].max()]
-        k = int(arg)
-        pick = last[last["user"] == k] if section == "final_user" else last[last["user"] != k]
-        return float(pick["accuracy"].mean()) if len(pick) else math.nan
-    return summary_value(summary, source)
-
-
-def seed_stats(values: list[float]) -> tuple[float, float]:
-    """Mean and population std (ddof 0) over seeds, as the paper's ± (docs/protocol.md §6.3)."""
-    arr = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
-    if len(arr) == 0:
-        return math.nan, math.nan
-    return float(arr.mean()), float(arr.std(ddof=0))
 
 
 def verdict(repro_mean: float, paper_mean: float, paper_std: float, n_seeds: int, tolerance: float = 0.0) -> str:
