@@ -1,13 +1,15 @@
 """Parse paper_tables.md (the transcription of the paper's Tables 6-14, kept outside the
-repository in ../shared/reference/) into the long table shipped as package data,
-src/fedmgda/reference/paper_tables.csv.
+repository in ../shared/reference/) and src/fedmgda/reference/qffl_tables.md (the transcription
+of the q-FFL paper's Tables 2 and 11, in the repository) into the long table shipped as package
+data, src/fedmgda/reference/paper_tables.csv: the FedMGDA+ rows first, then the q-FFL rows.
 
     make paper-reference [PAPER_TABLES=path/to/paper_tables.md]
-    python scripts/paper_reference.py [path/to/paper_tables.md] [--out CSV]
+    python scripts/paper_reference.py [path/to/paper_tables.md] [--qffl QFFL_MD] [--out CSV]
 
 The test tests/workflow/test_paper_tables.py re-parses the markdown (when present) and checks the
 CSV against it. Row keys are made with :func:`fedmgda.experiments.row_key`, the same function that
-names the registry's rows, so tables can match paper rows to reproduced rows.
+names the registry's rows, so tables can match paper rows to reproduced rows (a q-FFL Table 2 row
+spans two datasets with different hyper-parameters: its key is the grid entries' shared ``row:``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from fedmgda.experiments import row_key  # noqa: E402
 
 DEFAULT_MD = REPO.parent / "shared/reference/paper_tables.md"
 DEFAULT_CSV = REPO / "src/fedmgda/reference/paper_tables.csv"
+DEFAULT_QFFL_MD = REPO / "src/fedmgda/reference/qffl_tables.md"
 
 NAMES = {"FedMGDA": "fedmgda", "FedMGDA+": "fedmgda_plus", "MGDA-Prox": "mgda_prox", "FedAvg": "fedavg",
          "FedAvg-n": "fedavg_n", "FedProx": "fedprox", "q-FedAvg": "qfedavg", "AFL": "afl"}
@@ -128,18 +131,52 @@ def parse(md_path: str | Path) -> list[dict]:
     return out
 
 
+def parse_qffl(md_path: str | Path) -> list[dict]:
+    """The q-FFL transcription's blocks (``## qffl_tableN ...`` then a fenced ``text`` block of
+    ``|``-separated cells: row, label, one ``mean±std`` per column)."""
+    out: list[dict] = []
+    text = Path(md_path).read_text()
+    for m in re.finditer(r"^## (qffl_table\d+)[^\n]*\n.*?```text\n(.*?)```", text, re.S | re.M):
+        table, lines = m.group(1), m.group(2).strip().splitlines()
+        header = [c.strip() for c in lines[0].split("|")]
+        if header[:2] != ["row", "label"]:
+            raise ValueError(f"{table}: the header must start with row | label, got {lines[0]!r}")
+        for line in lines[1:]:
+            cells = [c.strip() for c in line.split("|")]
+            if len(cells) != len(header):
+                raise ValueError(f"{table}: {len(cells)} cells, header has {len(header)}: {line!r}")
+            row, label = cells[:2]
+            if " " in row:  # "algorithm k=v ...": the key the registry gives that grid entry
+                alg, *args = row.split()
+                row = row_key(alg, {k: float(v) for k, v in (a.split("=") for a in args)}, None, None)
+            for col, tok in zip(header[2:], cells[2:], strict=True):
+                mean, std = _pm(tok)
+                out.append({"table": table, "row": row, "label": label, "column": col,
+                            "mean": mean, "std": std, "note": ""})
+    if not out:
+        raise ValueError(f"{md_path}: no '## qffl_tableN' block found")
+    return out
+
+
+def _fmt(x: float) -> str:
+    """Two decimals, as the paper tables print them; more where the paper has more (KL 0.083)."""
+    return f"{x:.2f}" if abs(x * 100 - round(x * 100)) < 1e-9 else format(x, "g")
+
+
 def write_csv(rows: list[dict], path: str | Path) -> None:
     with open(path, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=FIELDS)
         w.writeheader()
         for r in rows:
-            w.writerow({**r, "mean": f"{r['mean']:.2f}", "std": f"{r['std']:.2f}"})
+            w.writerow({**r, "mean": _fmt(r["mean"]), "std": _fmt(r["std"])})
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("markdown", nargs="?", type=Path, default=DEFAULT_MD,
                     help=f"the transcription of the paper's tables (default: {DEFAULT_MD})")
+    ap.add_argument("--qffl", type=Path, default=DEFAULT_QFFL_MD,
+                    help=f"the transcription of the q-FFL paper's Tables 2 and 11 (default: {DEFAULT_QFFL_MD})")
     ap.add_argument("--out", type=Path, default=DEFAULT_CSV, help=f"the CSV to write (default: {DEFAULT_CSV})")
     args = ap.parse_args(argv)
     if not args.markdown.is_file():
@@ -147,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
               "Tables 6-14 (not part of this repository); pass its path: "
               "make paper-reference PAPER_TABLES=path/to/paper_tables.md", file=sys.stderr)
         return 2
-    rows = parse(args.markdown)
+    rows = parse(args.markdown) + parse_qffl(args.qffl)
     write_csv(rows, args.out)
     print(f"wrote {len(rows)} values to {args.out}")
     return 0

@@ -99,3 +99,34 @@ def test_a_killed_pack_resumes_each_run_from_its_checkpoint(tmp_path, monkeypatc
     for a, r in zip(alone, resumed):
         pd.testing.assert_frame_equal(a.metrics, r.metrics, atol=1e-5)
         assert torch.allclose(a.final_weights, r.final_weights, atol=1e-5)
+
+
+def test_full_batch_packs_share_one_plan_per_user_and_match_the_runs_alone(tmp_path, monkeypatch):
+    """q-FFL Table 2's packs: one full-batch gradient step per device, every device each round in
+    an order drawn per seed (sampling: size). A full batch is not shuffled, so the clients of every
+    seed share one plan per user; the pre-round losses of runs whose participants come in another
+    order are one product, handed back in each run's order. Packed = alone, up to float rounding."""
+    from fedmgda.client import LocalTrainer
+
+    common = dict(participation=1.0, batch_size="full", momentum=0.0, local_lr=0.1, sampling="size", rounds=6)
+    cfgs = [dict(algorithm="qfedavg", hparams={"q": 2.0, "L": 10.0}, seed=s, **common) for s in (1, 2, 3)]
+    cfgs.append(dict(algorithm="afl", hparams={"gamma_w": 0.1, "gamma_lambda": 0.1}, afl_gamma_w="local_lr",
+                     afl_step_weights="uniform", seed=4, **common))
+    data = make_toy_federated(num_users=5)
+    alone = [run(toy_config(**cfg), data=data, model_name="logreg") for cfg in cfgs]
+    sims = [Simulation(toy_config(**cfg), data=data, model_name="logreg") for cfg in cfgs]
+    assert len({tuple(sim.participants(0)) for sim in sims}) > 1  # the seeds order the devices differently
+    plans = []
+    drawn = LocalTrainer.plans
+
+    def spy(self, client_idx, generators):
+        distinct, plan_of = drawn(self, client_idx, generators)
+        plans.append(len(distinct))
+        return distinct, plan_of
+
+    monkeypatch.setattr(LocalTrainer, "plans", spy)
+    packed = run_packed(sims, [tmp_path / str(i) for i in range(len(sims))])
+    assert plans and set(plans) == {5}  # 4 runs x 5 devices, one plan per device
+    for a, p in zip(alone, packed):
+        assert torch.allclose(a.final_weights, p.final_weights, atol=1e-5)
+        pd.testing.assert_frame_equal(a.metrics, p.metrics, atol=1e-5)

@@ -103,10 +103,11 @@ class LocalTrainer:
 
     def batch_order(self, n: int, generator: torch.Generator) -> list[torch.Tensor]:
         """The minibatches (positions into the client's samples) of every local epoch, in order."""
-        size = n if self.hparams.batch_size is None else self.hparams.batch_size
+        if self.hparams.batch_size is None:  # one full batch per epoch: its order changes nothing
+            return [torch.arange(n)] * self.hparams.epochs
         batches = []
         for _ in range(self.hparams.epochs):
-            batches.extend(torch.randperm(n, generator=generator).split(size))
+            batches.extend(torch.randperm(n, generator=generator).split(self.hparams.batch_size))
         return batches
 
     def train(self, w_start: torch.Tensor, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator, scale: float = 1.0, term=None) -> ClientResult:
@@ -129,7 +130,7 @@ class LocalTrainer:
         width = n if self.hparams.batch_size is None else min(self.hparams.batch_size, n)
         rows = []
         for _ in range(self.hparams.epochs):
-            perm = idx[torch.randperm(n, generator=generator).to(idx.device)]
+            perm = idx if self.hparams.batch_size is None else idx[torch.randperm(n, generator=generator).to(idx.device)]
             padded = torch.full((math.ceil(n / width) * width,), -1, dtype=torch.long, device=idx.device)
             padded[:n] = perm
             rows.append(padded.view(-1, width))

@@ -570,6 +570,44 @@ def _check_items(tables: dict[str, dict[str, Any]], figures: dict[str, dict[str,
             if spec.get("kind") != "variants" and len(plain) < len(spec["experiments"]):
                 raise RegistryError(f"{kind} {name}: a sensitivity experiment repeats its rows once per "
                                     f"reading; show it with a table of kind variants")
+    for name, spec in tables.items():
+        _bind_columns(name, spec, experiments)
+
+
+def _bind_columns(name: str, spec: dict[str, Any], experiments: dict[str, dict[str, Any]]) -> None:
+    """A table's columns as ``{column: source}``, plus ``column_experiment`` for the columns
+    written ``{source, experiment}``.
+
+    A column bound to an experiment shows that experiment's rows only; the table joins its
+    experiments' rows by row key (a table spanning two datasets, e.g. q-FFL's Table 2: grid
+    entries with a shared ``row:`` name). Either every column is bound or none. In a table of
+    kind ``variants`` a column may name the base experiment (``variants_of``) of one of the
+    table's sensitivity experiments, so that it reuses the base table's columns."""
+    owner = f"table {name}"
+    bound, sources = {}, {}
+    for column, source in spec["columns"].items():
+        if isinstance(source, dict):
+            bound[column] = source["experiment"]
+            source = source["source"]
+        sources[column] = source
+    spec["columns"] = sources
+    if not bound:
+        return
+    unbound = [c for c in sources if c not in bound]
+    if unbound:
+        raise RegistryError(f"{owner}: columns {', '.join(map(repr, bound))} name an experiment, "
+                            f"{', '.join(map(repr, unbound))} do not; bind every column or none")
+    by_base = {experiments[e].get("variants_of"): e for e in spec["experiments"] if experiments[e].get("variants_of")}
+    for column, exp in bound.items():
+        if exp not in spec["experiments"] and exp in by_base:
+            bound[column] = by_base[exp]
+        elif exp not in spec["experiments"]:
+            raise RegistryError(f"{owner}: column {column!r} names experiment {exp!r}, which the table does "
+                                f"not show; its experiments: {', '.join(spec['experiments'])}")
+    idle = [e for e in spec["experiments"] if e not in bound.values()]
+    if idle:
+        raise RegistryError(f"{owner}: no column shows experiment(s) {', '.join(idle)}")
+    spec["column_experiment"] = bound
 
 
 def validate_runs(reg: Registry) -> None:

@@ -126,8 +126,16 @@ class Scheduler:
         the participants (and partition) at once (``linear_participant_losses``)."""
         if not self.distinct_evaluation:
             return [sim.participant_losses(r.w, r.users) for sim, r in zip(sims, requests)]
-        keys = [(tuple(r.users), sim.partition_key) for sim, r in zip(sims, requests)]
-        return by_group(keys, lambda members: self.linear_participant_losses([sims[j] for j in members], [requests[j].w for j in members], requests[members[0]].users))
+        keys = [(tuple(sorted(r.users)), sim.partition_key) for sim, r in zip(sims, requests)]
+
+        def group(members: list[int]) -> list[dict[str, torch.Tensor]]:
+            # one product for the runs with the same participants in any order; rows back in each run's order
+            users = sorted(requests[members[0]].users)
+            stats = self.linear_participant_losses([sims[j] for j in members], [requests[j].w for j in members], users)
+            rows = [[users.index(u) for u in requests[j].users] for j in members]
+            return [{key: value[row] for key, value in s.items()} for s, row in zip(stats, rows)]
+
+        return by_group(keys, group)
 
     def linear_participant_losses(self, sims: list[Simulation], ws: list[torch.Tensor], users: list[int]) -> list[dict[str, torch.Tensor]]:
         """``participant_losses`` of several runs' linear + log_softmax models ``ws`` (one per run, the
@@ -212,13 +220,16 @@ class Scheduler:
         """Clients ks[i] of requests[i] (of sims[i]) trained as one batched computation."""
         keys = [client_key(sim, request, k) for sim, request, k in zip(sims, requests, ks)]
         torch.manual_seed(derived_seed(*(key for client in keys for key in client)))  # dropout, per client by vmap
-        # clients of one seed, user and partition draw one minibatch plan: the same samples and generator
-        plans: dict[tuple, tuple[torch.Tensor, torch.Generator]] = {}
-        for sim, key in zip(sims, keys):
-            if (*key, sim.partition_key) not in plans:
-                plans[(*key, sim.partition_key)] = (sim.train_idx_cpu[key[2]], torch.Generator().manual_seed(derived_seed(*key)))
-        shared = [plans[(*key, sim.partition_key)] for sim, key in zip(sims, keys)]
+        # clients of one seed, user and partition draw one minibatch plan: the same samples and
+        # generator; full batches are not shuffled, so there one user and partition is one plan
         lead = sims[0]
+        drawn = lead.trainer.hparams.batch_size is not None
+        plan_keys = [(*(key if drawn else key[2:]), sim.partition_key) for sim, key in zip(sims, keys)]
+        plans: dict[tuple, tuple[torch.Tensor, torch.Generator]] = {}
+        for sim, key, plan in zip(sims, keys, plan_keys):
+            if plan not in plans:
+                plans[plan] = (sim.train_idx_cpu[key[2]], torch.Generator().manual_seed(derived_seed(*key)))
+        shared = [plans[plan] for plan in plan_keys]
         inputs = (torch.stack([request.w for request in requests]), lead.data.x, lead.data.y,
                   [idx for idx, _ in shared], [generator for _, generator in shared],
                   torch.tensor([loss_scale(sim.cfg.attack, key[2]) for sim, key in zip(sims, keys)]))

@@ -13,6 +13,9 @@ the paper's std (its own seed spread), or the table's ``tolerance`` for that col
 (e.g. Table 7's PhD column: one of its 181 test rows is 0.55 points). Paper and reproduced numbers live in separate columns; a row the
 paper has but the registry does not run is listed as "not run", a row without a paper value
 says so, and a row with a diverged seed shows "diverged (k/n seeds)" instead of a number.
+
+A column may be bound to one experiment (``column_experiment``): a table spanning two datasets
+(q-FFL's Table 2) is built per experiment and its parts joined on the row key (:func:`join_parts`).
 """
 
 from __future__ import annotations
@@ -71,7 +74,11 @@ def _match(paper_rows: pd.DataFrame, key: str) -> pd.DataFrame:
 
 
 def build_table(spec: dict[str, Any], runs_dir: str | Path, paper: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The reproduced table (one row per registry row, plus paper rows not run)."""
+    """The reproduced table (one row per registry row, plus paper rows not run). A table whose
+    columns are bound to experiments (``column_experiment``) is built per experiment and joined
+    by row key (:func:`join_parts`)."""
+    if spec.get("column_experiment"):
+        return join_parts(spec, runs_dir, paper)
     runs_dir = Path(runs_dir)
     columns: dict[str, str] = spec["columns"]
     tolerance: dict[str, float] = spec.get("tolerance") or {}
@@ -146,6 +153,50 @@ def build_table(spec: dict[str, Any], runs_dir: str | Path, paper: pd.DataFrame 
                             f"{c} paper_std": p_std, f"{c} reproduced": "not run", f"{c} repro_mean": math.nan,
                             f"{c} repro_std": math.nan, f"{c} diff": math.nan, f"{c} verdict": "not run"})
             records.append(rec)
+    return pd.DataFrame.from_records(records)
+
+
+def join_parts(spec: dict[str, Any], runs_dir: str | Path, paper: pd.DataFrame | None = None) -> pd.DataFrame:
+    """A table spanning several experiments: each experiment's columns built from its own rows
+    (:func:`build_table`), joined on the row key in order of first appearance. A joined row's
+    label lists its parts' distinct labels, its seeds are the fewest of any part, and its status
+    is "ok" only when every part is (otherwise each part's status, named by its experiment)."""
+    bound: dict[str, str] = spec["column_experiment"]
+    parts = {}
+    for exp in dict.fromkeys(bound.values()):
+        sub = {**spec, "column_experiment": None, "columns": {c: s for c, s in spec["columns"].items() if bound[c] == exp},
+               "rows": [r for r in spec["rows"] if r["experiment"] == exp]}
+        parts[exp] = build_table(sub, runs_dir, paper).set_index("row", drop=False)
+    keys = list(dict.fromkeys(k for df in parts.values() for k in df["row"]))
+    records = []
+    for key in keys:
+        present = {exp: df.loc[key] for exp, df in parts.items() if key in df.index}
+        first = next(iter(present.values()))
+        statuses = {exp: r["status"] for exp, r in present.items()}
+        missing = [exp for exp in parts if exp not in present]
+        if all(st == "ok" for st in statuses.values()) and not missing:
+            status = "ok"
+        elif len(set(statuses.values())) == 1 and not missing:
+            status = first["status"]
+        else:
+            status = "; ".join([f"{exp}: {st}" for exp, st in statuses.items() if st != "ok"]
+                               + [f"{exp}: not in its grid" for exp in missing])
+        rec: dict[str, Any] = {"table": spec["name"], "row": key,
+                               "label": " / ".join(dict.fromkeys(str(r["label"]) for r in present.values())),
+                               "seeds": min(int(r["seeds"]) for r in present.values()) if not missing else 0,
+                               "status": status}
+        fields = (("paper", "paper_mean", "paper_std") if spec.get("paper") else ()) + \
+            ("reproduced", "repro_mean", "repro_std") + (("diff", "verdict") if spec.get("paper") else ())
+        for c in spec["columns"]:
+            part = present.get(bound[c])
+            for field in fields:
+                if part is not None:
+                    rec[f"{c} {field}"] = part[f"{c} {field}"]
+                elif field in ("paper", "reproduced", "verdict"):  # neither run nor printed for this part
+                    rec[f"{c} {field}"] = NOT_IN_PAPER if field == "paper" else "not run"
+                else:
+                    rec[f"{c} {field}"] = math.nan
+        records.append(rec)
     return pd.DataFrame.from_records(records)
 
 

@@ -24,7 +24,8 @@ def test_reference_has_every_table_and_row_count():
     ref = paper_reference()
     counts = ref.groupby("table")["row"].nunique().to_dict()
     assert counts == {"table6": 7, "table7": 18, "table8": 26, "table9": 27, "table10": 26,
-                      "table11": 26, "table12": 26, "table13": 26, "table14": 18}
+                      "table11": 26, "table12": 26, "table13": 26, "table14": 18,
+                      "qffl_table2": 4, "qffl_table11": 5}
     assert set(ref[ref["table"] == "table8"]["column"]) == {"Average", "Std", "Worst 5%", "Best 5%"}
 
 
@@ -39,12 +40,40 @@ def test_reference_values_spot_checks():
     # Table 12's duplicated '1.0 1/2' FedMGDA+ row is read as decay 1/5 (docs/protocol.md §8.16)
     assert ref.loc[("table12", "fedmgda_plus decay=0.2 eta=1", "Average"), "mean"] == 84.95
     assert ref.loc[("table6", "fedmgda_plus", "Average"), "mean"] == 87.60
+    # the q-FFL paper's Table 2 (shared row names over both datasets) and Table 11 (row_key keys)
+    assert ref.loc[("qffl_table2", "afl", "PhD"), ["mean", "std"]].tolist() == [73.0, 2.2]
+    assert ref.loc[("qffl_table2", "qffl_q2", "shirt"), ["mean", "std"]].tolist() == [74.7, 0.9]
+    assert ref.loc[("qffl_table11", "qfedavg L=10 q=0", "Variance"), ["mean", "std"]].tolist() == [724.0, 72.0]
+    assert ref.loc[("qffl_table11", "qfedavg L=10 q=1", "KL(a‖u)"), "mean"] == 0.049
+
+
+def test_the_qffl_rows_are_the_in_repository_transcription():
+    """src/fedmgda/reference/qffl_tables.md (in the repository) parses to exactly the CSV's q-FFL
+    rows, and the CSV keeps the FedMGDA+ rows first."""
+    parsed = pd.DataFrame(script.parse_qffl(script.DEFAULT_QFFL_MD))
+    ref = paper_reference()
+    qffl = ref[ref["table"].str.startswith("qffl_")].reset_index(drop=True)
+    assert len(parsed) == len(qffl) == 4 * 7 + 5 * 6
+    assert (parsed[["table", "row", "column"]] == qffl[["table", "row", "column"]]).all().all()
+    assert (parsed["mean"].round(3) == qffl["mean"]).all() and (parsed["std"].round(3) == qffl["std"]).all()
+    assert not ref["table"].iloc[: len(ref) - len(qffl)].str.startswith("qffl_").any()
+
+
+def test_a_malformed_qffl_block_is_one_clear_error(tmp_path):
+    bad = tmp_path / "q.md"
+    bad.write_text("## qffl_table2 — x\n\n```text\nrow | label | A\nafl | AFL | 1.0±0.1 | 2.0±0.1\n```\n")
+    with pytest.raises(ValueError, match="qffl_table2: 4 cells, header has 3"):
+        script.parse_qffl(bad)
+    (tmp_path / "none.md").write_text("# nothing\n")
+    with pytest.raises(ValueError, match="no '## qffl_tableN' block"):
+        script.parse_qffl(tmp_path / "none.md")
 
 
 @pytest.mark.skipif(not MD.is_file(), reason="the shared transcription is not available here")
 def test_reference_csv_matches_the_transcribed_markdown():
     parsed = pd.DataFrame(script.parse(MD))
     ref = paper_reference()
+    ref = ref[~ref["table"].str.startswith("qffl_")]  # the q-FFL paper's rows: the test above
     assert len(parsed) == len(ref)
     merged = parsed.merge(ref, on=["table", "row", "column"], suffixes=("_md", "_csv"))
     assert len(merged) == len(ref)

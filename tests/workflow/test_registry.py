@@ -28,7 +28,8 @@ def test_paper_registry_has_at_least_1000_distinct_training_runs(paper):
     # Tables 8-11: 26 grid rows x 4 seeds each
     for t in ("table8", "table9", "table10", "table11", "table12", "table13"):
         assert len(reg.rows[t]) == 26 and all(len(r.runs) == 4 for r in reg.rows[t])
-    assert set(reg.tables) == {f"table{n}" for n in range(6, 15)} | {"table7_variants"}
+    assert set(reg.tables) == ({f"table{n}" for n in range(6, 15)} | {"table7_variants"}
+                               | {"qffl_table2", "qffl_table2_variants", "qffl_table11"})
     assert {f[:4] for f in reg.figures} == {f"fig{n}" for n in range(1, 10)}
 
 
@@ -59,7 +60,7 @@ def test_seed_and_round_overrides(paper):
     cfg["rounds"] = 50
     reg = expand(cfg)
     assert all(s.config["seed"] == 1 and s.config["rounds"] == 50 for s in reg.runs.values())
-    assert len(reg.runs) < 330  # one seed of every run (Table 7 variants included)
+    assert len(reg.runs) < 360  # one seed of every run (the variants of Table 7 and q-FFL Table 2 included)
 
 
 def test_only_keeps_just_what_the_named_outputs_need(paper):
@@ -158,3 +159,34 @@ def test_command_line_overrides_are_typed():
     assert cfg["seeds"] == [1] and cfg["only"] == ["table8"]
     assert cfg["experiment_overrides"]["table8"] == {"seeds": [1, 5000], "run": {"batch_size": "full"}}
     assert cfg["grids"]["g"][0]["hparams"]["decay"] == "1/10"  # not an override key: untouched
+
+
+def test_a_table_binds_its_columns_to_experiments():
+    """q-FFL's Table 2 shape: one table over two experiments, each column from one of them; a
+    variants table's columns may name the base experiments. Bad bindings: one error each."""
+    cfg = load("test.yaml")
+    cfg["experiments"]["tiny_b"] = {"setting": "digits_b10", "grid": "tiny", "seeds": [1], "rounds": 3}
+    cfg["experiments"]["tiny_v"] = {"variants_of": "tiny", "vary": ["local_momentum"]}
+    cfg["experiments"]["tiny"]["variants"] = {"local_momentum": "code"}
+    both = {"A": {"experiment": "tiny", "source": "final.mean_acc"},
+            "B": {"experiment": "tiny_b", "source": "final.var_acc"}}
+    cfg["tables"] = {"two": {"experiments": ["tiny", "tiny_b"], "paper": None, "columns": both},
+                     "two_v": {"kind": "variants", "experiments": ["tiny_v"], "paper": None,
+                               "columns": {"A": {"experiment": "tiny", "source": "final.mean_acc"}}}}
+    reg = expand(cfg)
+    two = reg.tables["two"]
+    assert two["columns"] == {"A": "final.mean_acc", "B": "final.var_acc"}
+    assert two["column_experiment"] == {"A": "tiny", "B": "tiny_b"}
+    assert reg.tables["two_v"]["column_experiment"] == {"A": "tiny_v"}  # the base names its sensitivity experiment
+
+    def error(columns, experiments=("tiny", "tiny_b")):
+        bad = copy.deepcopy(cfg)
+        bad["tables"] = {"t": {"experiments": list(experiments), "paper": None, "columns": columns}}
+        with pytest.raises(RegistryError) as err:
+            expand(bad)
+        return str(err.value)
+
+    assert "bind every column or none" in error({**both, "C": "final.mean_acc"})
+    assert "names experiment 'nope', which the table does not show" in error(
+        {**both, "B": {"experiment": "nope", "source": "final.mean_acc"}})
+    assert "no column shows experiment(s) tiny_b" in error({"A": both["A"]})

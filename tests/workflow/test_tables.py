@@ -162,3 +162,60 @@ def test_a_spec_longer_than_one_shell_argument_reaches_the_table_command(runs_di
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(pd.read_csv(tmp_path / "big.csv")) == 1000
+
+
+def test_a_table_over_two_experiments_joins_its_rows_by_key(runs_dir, tmp_path):
+    """q-FFL's Table 2: Adult columns from one experiment, F-MNIST columns from another, one row
+    per shared row name (the variance in %^2: its display scale)."""
+    for seed, (phd, avg) in enumerate([(0.695, 0.832), (0.703, 0.833)], start=1):
+        write_run(runs_dir, f"a/q0/seed{seed}", [phd, 0.83], final={"test_acc_uniform": avg, "test_acc_phd": phd})
+        write_run(runs_dir, f"a/afl/seed{seed}", [0.73, 0.82], final={"test_acc_uniform": 0.825, "test_acc_phd": 0.73})
+        write_run(runs_dir, f"f/q0/seed{seed}", [0.66, 0.85], final={"test_acc_all": 0.788, "var_acc": 0.0081})
+    write_run(runs_dir, "f/afl/seed1", [0.71, 0.81], final={"test_acc_all": 0.70, "var_acc": 0.0025})
+    write_run(runs_dir, "f/afl/seed2", [0.71, 0.81], final={"test_acc_all": 0.70}, status="diverged")
+
+    def row(exp, key, label, runs):
+        return {**_row(key, label, "qfedavg", runs), "experiment": exp}
+
+    rows = [row("adult", "qffl_q0", "q-FFL q=0", ["a/q0/seed1", "a/q0/seed2"]),
+            row("adult", "afl", "AFL γ_w=0.1", ["a/afl/seed1", "a/afl/seed2"]),
+            row("fmnist", "qffl_q0", "q-FFL q=0", ["f/q0/seed1", "f/q0/seed2"]),
+            row("fmnist", "afl", "AFL γ_w=0.001", ["f/afl/seed1", "f/afl/seed2"])]
+    spec = {"name": "qffl_table2", "paper": "qffl_table2", "rows": rows,
+            "columns": {"Adult average": "final.test_acc_uniform", "PhD": "final.test_acc_phd",
+                        "F-MNIST average": "final.test_acc_all", "Variance": "final.var_acc"},
+            "column_experiment": {"Adult average": "adult", "PhD": "adult", "F-MNIST average": "fmnist",
+                                  "Variance": "fmnist"},
+            "tolerance": {"Adult average": 0.56, "PhD": 0.56}}
+    df = write_table(spec, runs_dir, tmp_path / "t.csv", tmp_path / "t.md").set_index("row")
+    assert list(df.index) == ["qffl_q0", "afl", "qffl_q1", "qffl_q2"]  # the paper's rows not run follow
+    q0 = df.loc["qffl_q0"]
+    assert q0["label"] == "q-FFL q=0" and q0["status"] == "ok" and q0["seeds"] == 2
+    assert q0["PhD repro_mean"] == pytest.approx(69.9) and q0["PhD paper_mean"] == 69.9
+    assert q0["PhD verdict"] == "within" and q0["Adult average verdict"] == "within"  # 83.25 vs 83.2, band 0.56
+    assert q0["F-MNIST average repro_mean"] == pytest.approx(78.8) and q0["F-MNIST average paper_mean"] == 78.8
+    assert q0["Variance repro_mean"] == pytest.approx(81.0) and q0["Variance paper"] == "not in paper"
+    afl = df.loc["afl"]
+    assert afl["label"] == "AFL γ_w=0.1 / AFL γ_w=0.001"
+    assert afl["status"] == "fmnist: diverged (1/2 seeds)" and afl["PhD verdict"] == "within"
+    assert afl["F-MNIST average verdict"] == "diverged"
+    assert df.loc["qffl_q2", "status"] == "not run"
+    assert math.isnan(df.loc["qffl_q2", "PhD repro_mean"]) and df.loc["qffl_q2", "PhD paper_mean"] == 74.4
+    back = pd.read_csv(tmp_path / "t.csv")
+    assert {"PhD paper_mean", "PhD paper_std", "PhD repro_mean", "F-MNIST average verdict"} <= set(back.columns)
+    assert "AFL γ_w=0.1 / AFL γ_w=0.001" in (tmp_path / "t.md").read_text()
+
+
+def test_a_two_experiment_table_without_a_paper_shows_reproduced_numbers_only(runs_dir):
+    write_run(runs_dir, "a/seed1", [0.6, 0.8], final={"test_acc_phd": 0.6})
+    write_run(runs_dir, "f/seed1", [0.7, 0.9], final={"test_acc_all": 0.8})
+    rows = [{**_row("afl", "AFL", "afl", ["a/seed1"]), "experiment": "adult"},
+            {**_row("afl", "AFL", "afl", ["f/seed1"]), "experiment": "fmnist"},
+            {**_row("extra", "only F-MNIST", "fedavg", ["f/seed1"]), "experiment": "fmnist"}]
+    spec = {"name": "mine", "paper": None, "rows": rows,
+            "columns": {"PhD": "final.test_acc_phd", "all": "final.test_acc_all"},
+            "column_experiment": {"PhD": "adult", "all": "fmnist"}}
+    df = build_table(spec, runs_dir).set_index("row")
+    assert df.loc["afl", "PhD repro_mean"] == pytest.approx(60.0) and df.loc["afl", "all repro_mean"] == pytest.approx(80.0)
+    assert not any(c.endswith((" paper", " verdict", " diff")) for c in df.columns)
+    assert df.loc["extra", "status"] == "adult: not in its grid" and df.loc["extra", "PhD reproduced"] == "not run"
