@@ -355,7 +355,7 @@ def expand(config: dict[str, Any]) -> Registry:
     (:func:`_layered_experiments`); each experiment expanded under its protocol readings into rows
     and distinct runs (:func:`_expand_experiment`); the table and figure specs (:func:`_item_specs`);
     the ``only`` selection (:func:`_select_only`); the specs checked against the rows
-    (:func:`_check_items`)."""
+    (:func:`_check_items`); each table's columns bound to experiments (:func:`_bind_columns`)."""
     config = with_defaults(config)
     try:
         load_plugins(config["plugins"])
@@ -370,6 +370,8 @@ def expand(config: dict[str, Any]) -> Registry:
         tables, figures, rows, runs, partitions = _select_only(config["only"], tables, figures, rows, runs,
                                                                partitions)
     _check_items(tables, figures, rows, experiments)
+    for name, spec in tables.items():
+        _bind_columns(name, spec, experiments)
 
     datasets = sorted({r.dataset for r in runs.values()})
     return Registry(str(config.get("profile", "paper")), runs, rows, tables, figures, partitions,
@@ -570,8 +572,6 @@ def _check_items(tables: dict[str, dict[str, Any]], figures: dict[str, dict[str,
             if spec.get("kind") != "variants" and len(plain) < len(spec["experiments"]):
                 raise RegistryError(f"{kind} {name}: a sensitivity experiment repeats its rows once per "
                                     f"reading; show it with a table of kind variants")
-    for name, spec in tables.items():
-        _bind_columns(name, spec, experiments)
 
 
 def _bind_columns(name: str, spec: dict[str, Any], experiments: dict[str, dict[str, Any]]) -> None:

@@ -94,17 +94,7 @@ def build_table(spec: dict[str, Any], runs_dir: str | Path, paper: pd.DataFrame 
         computed.append((row, diverged, stats))
 
     if spec.get("kind") == "best_of":
-        rank = spec.get("rank_by") or next(iter(columns))
-        best: dict[str, tuple] = {}
-        for item in computed:
-            row, diverged, stats = item
-            m = stats[rank][0]
-            score = -math.inf if (diverged or math.isnan(m)) else m
-            alg = row["algorithm"]
-            if alg not in best or score > best[alg][0]:
-                best[alg] = (score, item)
-        computed = [(dict(row, key=alg, label=f"{row['label']} (best {rank})"), d, s)
-                    for alg, (_, (row, d, s)) in best.items()]
+        computed = _best_of(computed, spec.get("rank_by") or next(iter(columns)))
 
     records = []
     matched: set[str] = set()
@@ -154,6 +144,21 @@ def build_table(spec: dict[str, Any], runs_dir: str | Path, paper: pd.DataFrame 
                             f"{c} repro_std": math.nan, f"{c} diff": math.nan, f"{c} verdict": "not run"})
             records.append(rec)
     return pd.DataFrame.from_records(records)
+
+
+def _best_of(computed: list[tuple], rank: str) -> list[tuple]:
+    """A table of kind best_of: per algorithm the row with the highest mean of column ``rank``
+    (diverged rows last), keyed by the algorithm and labelled "(best <rank>)"."""
+    best: dict[str, tuple] = {}
+    for item in computed:
+        row, diverged, stats = item
+        m = stats[rank][0]
+        score = -math.inf if (diverged or math.isnan(m)) else m
+        alg = row["algorithm"]
+        if alg not in best or score > best[alg][0]:
+            best[alg] = (score, item)
+    return [(dict(row, key=alg, label=f"{row['label']} (best {rank})"), d, s)
+            for alg, (_, (row, d, s)) in best.items()]
 
 
 def join_parts(spec: dict[str, Any], runs_dir: str | Path, paper: pd.DataFrame | None = None) -> pd.DataFrame:
