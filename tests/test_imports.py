@@ -117,7 +117,7 @@ def workflow_parse_imports() -> set[str]:
 # what the workflow's `fedmgda table | figure | claims | ...` jobs import (cli -> workflow_cli), and
 # the run config's checks; everything they import (the graph above) is planning too
 WORKFLOW_COMMANDS = {"fedmgda.cli", "fedmgda.workflow_cli", "fedmgda.tables", "fedmgda.figures",
-                     "fedmgda.claims", "fedmgda.config"}
+                     "fedmgda.claims", "fedmgda.results", "fedmgda.config"}
 
 
 def test_the_workflow_imports_planning_modules():

@@ -57,6 +57,7 @@ import pandas as pd
 
 from fedmgda.experiments import Registry, RegistryError, algorithm_info, fmt_num
 from fedmgda.metrics import display_scale
+from fedmgda.results import metrics_value, read_summary, run_value, seed_stats
 
 PAIR_KINDS = ("identical", "at_least", "close")
 SERIES_KINDS = ("identical", "monotone")
@@ -121,91 +122,124 @@ def _experiments_of(claim: dict[str, Any]) -> list[str]:
 def parse_claims(config: dict[str, Any], reg: Registry) -> list[dict[str, Any]]:
     """The claims of a (schema-validated) config, checked against the registry and resolved to
     rows and run keys (JSON-able). Raises :class:`ClaimError` naming the claim on any problem.
-    Claims on experiments that ``only`` left out are skipped; unknown experiments are errors."""
+    Claims on experiments that ``only`` left out are skipped; unknown experiments are errors.
+
+    Per claim: its form (:func:`_claim_form`), its experiments (:func:`_claim_experiments`), its
+    spec (:func:`_claim_spec`), then its rows: a series (:func:`_series_rows`) or a pair
+    (:func:`_pair_rows`)."""
     known = set(config.get("experiments") or {})
     out = []
     for cid, raw in (config.get("claims") or {}).items():
         claim = dict(raw)
-        kind = claim.get("compare")
-        if kind not in KINDS:
-            raise ClaimError(f"claim {cid}: unknown comparison {kind!r}; known: {', '.join(KINDS)}")
-        quantity = claim.get("quantity", "")
-        if not isinstance(quantity, str) or not SOURCE_RE.match(quantity):
-            raise ClaimError(f"claim {cid}: quantity {quantity!r} is not final.<stat>, protocol.<stat>, "
-                             f"final_user.<k>, final_others.<k> or metrics.<column>")
-        if "window" in claim and not quantity.startswith("metrics."):
-            raise ClaimError(f"claim {cid}: a window applies to metrics.<column> quantities only")
-        window = claim.get("window") or {}
-        if set(window) - {"last", "first"} or len(window) > 1:
-            raise ClaimError(f"claim {cid}: window must be {{last: N}} or {{first: N}}, got {window}")
-        exps = _experiments_of(claim)
-        if not exps:
-            raise ClaimError(f"claim {cid}: names no experiment")
-        unknown = sorted(set(exps) - known)
-        if unknown:
-            raise ClaimError(f"claim {cid}: unknown experiment(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        kind, quantity, window = _claim_form(cid, claim)
+        exps = _claim_experiments(cid, claim, known)
         if any(e not in reg.rows for e in exps):  # left out by `only`
             continue
-        seeds_mode = claim.get("seeds", "paired")
-        if seeds_mode not in ("paired", "mean"):
-            raise ClaimError(f"claim {cid}: seeds must be paired or mean, got {seeds_mode!r}")
-        spec: dict[str, Any] = {
-            "id": cid, "source": claim.get("source", ""), "paper": claim.get("paper", ""),
-            "quantity": quantity, "window": window, "agg": claim.get("agg", "mean"),
-            "compare": kind, "seeds": seeds_mode,
-            "scale": float(claim.get("scale", display_scale(quantity))),
-            "tolerance": float(claim.get("tolerance", 1e-6 if kind == "identical" else 0.0)),
-            "margin": claim.get("margin"),
-        }
-        if spec["agg"] not in ("mean", "min", "max", "last"):
-            raise ClaimError(f"claim {cid}: agg must be mean, min, max or last")
+        spec = _claim_spec(cid, claim, kind, quantity, window)
         if "select" in claim:
-            if kind not in SERIES_KINDS:
-                raise ClaimError(f"claim {cid}: {kind} compares two rows a and b, not a select")
-            if "a" in claim or "b" in claim:
-                raise ClaimError(f"claim {cid}: give either select (+ by) or a and b, not both")
-            by = claim.get("by")
-            if kind == "monotone" and not by:
-                raise ClaimError(f"claim {cid}: monotone needs by (a hyper-parameter or attack)")
-            if kind == "monotone" and claim.get("direction") not in ("increasing", "decreasing"):
-                raise ClaimError(f"claim {cid}: monotone needs direction increasing or decreasing")
-            select = claim["select"] if isinstance(claim["select"], list) else [claim["select"]]
-            rows = reg.rows_of([claim["experiment"]], select)
-            if len(rows) < 2:
-                raise ClaimError(f"claim {cid}: select {select} matches {len(rows)} row(s) of "
-                                 f"{claim['experiment']}; a series needs at least two. Rows: "
-                                 f"{', '.join(r.key for r in reg.rows[claim['experiment']])}")
-            params = []
-            for r in rows:
-                try:
-                    params.append(_param(r, by) if by else None)
-                except KeyError:
-                    raise ClaimError(f"claim {cid}: row {r.key!r} has no parameter {by!r}") from None
-            if by and len(set(params)) != len(params):
-                raise ClaimError(f"claim {cid}: several selected rows share one value of {by}")
-            order = sorted(range(len(rows)), key=lambda i: params[i] if by else i)
-            spec.update(by=by, direction=claim.get("direction"),
-                        rows=[_row_dict(rows[i], params[i]) for i in order])
+            spec.update(_series_rows(cid, claim, kind, reg))
         else:
-            if kind not in PAIR_KINDS:
-                raise ClaimError(f"claim {cid}: {kind} needs select and by, not a and b")
-            if "a" not in claim or "b" not in claim:
-                raise ClaimError(f"claim {cid}: {kind} needs rows a and b")
-            a = _pick(reg, cid, "a", claim["a"], claim.get("experiment"))
-            spec["a"] = _row_dict(a)
-            if isinstance(claim["b"], (int, float)) and not isinstance(claim["b"], bool):
-                spec["b"] = {"constant": float(claim["b"])}
-            else:
-                b = _pick(reg, cid, "b", claim["b"], claim.get("experiment"))
-                if a.key == b.key and a.experiment == b.experiment:
-                    raise ClaimError(f"claim {cid}: a and b are the same row {a.key!r}")
-                spec["b"] = _row_dict(b)
-                if seeds_mode == "paired" and not set(a.seeds) & set(b.seeds):
-                    raise ClaimError(f"claim {cid}: a and b share no seed; use seeds: mean")
+            spec.update(_pair_rows(cid, claim, kind, spec["seeds"], reg))
         if spec["margin"] is not None:
             spec["margin"] = float(spec["margin"])
         out.append(spec)
     return out
+
+
+def _claim_form(cid: str, claim: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """The claim's comparison, quantity and window, checked: a known comparison, a quantity of a
+    form :data:`SOURCE_RE` accepts, a window (metrics quantities only) of one bound."""
+    kind = claim.get("compare")
+    if kind not in KINDS:
+        raise ClaimError(f"claim {cid}: unknown comparison {kind!r}; known: {', '.join(KINDS)}")
+    quantity = claim.get("quantity", "")
+    if not isinstance(quantity, str) or not SOURCE_RE.match(quantity):
+        raise ClaimError(f"claim {cid}: quantity {quantity!r} is not final.<stat>, protocol.<stat>, "
+                         f"final_user.<k>, final_others.<k> or metrics.<column>")
+    if "window" in claim and not quantity.startswith("metrics."):
+        raise ClaimError(f"claim {cid}: a window applies to metrics.<column> quantities only")
+    window = claim.get("window") or {}
+    if set(window) - {"last", "first"} or len(window) > 1:
+        raise ClaimError(f"claim {cid}: window must be {{last: N}} or {{first: N}}, got {window}")
+    return kind, quantity, window
+
+
+def _claim_experiments(cid: str, claim: dict[str, Any], known: set[str]) -> list[str]:
+    """The experiments the claim reads (:func:`_experiments_of`): at least one, all in the config."""
+    exps = _experiments_of(claim)
+    if not exps:
+        raise ClaimError(f"claim {cid}: names no experiment")
+    unknown = sorted(set(exps) - known)
+    if unknown:
+        raise ClaimError(f"claim {cid}: unknown experiment(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return exps
+
+
+def _claim_spec(cid: str, claim: dict[str, Any], kind: str, quantity: str, window: dict[str, Any]) -> dict[str, Any]:
+    """The claim's spec before its rows: what it says and how it is judged, defaults filled in
+    (seeds paired, agg mean, scale the quantity's display scale, tolerance 1e-6 for identical)."""
+    seeds_mode = claim.get("seeds", "paired")
+    if seeds_mode not in ("paired", "mean"):
+        raise ClaimError(f"claim {cid}: seeds must be paired or mean, got {seeds_mode!r}")
+    spec: dict[str, Any] = {
+        "id": cid, "source": claim.get("source", ""), "paper": claim.get("paper", ""),
+        "quantity": quantity, "window": window, "agg": claim.get("agg", "mean"),
+        "compare": kind, "seeds": seeds_mode,
+        "scale": float(claim.get("scale", display_scale(quantity))),
+        "tolerance": float(claim.get("tolerance", 1e-6 if kind == "identical" else 0.0)),
+        "margin": claim.get("margin"),
+    }
+    if spec["agg"] not in ("mean", "min", "max", "last"):
+        raise ClaimError(f"claim {cid}: agg must be mean, min, max or last")
+    return spec
+
+
+def _series_rows(cid: str, claim: dict[str, Any], kind: str, reg: Registry) -> dict[str, Any]:
+    """A series claim's rows (``select``, at least two), ordered by ``by`` (distinct values; the
+    config's order without it): ``by``, ``direction`` and ``rows`` of its spec."""
+    if kind not in SERIES_KINDS:
+        raise ClaimError(f"claim {cid}: {kind} compares two rows a and b, not a select")
+    if "a" in claim or "b" in claim:
+        raise ClaimError(f"claim {cid}: give either select (+ by) or a and b, not both")
+    by = claim.get("by")
+    if kind == "monotone" and not by:
+        raise ClaimError(f"claim {cid}: monotone needs by (a hyper-parameter or attack)")
+    if kind == "monotone" and claim.get("direction") not in ("increasing", "decreasing"):
+        raise ClaimError(f"claim {cid}: monotone needs direction increasing or decreasing")
+    select = claim["select"] if isinstance(claim["select"], list) else [claim["select"]]
+    rows = reg.rows_of([claim["experiment"]], select)
+    if len(rows) < 2:
+        raise ClaimError(f"claim {cid}: select {select} matches {len(rows)} row(s) of "
+                         f"{claim['experiment']}; a series needs at least two. Rows: "
+                         f"{', '.join(r.key for r in reg.rows[claim['experiment']])}")
+    params = []
+    for r in rows:
+        try:
+            params.append(_param(r, by) if by else None)
+        except KeyError:
+            raise ClaimError(f"claim {cid}: row {r.key!r} has no parameter {by!r}") from None
+    if by and len(set(params)) != len(params):
+        raise ClaimError(f"claim {cid}: several selected rows share one value of {by}")
+    order = sorted(range(len(rows)), key=lambda i: params[i] if by else i)
+    return {"by": by, "direction": claim.get("direction"), "rows": [_row_dict(rows[i], params[i]) for i in order]}
+
+
+def _pair_rows(cid: str, claim: dict[str, Any], kind: str, seeds_mode: str, reg: Registry) -> dict[str, Any]:
+    """A pairwise claim's rows: ``a`` (one row) and ``b`` (another row, or a number as a
+    ``constant``); paired seeds need a seed both rows have."""
+    if kind not in PAIR_KINDS:
+        raise ClaimError(f"claim {cid}: {kind} needs select and by, not a and b")
+    if "a" not in claim or "b" not in claim:
+        raise ClaimError(f"claim {cid}: {kind} needs rows a and b")
+    a = _pick(reg, cid, "a", claim["a"], claim.get("experiment"))
+    if isinstance(claim["b"], (int, float)) and not isinstance(claim["b"], bool):
+        return {"a": _row_dict(a), "b": {"constant": float(claim["b"])}}
+    b = _pick(reg, cid, "b", claim["b"], claim.get("experiment"))
+    if a.key == b.key and a.experiment == b.experiment:
+        raise ClaimError(f"claim {cid}: a and b are the same row {a.key!r}")
+    if seeds_mode == "paired" and not set(a.seeds) & set(b.seeds):
+        raise ClaimError(f"claim {cid}: a and b share no seed; use seeds: mean")
+    return {"a": _row_dict(a), "b": _row_dict(b)}
 
 
 def claim_runs(claims: list[dict[str, Any]]) -> list[str]:
@@ -221,28 +255,13 @@ def claim_runs(claims: list[dict[str, Any]]) -> list[str]:
 # --------------------------------------------------------------------------- values
 def run_quantity(run_dir: Path, claim: dict[str, Any]) -> float:
     """The claim's quantity of one run (unscaled); NaN when the run diverged or lacks it."""
-    from fedmgda.tables import read_summary, run_value
-
     summary = read_summary(run_dir)
     if summary.get("status", "ok") != "ok":
         return math.nan
     quantity = claim["quantity"]
     if not quantity.startswith("metrics."):
         return run_value(run_dir, summary, quantity)
-    column = quantity.partition(".")[2]
-    df = pd.read_csv(run_dir / "metrics.csv")
-    if column not in df.columns:
-        return math.nan
-    s = df.sort_values("round").set_index("round")[column].astype(float).dropna()
-    window = claim.get("window") or {}
-    if "last" in window:
-        s = s[s.index > s.index.max() - int(window["last"])] if len(s) else s
-    elif "first" in window:
-        s = s[s.index <= s.index.min() + int(window["first"]) - 1] if len(s) else s
-    if not len(s):
-        return math.nan
-    agg = claim.get("agg", "mean")
-    return float(s.iloc[-1]) if agg == "last" else float(getattr(s, agg)())
+    return metrics_value(run_dir, quantity.partition(".")[2], claim.get("window"), claim.get("agg", "mean"))
 
 
 def row_values(row: dict[str, Any], claim: dict[str, Any], runs_dir: Path) -> tuple[dict[int, float], int]:
@@ -255,11 +274,6 @@ def row_values(row: dict[str, Any], claim: dict[str, Any], runs_dir: Path) -> tu
             continue
         values[int(seed)] = run_quantity(d, claim) * claim["scale"]
     return values, missing
-
-
-def _stats(values) -> tuple[float, float]:
-    arr = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
-    return (float(arr.mean()), float(arr.std(ddof=0))) if len(arr) else (math.nan, math.nan)
 
 
 def _score_pair(a: float, b: float, claim: dict[str, Any]) -> float:
@@ -352,7 +366,7 @@ def evaluate_claim(c: dict[str, Any], runs_dir: str | Path) -> dict[str, Any]:
     const = None if series or "runs" in c["b"] else c["b"]["constant"]
     if const is not None:
         per_row.append({s: const for s in per_row[0]})
-    means = [_stats(v.values()) for v in per_row]
+    means = [seed_stats(v.values()) for v in per_row]
     common = sorted(set.intersection(*(set(v) for v in per_row)))
     complete = [s for s in common if all(not math.isnan(v[s]) for v in per_row)]
     dropped = sorted(set().union(*(set(v) for v in per_row)) - set(complete))

@@ -338,110 +338,184 @@ def _readings_to_run(name: str, exp: dict[str, Any], experiments: dict[str, dict
     return merged, combos
 
 
+@dataclass
+class _Expansion:
+    """What the run stages of :func:`expand` share: the config (with defaults) and the distinct
+    runs and partitions found so far, keyed by their canonical keys."""
+    config: dict[str, Any]
+    runs: dict[str, RunSpec] = field(default_factory=dict)
+    partitions: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
 def expand(config: dict[str, Any]) -> Registry:
     """Expand a (schema-validated) registry config into runs, rows, tables and figures.
-    Absent top-level keys take the schema's defaults (:func:`fedmgda.schema.with_defaults`)."""
+    Absent top-level keys take the schema's defaults (:func:`fedmgda.schema.with_defaults`).
+
+    The stages, in order: plug-ins loaded; experiments layered with their overrides
+    (:func:`_layered_experiments`); each experiment expanded under its protocol readings into rows
+    and distinct runs (:func:`_expand_experiment`); the table and figure specs (:func:`_item_specs`);
+    the ``only`` selection (:func:`_select_only`); the specs checked against the rows
+    (:func:`_check_items`); each table's columns bound to experiments (:func:`_bind_columns`)."""
     config = with_defaults(config)
     try:
         load_plugins(config["plugins"])
     except ConfigError as err:
         raise RegistryError(str(err)) from None
-    settings = config["settings"]
-    grids = config["grids"]
-    only = config["only"]
+    experiments = _layered_experiments(config)
+    expansion = _Expansion(config)
+    rows = {name: _expand_experiment(name, exp, experiments, expansion) for name, exp in experiments.items()}
+    runs, partitions = expansion.runs, expansion.partitions
+    tables, figures = _item_specs(config)
+    if config["only"]:
+        tables, figures, rows, runs, partitions = _select_only(config["only"], tables, figures, rows, runs,
+                                                               partitions)
+    _check_items(tables, figures, rows, experiments)
+    for name, spec in tables.items():
+        _bind_columns(name, spec, experiments)
+
+    datasets = sorted({r.dataset for r in runs.values()})
+    return Registry(str(config.get("profile", "paper")), runs, rows, tables, figures, partitions,
+                    datasets, experiments)
+
+
+def _layered_experiments(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Layering of the experiments: each experiment with its ``experiment_overrides`` entry laid
+    over it (copies; an override of an unknown experiment is an error)."""
     exp_over = config["experiment_overrides"]
     unknown = sorted(set(exp_over) - set(config["experiments"]))
     if unknown:
         raise RegistryError(f"experiment_overrides names unknown experiment(s): {', '.join(unknown)}")
+    return {name: {**copy.deepcopy(exp), **copy.deepcopy(exp_over.get(name) or {})}
+            for name, exp in config["experiments"].items()}
 
-    runs: dict[str, RunSpec] = {}
-    rows: dict[str, list[Row]] = {}
-    partitions: dict[str, dict[str, Any]] = {}
-    experiments = {name: {**copy.deepcopy(exp), **copy.deepcopy(exp_over.get(name) or {})}
-                   for name, exp in config["experiments"].items()}
-    for name, exp in experiments.items():
-        exp, readings = _readings_to_run(name, exp, experiments)
-        setting = _resolve_named(exp.get("setting"), settings, "setting", f"experiment {name}")
-        if not isinstance(setting, dict) or "dataset" not in setting:
-            raise RegistryError(f"experiment {name}: its setting must give at least a dataset")
-        grid = _resolve_named(exp.get("grid"), grids, "grid", f"experiment {name}")
-        if not grid:
-            raise RegistryError(f"experiment {name}: empty grid")
-        seeds = config["seeds"] or exp.get("seeds") or [1]
-        base = dict(config["run_defaults"])
-        base.update(setting)
-        base.update(exp.get("run") or {})
-        if exp.get("rounds") is not None:
-            base["rounds"] = exp["rounds"]
-        if config["rounds"] is not None:
-            base["rounds"] = config["rounds"]
-        base.update(config["run_overrides"])
-        exp_rows: list[Row] = []
-        changed: dict[str, bool] = {}  # per varied variant: whether it changed any run
-        for variant, reading, chosen in readings:
-            for entry in grid:
-                algorithm = entry["algorithm"]
-                check_hparams(f"experiment {name}", algorithm, entry.get("hparams"))
-                entry_run = dict(entry.get("run") or {})
-                attacks = entry.get("attacks", exp.get("attacks")) or [{"kind": "none"}]
-                for attack in attacks:
-                    attack = _normalise_attack(attack)
-                    key = entry.get("row") or row_key(algorithm, entry.get("hparams"), entry_run, attack)
-                    label = entry.get("label") or row_label(algorithm, entry.get("hparams"), entry_run, attack)
-                    row_runs = []
-                    for seed in seeds:
-                        cfg = dict(base)
-                        cfg.update(entry_run)
-                        cfg["dataset_options"] = {**(base.get("dataset_options") or {}), **(entry_run.get("dataset_options") or {})}
-                        if not cfg["dataset_options"]:
-                            del cfg["dataset_options"]
-                        cfg["algorithm"] = algorithm
-                        plugin = algorithm_info(algorithm).plugin
-                        if plugin:  # the training job loads the plug-in from there
-                            cfg["plugin"] = plugin
-                        before = dict(cfg)
-                        cfg = apply_readings(cfg, chosen)
-                        if variant is not None:
-                            changed[variant] = changed.get(variant, False) or get_variant(variant).concerns(before)
-                        cfg.update(config["run_overrides"])
-                        bad = sorted(set(cfg) - RUN_FIELDS)
-                        if bad:
-                            raise RegistryError(f"experiment {name}: unknown run field(s) {', '.join(bad)}")
-                        # implied defaults dropped: "fedmgda, epsilon 1" and "fedmgda" are one run
-                        cfg["hparams"] = hparam_values(algorithm, entry.get("hparams"))
-                        cfg["attack"] = attack
-                        cfg["seed"] = int(seed)
-                        if config.get("device"):
-                            cfg["device"] = config["device"]
-                        cfg.setdefault("raw_dir", config["raw_dir"])
-                        rk = run_key(cfg)
-                        pk = None
-                        if config["partition_jobs"]:
-                            pk = partition_key(cfg)
-                            partitions[pk] = {"dataset": cfg["dataset"], "partition": cfg.get("partition"),
-                                              "seed": int(seed), "options": cfg.get("dataset_options") or {},
-                                              "raw_dir": cfg["raw_dir"]}
-                        if rk in runs:
-                            if runs[rk].config != cfg:
-                                diff = sorted(k for k in set(cfg) | set(runs[rk].config)
-                                              if cfg.get(k) != runs[rk].config.get(k))
-                                raise RegistryError(
-                                    f"run {rk} is requested by {runs[rk].experiments} and {name} with different "
-                                    f"configs (fields {', '.join(diff)}); make the setting name them")
-                            if name not in runs[rk].experiments:
-                                runs[rk].experiments.append(name)
-                        else:
-                            runs[rk] = RunSpec(rk, cfg, pk, _resources(config, cfg["dataset"]), [name])
-                        row_runs.append(rk)
-                    exp_rows.append(Row(name, key, label, algorithm,
-                                        hparam_values(algorithm, entry.get("hparams")), attack,
-                                        [int(s) for s in seeds], row_runs, variant, reading))
-        idle = [v for v, hit in changed.items() if not hit]
-        if idle:
-            raise RegistryError(f"experiment {name}: variant(s) {', '.join(idle)} change no run of "
-                                f"{exp['variants_of']}")
-        rows[name] = exp_rows
 
+def _run_layers(name: str, exp: dict[str, Any], config: dict[str, Any]):
+    """Layering of one experiment's run fields: its grid, its seeds (the top-level ``seeds``
+    first) and the run fields every run of it shares, from the lowest layer up: ``run_defaults``,
+    the setting, the experiment's ``run``, its ``rounds``, the top-level ``rounds``,
+    ``run_overrides``. Returns (grid, seeds, base)."""
+    setting = _resolve_named(exp.get("setting"), config["settings"], "setting", f"experiment {name}")
+    if not isinstance(setting, dict) or "dataset" not in setting:
+        raise RegistryError(f"experiment {name}: its setting must give at least a dataset")
+    grid = _resolve_named(exp.get("grid"), config["grids"], "grid", f"experiment {name}")
+    if not grid:
+        raise RegistryError(f"experiment {name}: empty grid")
+    seeds = config["seeds"] or exp.get("seeds") or [1]
+    base = dict(config["run_defaults"])
+    base.update(setting)
+    base.update(exp.get("run") or {})
+    if exp.get("rounds") is not None:
+        base["rounds"] = exp["rounds"]
+    if config["rounds"] is not None:
+        base["rounds"] = config["rounds"]
+    base.update(config["run_overrides"])
+    return grid, seeds, base
+
+
+def _expand_experiment(name: str, exp: dict[str, Any], experiments: dict[str, dict[str, Any]],
+                       expansion: _Expansion) -> list[Row]:
+    """One experiment's rows: per protocol reading to run (:func:`_readings_to_run`), grid entry
+    and attack, one :class:`Row` whose runs (one per seed) join ``expansion``. A sensitivity
+    experiment whose varied variant changes none of its runs is an error."""
+    exp, readings = _readings_to_run(name, exp, experiments)
+    grid, seeds, base = _run_layers(name, exp, expansion.config)
+    exp_rows: list[Row] = []
+    changed: dict[str, bool] = {}  # per varied variant: whether it changed any run
+    for variant, reading, chosen in readings:
+        for entry in grid:
+            check_hparams(f"experiment {name}", entry["algorithm"], entry.get("hparams"))
+            attacks = entry.get("attacks", exp.get("attacks")) or [{"kind": "none"}]
+            for attack in attacks:
+                attack = _normalise_attack(attack)
+                row = _row(name, entry, attack, seeds, variant, reading)
+                for seed in seeds:
+                    cfg, before = _run_config(name, entry, attack, seed, base, chosen, expansion.config)
+                    if variant is not None:
+                        changed[variant] = changed.get(variant, False) or get_variant(variant).concerns(before)
+                    row.runs.append(_register_run(name, cfg, expansion))
+                exp_rows.append(row)
+    idle = [v for v, hit in changed.items() if not hit]
+    if idle:
+        raise RegistryError(f"experiment {name}: variant(s) {', '.join(idle)} change no run of "
+                            f"{exp['variants_of']}")
+    return exp_rows
+
+
+def _row(name: str, entry: dict[str, Any], attack: dict[str, Any], seeds: list[Any], variant: str | None,
+         reading: str | None) -> Row:
+    """The row of a grid entry under one attack, its runs still to come (one per seed): its key
+    and label (the entry's own, or made from algorithm, hyper-parameters, the entry's run fields
+    and the attack)."""
+    algorithm = entry["algorithm"]
+    entry_run = dict(entry.get("run") or {})
+    key = entry.get("row") or row_key(algorithm, entry.get("hparams"), entry_run, attack)
+    label = entry.get("label") or row_label(algorithm, entry.get("hparams"), entry_run, attack)
+    return Row(name, key, label, algorithm, hparam_values(algorithm, entry.get("hparams")), attack,
+               [int(s) for s in seeds], [], variant, reading)
+
+
+def _run_config(name: str, entry: dict[str, Any], attack: dict[str, Any], seed: Any, base: dict[str, Any],
+                chosen: dict[str, str], config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One run's config: the experiment's run fields, the entry's over them (dataset options
+    merged), the algorithm (and its plug-in), the chosen protocol readings, ``run_overrides``, then
+    hyper-parameters (implied defaults dropped), attack, seed, device and raw_dir. Returns it and
+    the config before the readings (what a variant's ``concerns`` is asked about)."""
+    algorithm = entry["algorithm"]
+    entry_run = dict(entry.get("run") or {})
+    cfg = dict(base)
+    cfg.update(entry_run)
+    cfg["dataset_options"] = {**(base.get("dataset_options") or {}), **(entry_run.get("dataset_options") or {})}
+    if not cfg["dataset_options"]:
+        del cfg["dataset_options"]
+    cfg["algorithm"] = algorithm
+    plugin = algorithm_info(algorithm).plugin
+    if plugin:  # the training job loads the plug-in from there
+        cfg["plugin"] = plugin
+    before = dict(cfg)
+    cfg = apply_readings(cfg, chosen)
+    cfg.update(config["run_overrides"])
+    bad = sorted(set(cfg) - RUN_FIELDS)
+    if bad:
+        raise RegistryError(f"experiment {name}: unknown run field(s) {', '.join(bad)}")
+    # implied defaults dropped: "fedmgda, epsilon 1" and "fedmgda" are one run
+    cfg["hparams"] = hparam_values(algorithm, entry.get("hparams"))
+    cfg["attack"] = attack
+    cfg["seed"] = int(seed)
+    if config.get("device"):
+        cfg["device"] = config["device"]
+    cfg.setdefault("raw_dir", config["raw_dir"])
+    return cfg, before
+
+
+def _register_run(name: str, cfg: dict[str, Any], expansion: _Expansion) -> str:
+    """Run identity and de-duplication: the run's canonical key (and its partition's, with
+    ``partition_jobs``); a run another experiment already asked for is shared (the experiment
+    joins its list), two different configs on one key are an error. Returns the key."""
+    runs, config = expansion.runs, expansion.config
+    rk = run_key(cfg)
+    pk = None
+    if config["partition_jobs"]:
+        pk = partition_key(cfg)
+        expansion.partitions[pk] = {"dataset": cfg["dataset"], "partition": cfg.get("partition"),
+                                    "seed": cfg["seed"], "options": cfg.get("dataset_options") or {},
+                                    "raw_dir": cfg["raw_dir"]}
+    if rk in runs:
+        if runs[rk].config != cfg:
+            diff = sorted(k for k in set(cfg) | set(runs[rk].config) if cfg.get(k) != runs[rk].config.get(k))
+            raise RegistryError(
+                f"run {rk} is requested by {runs[rk].experiments} and {name} with different "
+                f"configs (fields {', '.join(diff)}); make the setting name them")
+        if name not in runs[rk].experiments:
+            runs[rk].experiments.append(name)
+    else:
+        runs[rk] = RunSpec(rk, cfg, pk, _resources(config, cfg["dataset"]), [name])
+    return rk
+
+
+def _item_specs(config: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The table and figure specs: copies of the config's, each with its ``name`` and its
+    ``experiments`` (a table's default: the experiment of its own name; a figure's ``experiment``
+    becomes a one-element list)."""
     tables = {}
     for name, spec in config["tables"].items():
         spec = copy.deepcopy(spec)
@@ -455,24 +529,35 @@ def expand(config: dict[str, Any]) -> Registry:
             spec["experiments"] = [spec.pop("experiment")]
         spec["name"] = name
         figures[name] = spec
+    return tables, figures
 
-    # ``only``: keep the listed tables/figures/experiments and what they need
-    if only:
-        wanted = set(only)
-        unknown = sorted(wanted - set(tables) - set(figures) - set(rows))
-        if unknown:
-            raise RegistryError(f"only: unknown name(s) {', '.join(unknown)}")
-        tables = {k: v for k, v in tables.items() if k in wanted}
-        figures = {k: v for k, v in figures.items() if k in wanted}
-        keep_exps = {e for e in wanted if e in rows}
-        for spec in list(tables.values()) + list(figures.values()):
-            keep_exps.update(spec["experiments"])
-        rows = {k: v for k, v in rows.items() if k in keep_exps}
-        keep_runs = {r for rs in rows.values() for row in rs for r in row.runs}
-        runs = {k: v for k, v in runs.items() if k in keep_runs}
-        keep_parts = {r.partition for r in runs.values()}
-        partitions = {k: v for k, v in partitions.items() if k in keep_parts}
 
+def _select_only(only: list[str], tables, figures, rows, runs, partitions):
+    """The ``only`` selection: the listed tables, figures and experiments, the experiments those
+    tables and figures show, and exactly the runs and partitions these need (unknown names are an
+    error). Returns (tables, figures, rows, runs, partitions)."""
+    wanted = set(only)
+    unknown = sorted(wanted - set(tables) - set(figures) - set(rows))
+    if unknown:
+        raise RegistryError(f"only: unknown name(s) {', '.join(unknown)}")
+    tables = {k: v for k, v in tables.items() if k in wanted}
+    figures = {k: v for k, v in figures.items() if k in wanted}
+    keep_exps = {e for e in wanted if e in rows}
+    for spec in list(tables.values()) + list(figures.values()):
+        keep_exps.update(spec["experiments"])
+    rows = {k: v for k, v in rows.items() if k in keep_exps}
+    keep_runs = {r for rs in rows.values() for row in rs for r in row.runs}
+    runs = {k: v for k, v in runs.items() if k in keep_runs}
+    keep_parts = {r.partition for r in runs.values()}
+    partitions = {k: v for k, v in partitions.items() if k in keep_parts}
+    return tables, figures, rows, runs, partitions
+
+
+def _check_items(tables: dict[str, dict[str, Any]], figures: dict[str, dict[str, Any]],
+                 rows: dict[str, list[Row]], experiments: dict[str, dict[str, Any]]) -> None:
+    """Validation of the table and figure specs: every experiment they show exists (and was kept
+    by ``only``), a ``select`` matches some row, and a sensitivity experiment is shown by a table of
+    kind ``variants`` only, which shows nothing else."""
     for kind, specs in (("table", tables), ("figure", figures)):
         for name, spec in specs.items():
             missing = [e for e in spec["experiments"] if e not in rows]
@@ -487,12 +572,6 @@ def expand(config: dict[str, Any]) -> Registry:
             if spec.get("kind") != "variants" and len(plain) < len(spec["experiments"]):
                 raise RegistryError(f"{kind} {name}: a sensitivity experiment repeats its rows once per "
                                     f"reading; show it with a table of kind variants")
-    for name, spec in tables.items():
-        _bind_columns(name, spec, experiments)
-
-    datasets = sorted({r.dataset for r in runs.values()})
-    return Registry(str(config.get("profile", "paper")), runs, rows, tables, figures, partitions,
-                    datasets, experiments)
 
 
 def _bind_columns(name: str, spec: dict[str, Any], experiments: dict[str, dict[str, Any]]) -> None:

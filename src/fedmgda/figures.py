@@ -16,7 +16,6 @@ Kinds (the ``kind`` key of a figure spec in the config):
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fedmgda.metrics import display_scale  # noqa: E402
-from fedmgda.tables import read_summary, run_value  # noqa: E402
+from fedmgda.results import protocol_user_accuracies, read_summary, run_value, seed_stats  # noqa: E402
 
 UNITS = {100.0: " (%)", 1e4: " (%²)"}  # of a display scale (fedmgda.metrics.display_scale)
 
@@ -83,16 +82,6 @@ def plot_curves(spec: dict[str, Any], runs_dir: Path, ax: plt.Axes) -> None:
     ax.legend(fontsize=7, loc="best")
 
 
-def protocol_user_accuracies(run_dir: Path) -> tuple[np.ndarray, int]:
-    """Per-user accuracies (%) at the protocol round of one run (summary.json protocol.round)."""
-    summary = read_summary(run_dir)
-    rnd = (summary.get("protocol") or {}).get("round")
-    users = pd.read_csv(run_dir / "per_user.csv")
-    if rnd is None or rnd not in set(users["round"]):
-        rnd = int(users["round"].max())
-    return users.loc[users["round"] == rnd, "accuracy"].to_numpy(dtype=float) * 100.0, int(rnd)
-
-
 def plot_violin(spec: dict[str, Any], runs_dir: Path, ax: plt.Axes) -> None:
     import seaborn as sns
 
@@ -131,9 +120,9 @@ def plot_bars(spec: dict[str, Any], runs_dir: Path, ax: plt.Axes) -> None:
                 s = read_summary(runs_dir / run)
                 if s.get("status") == "ok":
                     vals.append(run_value(runs_dir / run, s, src) * display_scale(src))
-            vals = [v for v in vals if not math.isnan(v)]
-            means.append(np.mean(vals) if vals else np.nan)
-            stds.append(np.std(vals) if vals else np.nan)
+            mean, std = seed_stats(vals)
+            means.append(mean)
+            stds.append(std)
         ax.bar(x + (j - (len(columns) - 1) / 2) * width, means, width, yerr=stds, capsize=2, label=col)
     ax.set_xticks(x, [r["label"] for r in rows], rotation=30, ha="right", fontsize=7)
     ax.set_ylabel(spec.get("ylabel") or "accuracy (%)")

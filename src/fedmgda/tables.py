@@ -21,16 +21,15 @@ A column may be bound to one experiment (``column_experiment``): a table spannin
 from __future__ import annotations
 
 import fnmatch
-import json
 import math
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from fedmgda.metrics import display_scale
+from fedmgda.results import read_summary, run_value, seed_stats
 
 NOT_IN_PAPER = "not in paper"
 
@@ -39,43 +38,6 @@ def paper_reference() -> pd.DataFrame:
     """The paper's Tables 6-14 as a long table: table, row, label, column, mean, std, note."""
     with resources.files("fedmgda").joinpath("reference", "paper_tables.csv").open() as fh:
         return pd.read_csv(fh, keep_default_na=False, dtype={"note": str})
-
-
-def read_summary(run_dir: str | Path) -> dict[str, Any]:
-    path = Path(run_dir) / "summary.json"
-    with open(path) as fh:
-        return json.load(fh)
-
-
-def summary_value(summary: dict[str, Any], source: str) -> float:
-    """``final.mean_acc`` -> summary["final"]["mean_acc"]; NaN when absent."""
-    section, _, stat = source.partition(".")
-    value = (summary.get(section) or {}).get(stat)
-    if value is None:
-        return math.nan
-    return float(value)
-
-
-def run_value(run_dir: str | Path, summary: dict[str, Any], source: str) -> float:
-    """A source of one run: ``final.<stat>`` / ``protocol.<stat>`` from summary.json, or
-    ``final_user.<k>`` (user k's accuracy at the last stored round of per_user.csv) /
-    ``final_others.<k>`` (mean accuracy of every other user there), e.g. an attacker vs the rest."""
-    section, _, arg = source.partition(".")
-    if section in ("final_user", "final_others"):
-        users = pd.read_csv(Path(run_dir) / "per_user.csv")
-        last = users[users["round"] == users["round"].max()]
-        k = int(arg)
-        pick = last[last["user"] == k] if section == "final_user" else last[last["user"] != k]
-        return float(pick["accuracy"].mean()) if len(pick) else math.nan
-    return summary_value(summary, source)
-
-
-def seed_stats(values: list[float]) -> tuple[float, float]:
-    """Mean and population std (ddof 0) over seeds, as the paper's ± (docs/protocol.md §6.3)."""
-    arr = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
-    if len(arr) == 0:
-        return math.nan, math.nan
-    return float(arr.mean()), float(arr.std(ddof=0))
 
 
 def verdict(repro_mean: float, paper_mean: float, paper_std: float, n_seeds: int, tolerance: float = 0.0) -> str:
@@ -132,17 +94,7 @@ def build_table(spec: dict[str, Any], runs_dir: str | Path, paper: pd.DataFrame 
         computed.append((row, diverged, stats))
 
     if spec.get("kind") == "best_of":
-        rank = spec.get("rank_by") or next(iter(columns))
-        best: dict[str, tuple] = {}
-        for item in computed:
-            row, diverged, stats = item
-            m = stats[rank][0]
-            score = -math.inf if (diverged or math.isnan(m)) else m
-            alg = row["algorithm"]
-            if alg not in best or score > best[alg][0]:
-                best[alg] = (score, item)
-        computed = [(dict(row, key=alg, label=f"{row['label']} (best {rank})"), d, s)
-                    for alg, (_, (row, d, s)) in best.items()]
+        computed = _best_of(computed, spec.get("rank_by") or next(iter(columns)))
 
     records = []
     matched: set[str] = set()
@@ -192,6 +144,21 @@ def build_table(spec: dict[str, Any], runs_dir: str | Path, paper: pd.DataFrame 
                             f"{c} repro_std": math.nan, f"{c} diff": math.nan, f"{c} verdict": "not run"})
             records.append(rec)
     return pd.DataFrame.from_records(records)
+
+
+def _best_of(computed: list[tuple], rank: str) -> list[tuple]:
+    """A table of kind best_of: per algorithm the row with the highest mean of column ``rank``
+    (diverged rows last), keyed by the algorithm and labelled "(best <rank>)"."""
+    best: dict[str, tuple] = {}
+    for item in computed:
+        row, diverged, stats = item
+        m = stats[rank][0]
+        score = -math.inf if (diverged or math.isnan(m)) else m
+        alg = row["algorithm"]
+        if alg not in best or score > best[alg][0]:
+            best[alg] = (score, item)
+    return [(dict(row, key=alg, label=f"{row['label']} (best {rank})"), d, s)
+            for alg, (_, (row, d, s)) in best.items()]
 
 
 def join_parts(spec: dict[str, Any], runs_dir: str | Path, paper: pd.DataFrame | None = None) -> pd.DataFrame:

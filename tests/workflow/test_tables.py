@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedmgda.tables import build_table, seed_stats, to_markdown, verdict, write_table
+from fedmgda.results import seed_stats
+from fedmgda.tables import build_table, to_markdown, verdict, write_table
 
 from .conftest import write_run
 
