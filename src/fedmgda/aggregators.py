@@ -118,9 +118,10 @@ class Aggregator(ABC):
     # ------------------------------------------------------------------ the clients' side
     def local_term(self, w: torch.Tensor, w_start: torch.Tensor, state: Any) -> torch.Tensor:
         """A term added to the client's local objective at ``w`` (differentiated with it), given
-        the round's start ``w_start`` and the client's ``state``. Not overridden: no term. An
-        algorithm that overrides it trains on the reference (sequential) path."""
-        raise NotImplementedError
+        the round's start ``w_start`` and the client's ``state``. Not overridden: no term (zero;
+        the engine then skips it, ``has_local_term``). An algorithm that overrides it trains on the
+        reference (sequential) path."""
+        return w.new_zeros(())
 
     def client_state(self, user: int, w: torch.Tensor) -> Any:
         """Client ``user``'s state before its first round (``w``: the global model then); the run
