@@ -118,3 +118,13 @@ def test_distinct_samples_give_each_sample_its_pairs_value():
     assert torch.equal(pairs.x[pairs.inverse], x) and torch.equal(pairs.y[pairs.inverse], y)
     values = torch.stack([pairs.y * 10.0, pairs.x[:, 0]], dim=1)  # (pairs, 2)
     assert torch.equal(pairs.expand(values), torch.stack([y * 10.0, x[:, 0]], dim=1))
+
+
+def test_a_subsets_distinct_samples_are_those_built_from_the_subset():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 2, (200, 3), generator=g).float()
+    y = torch.randint(0, 2, (200,), generator=g)
+    rows = torch.randperm(200, generator=g)[:70]
+    direct, subset = DistinctSamples(x[rows], y[rows]), DistinctSamples(x, y).subset(rows)
+    assert len(subset.y) < 70  # equal samples share a pair
+    assert torch.equal(subset.x, direct.x) and torch.equal(subset.y, direct.y) and torch.equal(subset.inverse, direct.inverse)

@@ -25,7 +25,7 @@ def clients(sizes, dim=7, classes=3, seed=0):
     return x, y, [torch.arange(int(starts[i]), int(starts[i + 1])) for i in range(len(sizes))]
 
 
-@pytest.mark.parametrize("classes", [2, 3])  # two: the steps on the logit difference
+@pytest.mark.parametrize("classes", [2, 3, 5])  # two: the steps on the logit difference
 @pytest.mark.parametrize("mu", [0.0, 0.3])
 @pytest.mark.parametrize("batch_size", [4, None])
 def test_analytic_step_follows_the_autograd_trajectory(mu, batch_size, classes):
@@ -48,7 +48,7 @@ def test_analytic_step_follows_the_autograd_trajectory(mu, batch_size, classes):
 
 
 
-@pytest.mark.parametrize("classes", [2, 3])
+@pytest.mark.parametrize("classes", [2, 3, 5])
 @pytest.mark.parametrize("mu", [0.0, 0.3])
 def test_clients_sharing_a_minibatch_sequence_train_as_one_group(mu, classes):
     """Packed runs of one seed give the same user the same minibatch order: such clients share one

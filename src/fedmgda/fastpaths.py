@@ -7,7 +7,8 @@ the reference path (``fedmgda.client``) up to float rounding, or bit for bit.
 - ``evaluate_linear`` and ``DistinctSamples``: the losses and accuracies of several such models at
   once, once per distinct (features, label) pair;
 - ``CudaGraphs``: the vmap-ed batched client update replayed as captured CUDA graphs;
-- ``single_thread_on_cpu``: tiny operations on one CPU thread.
+- ``single_thread_on_cpu``, ``threads_for_product``: tiny operations on one CPU thread, large
+  products on all the job's threads.
 
 They serve the proximal term (``LocalHParams.mu``) but no algorithm's ``local_term``: the
 scheduler trains such an algorithm's clients on the reference path.
@@ -24,20 +25,44 @@ import torch.nn.functional as F
 
 from fedmgda.client import ClientResult, FlatModel, LocalHParams, LocalTrainer
 
+LARGE_PRODUCT = 1 << 26  # multiply-adds from which a product is split across the CPU threads
+
+_REPLACED_THREADS: list[int] = []  # the thread counts single_thread_on_cpu replaced, outermost first
+
 
 @contextmanager
 def single_thread_on_cpu(device: torch.device, active: bool = True):
     """Tiny operations run on one CPU thread: splitting them costs more than it saves, and on a
-    shared, busy machine waiting for a second thread can make each one take milliseconds."""
+    shared, busy machine waiting for a second thread can make each one take milliseconds. Large
+    products inside take the threads back (``threads_for_product``)."""
     if not active or device.type != "cpu" or torch.get_num_threads() == 1:
         yield
         return
     threads = torch.get_num_threads()
+    _REPLACED_THREADS.append(threads)
     torch.set_num_threads(1)
     try:
         yield
     finally:
+        _REPLACED_THREADS.pop()
         torch.set_num_threads(threads)
+
+
+@contextmanager
+def threads_for_product(multiply_adds: float):
+    """Inside ``single_thread_on_cpu``: a product of at least ``LARGE_PRODUCT`` multiply-adds runs
+    on the threads the process was given (its job's ``threads``). The q-FFL paper's F-MNIST full
+    batches (3 x 6 000 samples x 785 features x 20 runs' columns) are such products; Adult's are
+    not. The choice depends only on the shapes, so a run stays deterministic for a given thread
+    count (``benchmarks/bench_pack.py --threads 1 2`` measures the split)."""
+    if multiply_adds < LARGE_PRODUCT or not _REPLACED_THREADS or torch.get_num_threads() != 1:
+        yield
+        return
+    torch.set_num_threads(_REPLACED_THREADS[0])
+    try:
+        yield
+    finally:
+        torch.set_num_threads(1)
 
 
 class LinearSoftmaxSteps:
@@ -57,15 +82,19 @@ class LinearSoftmaxSteps:
     ``_local_steps``). Same minibatch order, hence the same trajectory as the autograd step up to
     float rounding.
 
-    Two classes (Adult) take the logit difference instead: the loss depends on W|b only through
-    v = w_1 - w_0 (the class-1 minus the class-0 column), its gradient in w_1 is
-    g = [x 1]^T (c * (sigmoid(x v) - y)) and minus that in w_0, so the data term moves w_1 and w_0
-    by opposite amounts and leaves w_1 + w_0 as it was (the proximal term, 2 mu (w_j - w_start_j),
-    is opposite on the two as well). The steps then run on v alone, one column per member:
-        buf <- momentum * buf + g + mu (v - v_start),   v <- v - 2 lr buf,
-    and the update of w_1 is (v - v_start) / 2, that of w_0 its negative: the same SGD in exact
-    arithmetic, with half the matmul width and a sigmoid for the softmax (about half the step's
-    operations, and these steps cost their per-operation overhead).
+    The steps run on the logits relative to class 0, one column fewer than the classes: the loss
+    depends on W|b only through u_j = w_j - w_0 (j = 1 .. C-1), and the data gradients of the C
+    columns, g_j = [x 1]^T (c * (p_j - y_j)), sum to zero, as do the proximal ones, 2 mu (w_j -
+    w_start_j), once the column mean stays put; so the column mean never moves and W|b is
+    recovered from U = [u_1 .. u_{C-1}] and w_start. With D = U - U_start and m = sum_j D_j / C,
+    the moves are w_j - w_start_j = D_j - m (j >= 1) and -m (class 0); the buffer holds those of
+    columns 1 .. C-1:
+        buf <- momentum * buf + g + 2 mu (D - m),   U <- U - lr (buf + sum_j buf_j)
+    (w_0's buffer is minus the sum). The same SGD in exact arithmetic with (C-1)/C of the matmul
+    width: a third less for the q-FFL paper's three F-MNIST classes. Two classes (Adult) use a
+    sigmoid for the softmax and write the step as v <- v - 2 lr buf with buf's proximal gradient
+    mu D (v = u_1; D - m = D / 2): half the width, and about half the step's operations, which is
+    what these small steps cost.
     """
 
     chunk_elements = 1 << 22  # gathered samples x features per chunk of steps (16 MB in float32)
@@ -86,7 +115,9 @@ class LinearSoftmaxSteps:
         minibatch plan (``LocalTrainer.plans``), its clients side by side."""
         trainer.model.module.train(trainer.dropout)
         distinct, plan_of = trainer.plans(client_idx, generators)
-        with single_thread_on_cpu(data_x.device, True):
+        members = max(plan_of.count(i) for i in set(plan_of))
+        product = len(distinct) * max(p.shape[1] for p in distinct) * (self.features + 1) * members * (self.classes - 1)
+        with single_thread_on_cpu(data_x.device, True), threads_for_product(product):
             updates, mean_loss = self(w_start, data_x, data_y, distinct, plan_of, scales.to(device=data_x.device, dtype=w_start.dtype))
         return [ClientResult(update=u, train_loss=loss) for u, loss in zip(updates, mean_loss)]
 
@@ -125,8 +156,7 @@ class LinearSoftmaxSteps:
         classes, features = self.classes, self.features
         flat_start = w_start.expand(n, -1)
         per_client = torch.cat([flat_start[:, : classes * features].view(n, classes, features).transpose(1, 2), flat_start[:, None, classes * features :]], dim=1)
-        if classes == 2:
-            per_client = per_client[:, :, 1:] - per_client[:, :, :1]  # v = w_1 - w_0
+        per_client = per_client[:, :, 1:] - per_client[:, :, :1]  # u_j = w_j - w_0
         starts = per_client.new_zeros(groups, features + 1, members, cols)
         starts[group, :, slot] = per_client
         return starts
@@ -139,10 +169,9 @@ class LinearSoftmaxSteps:
         n = len(plan_of)
         classes, features = self.classes, self.features
         binary = classes == 2
-        cols = 1 if binary else classes  # weight columns per member: v, or W|b's columns
+        cols = classes - 1  # weight columns per member: u_1 .. u_{C-1}
         x1, onehot = self._augmented(data_x, data_y, w_start.dtype, classes)
-        if binary:
-            onehot = onehot[:, 1:]  # y
+        onehot = onehot[:, 1:]  # y_1 .. y_{C-1}
         sequences, group, slot, members = self._groups(plans, plan_of)
         sequences, group, slot = sequences.to(w_start.device), group.to(w_start.device), slot.to(w_start.device)
         groups, steps, width = sequences.shape
@@ -180,33 +209,58 @@ class LinearSoftmaxSteps:
                 if binary:
                     p = torch.sigmoid(z)  # P(class 1), the softmax of the two logits
                 else:
-                    # softmax over each member's classes, written out: torch.softmax costs 4x more
-                    # on these tiny (groups, width, members, classes) tensors on the CPU
-                    z4 = z.view(k, width, members, classes)
-                    p = (z4 - z4.amax(dim=3, keepdim=True)).exp_()
-                    p = p.div_(p.sum(dim=3, keepdim=True)).view_as(z)
+                    p = _softmax_beside_zero(z.view(k, width, members, cols)).view_as(z)
                 buf_k.baddbmm_(x_s.transpose(1, 2), torch.addcmul(target_s, p, coef_s), beta=momentum)
                 if mu:
-                    gap = w_k - starts_k
-                    buf_k.add_(gap, alpha=prox_weight)
-                    prox_sum[:k] += gap.square().view(k, features + 1, members, cols).sum(dim=(1, 3))
-                w_k.sub_(buf_k, alpha=step_size)
+                    gap = w_k - starts_k  # D
+                    if binary:
+                        buf_k.add_(gap, alpha=prox_weight)
+                        prox_sum[:k] += gap.square().view(k, features + 1, members, cols).sum(dim=(1, 3))
+                    else:
+                        moves, mean = _column_moves(gap.view(k, features + 1, members, cols), classes)
+                        buf_k.add_(moves.view_as(gap), alpha=prox_weight)
+                        prox_sum[:k] += moves.square().sum(dim=(1, 3)) + mean.square().sum(dim=(1, 3))
+                if binary:
+                    w_k.sub_(buf_k, alpha=step_size)
+                else:  # u_j moves by w_j's step minus w_0's, whose buffer is minus the sum
+                    buf4 = buf_k.view(k, features + 1, members, cols)
+                    w_k.sub_((buf4 + buf4.sum(dim=3, keepdim=True)).view_as(w_k), alpha=step_size)
             # as the autograd objective: each minibatch's summed NLL, then / real samples * scale
             if binary:  # -log p(y) = softplus(z) - y z, z the logit difference
                 nll_sums = (F.softplus(used).mul_(mask.unsqueeze(3)) - used * target.flatten(3)).sum(dim=2)
-            else:
-                log_p = torch.log_softmax(used.view(*used.shape[:3], members, classes), dim=4)
-                nll_sums = log_p.mul_(target).sum(dim=(2, 4)).neg_()  # (steps, groups, members)
+            else:  # -log p(y) = logsumexp(0, z) - z_y, the class-0 logit being 0
+                z5 = used.view(*used.shape[:3], members, cols)
+                top = z5.amax(dim=4).clamp_(min=0)
+                log_sum = (z5 - top.unsqueeze(4)).exp_().sum(dim=4).add_((-top).exp_()).log_().add_(top)
+                nll_sums = (log_sum.mul_(mask.unsqueeze(3)) - (z5 * target).sum(dim=4)).sum(dim=2)  # (steps, groups, members)
             loss_sum[:k] += (nll_sums * per_batch).sum(dim=0)
             first = last
         update = (w - starts).view(groups, features + 1, members, cols)[group, :, slot]  # (clients, D + 1, cols)
         if binary:  # ||w - w_start||^2 = 2 ||(v - v_start) / 2||^2; w_0 and w_1 move by -/+ (v - v_start) / 2
             prox_sum = prox_sum / 2
             update = torch.cat([-update / 2, update / 2], dim=2)
+        else:
+            moves, mean = _column_moves(update, classes)
+            update = torch.cat([-mean, moves], dim=2)
         steps_done = real[:, :, 0].sum(dim=1).to(w.dtype)[group]  # a minibatch s is real iff its first slot is
         loss = (loss_sum + mu * prox_sum)[group, slot]
         flat = torch.cat([update[:, :features].transpose(1, 2).reshape(n, -1), update[:, features]], dim=1)
         return flat, loss / steps_done
+
+
+def _softmax_beside_zero(z: torch.Tensor) -> torch.Tensor:
+    """p_1 .. p_{C-1} of the softmax of (0, z_1 .. z_{C-1}) over the last dimension, written out:
+    torch.softmax costs 4x more on these tiny (groups, width, members, classes) tensors on the CPU."""
+    top = z.amax(dim=-1, keepdim=True).clamp_(min=0)
+    e = (z - top).exp_()
+    return e.div_(e.sum(dim=-1, keepdim=True).add_((-top).exp_()))
+
+
+def _column_moves(gap: torch.Tensor, classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """From D = U - U_start (..., C-1): the moves of columns 1 .. C-1, D - m, and m = sum_j D_j / C
+    (class 0 moves by -m), the column mean of W|b staying put."""
+    mean = gap.sum(dim=-1, keepdim=True) / classes
+    return gap - mean, mean
 
 
 class CudaGraphs:
@@ -277,7 +331,8 @@ def evaluate_linear(model: FlatModel, ws: torch.Tensor, x: torch.Tensor, y: torc
     models = len(ws)
     weight = ws[:, : classes * features].reshape(models, classes, features).transpose(0, 1).reshape(classes * models, features)
     bias = ws[:, classes * features :].T.reshape(-1, 1)
-    logits = torch.addmm(bias, weight, x.flatten(1).to(ws.dtype).T).view(classes, models, len(y))
+    with threads_for_product(classes * models * features * len(y)):
+        logits = torch.addmm(bias, weight, x.flatten(1).to(ws.dtype).T).view(classes, models, len(y))
     log_p = F.log_softmax(logits, dim=0)
     per_sample = -log_p.gather(0, y.view(1, 1, -1).expand(1, models, -1))[0]
     if classes == 2:
@@ -301,6 +356,16 @@ class DistinctSamples:
         x = x.flatten(1)
         pairs, self.inverse = torch.unique(torch.cat([x, y[:, None].to(x.dtype)], dim=1), dim=0, return_inverse=True)
         self.x, self.y = pairs[:, :-1], pairs[:, -1].to(y.dtype)
+
+    def subset(self, rows: torch.Tensor) -> DistinctSamples:
+        """The ``DistinctSamples`` of the samples ``rows`` of those this was built from, the same
+        pairs in the same (sorted) order as built from those samples directly, found with a 1-D
+        ``unique`` of their pair numbers: a round's participants cost no row-wise ``unique`` (on
+        Synthetic's 60 continuous features, where no two samples are equal, that cost 20 ms)."""
+        used, inverse = torch.unique(self.inverse[rows], return_inverse=True)
+        part = object.__new__(DistinctSamples)
+        part.x, part.y, part.inverse = self.x[used], self.y[used], inverse
+        return part
 
     def expand(self, values: torch.Tensor) -> torch.Tensor:
         """Values of the pairs, (pairs, ...), as values of the samples, (samples, ...)."""

@@ -103,6 +103,7 @@ class Scheduler:
         self.graphs = CudaGraphs() if lead.cfg.batched and lead.cfg.cuda_graphs and lead.device.type == "cuda" else None
         self._distinct_train: dict[str, tuple[list[int], DistinctSamples]] = {}  # partition -> the latest participants'
         self._distinct_test: dict[str, DistinctSamples] = {}
+        self._distinct_pool: DistinctSamples | None = None  # the pairs of all the pack's samples
         for sim in sims:
             if sim.cfg.batched and not batched_training(sim) and sim.cfg.algorithm not in _SAID_SEQUENTIAL:
                 _SAID_SEQUENTIAL.add(sim.cfg.algorithm)
@@ -170,11 +171,14 @@ class Scheduler:
         return [(acc[r], loss[r], {key: values[r] for key, values in global_acc.items()} if request.with_global else {}) for r, request in enumerate(requests)]
 
     def distinct_train(self, sim: Simulation, users: list[int]) -> DistinctSamples:
-        """The participants' pooled train samples as ``DistinctSamples`` (the latest participants' of each partition are kept)."""
+        """The participants' pooled train samples as ``DistinctSamples``: a subset of the pack's
+        samples' pairs (found once), the latest participants' kept per partition."""
         kept = self._distinct_train.get(sim.partition_key)
         if kept is None or kept[0] != users:
+            if self._distinct_pool is None:
+                self._distinct_pool = DistinctSamples(sim.data.x, sim.data.y)  # the pack shares one copy of the samples
             pooled = torch.cat([sim.data.train_idx[user] for user in users])
-            kept = self._distinct_train[sim.partition_key] = (list(users), DistinctSamples(sim.data.x[pooled], sim.data.y[pooled]))
+            kept = self._distinct_train[sim.partition_key] = (list(users), self._distinct_pool.subset(pooled))
         return kept[1]
 
     def distinct_test(self, sim: Simulation) -> DistinctSamples:

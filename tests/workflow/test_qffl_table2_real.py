@@ -5,14 +5,15 @@ FEDMGDA_ADULT_DIR), the four Fashion-MNIST IDX files in Debian's /usr/share/data
 (``apt-get install dataset-fashion-mnist``, or FEDMGDA_FMNIST_DIR); a checkout without them skips
 with the reason.
 
-Two tests. The default one runs the whole workflow on the real files with FEDMGDA_QFFL_ROUNDS
-rounds (default 20) and checks that every row of the paper is produced from five seeds: the data,
-the two-dataset table and the registry, in about a minute. The band check needs the protocol's
-rounds (Adult 600, F-MNIST 6 000: about 50 min on 2 cores, docs/performance.md), so it runs only
-with FEDMGDA_QFFL_FULL=1. It fails on any cell outside max(paper ±, one test sample of the
-dataset's smallest device) except the two misses measured under the code's readings and listed
-below with the variant that explains each (docs/results/qffl_table2_variants.md); it also fails
-when one of those comes within the band, so that the README is updated.
+Two tests. The default one (CI) runs the whole workflow on the real files with Adult's full
+protocol (600 rounds, about 2 min) and F-MNIST's first FEDMGDA_QFFL_ROUNDS rounds (default 20):
+it checks Adult's three columns against the paper's band and that every row comes out of five
+seeds. F-MNIST's full protocol is 6 000 full-batch rounds of 20 runs over 18 000 samples x 785
+features: about 10^13 multiply-adds, 18 min on 2 cores (docs/performance.md), so its band check
+runs only with FEDMGDA_QFFL_FULL=1. A band check fails on any cell outside max(paper ±, one test
+sample of the dataset's smallest device) except the misses measured under the code's readings
+and listed below with the variant that explains each (docs/results/qffl_table2_variants.md); it
+also fails when one of those comes within the band, so that the README is updated.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ KNOWN_MISSES = {
     # reading (variant afl_step_weights: lambda) fits shirt but not the other columns
     ("afl", "shirt"),
 }
-COLUMNS = ("Adult average", "PhD", "non-PhD", "F-MNIST average", "shirt", "pullover", "T-shirt")
+ADULT_COLUMNS = ("Adult average", "PhD", "non-PhD")
+COLUMNS = (*ADULT_COLUMNS, "F-MNIST average", "shirt", "pullover", "T-shirt")
 
 
 def _missing() -> str:
@@ -61,7 +63,9 @@ def _missing() -> str:
 pytestmark = [pytest.mark.realdata, pytest.mark.skipif(bool(_missing()), reason=_missing())]
 
 
-def _run_table2(tmp_path: Path, rounds: int | None) -> pd.DataFrame:
+def _run_table2(tmp_path: Path, fmnist_rounds: int | None) -> pd.DataFrame:
+    """The table through the workflow: Adult's full protocol, F-MNIST's ``fmnist_rounds`` rounds
+    (None: its full protocol)."""
     wd = copy_workflow(tmp_path / "wf")
     for folder, source, names in (("adult", ADULT, ADULT_FILES), ("fmnist", FMNIST, FMNIST_FILES)):
         raw = wd / "resources/raw" / folder
@@ -70,8 +74,8 @@ def _run_table2(tmp_path: Path, rounds: int | None) -> pd.DataFrame:
             shutil.copy(source / name, raw / name)
     cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "results/paper/tables/qffl_table2.md",
            "--config", "device=cpu", "allow_download=false"]
-    if rounds:
-        cmd.append(f"rounds={rounds}")
+    if fmnist_rounds:
+        cmd.append(f"experiment_overrides={{qffl_table2_fmnist: {{rounds: {fmnist_rounds}}}}}")
     proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=5400)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
     table = pd.read_csv(wd / "results/paper/tables/qffl_table2.csv", keep_default_na=False)
@@ -81,20 +85,23 @@ def _run_table2(tmp_path: Path, rounds: int | None) -> pd.DataFrame:
     return table
 
 
-@pytest.mark.slow
-def test_qffl_table2_workflow_on_the_real_files(tmp_path):
-    _run_table2(tmp_path, ROUNDS)
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not FULL, reason="the full protocol takes about 50 min on 2 cores; set FEDMGDA_QFFL_FULL=1")
-def test_qffl_table2_on_the_real_files_is_within_the_papers_band(tmp_path):
-    table = _run_table2(tmp_path, None)
+def _check_band(table: pd.DataFrame, columns: tuple[str, ...]) -> None:
     outside = {(r["row"], c): f"{r['label']}: {c} {float(r[f'{c} repro_mean']):.2f} vs paper {r[f'{c} paper']} "
                               f"({float(r[f'{c} diff']):+.2f})"
-               for _, r in table.iterrows() for c in COLUMNS if not r[f"{c} verdict"].startswith("within")}
+               for _, r in table.iterrows() for c in columns if not r[f"{c} verdict"].startswith("within")}
     new = [text for key, text in outside.items() if key not in KNOWN_MISSES]
     assert not new, ("rows outside max(paper ±, one test sample of the dataset's smallest device: "
                      "Adult 0.56, F-MNIST 0.1):\n" + "\n".join(new))
-    fixed = sorted(KNOWN_MISSES - set(outside))
+    fixed = sorted(key for key in KNOWN_MISSES - set(outside) if key[1] in columns)
     assert not fixed, f"now within the band (update KNOWN_MISSES and the README): {fixed}"
+
+
+@pytest.mark.slow
+def test_qffl_table2_adult_within_the_papers_band_and_every_row_produced(tmp_path):
+    _check_band(_run_table2(tmp_path, ROUNDS), ADULT_COLUMNS)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not FULL, reason="F-MNIST's full protocol takes about 18 min on 2 cores; set FEDMGDA_QFFL_FULL=1")
+def test_qffl_table2_on_the_real_files_is_within_the_papers_band(tmp_path):
+    _check_band(_run_table2(tmp_path, None), COLUMNS)
