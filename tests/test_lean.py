@@ -150,3 +150,24 @@ def test_batched_clients_keep_their_own_start_models_in_any_order():
     for k, i in enumerate(idx):
         reference = trainer.train(starts[k], x[i], y[i], torch.Generator().manual_seed(k))
         assert torch.allclose(batched[k].update, reference.update, rtol=1e-5, atol=1e-6)
+
+
+def test_large_products_take_back_the_threads_small_ones_stay_on_one():
+    from fedmgda.fastpaths import LARGE_PRODUCT, single_thread_on_cpu, threads_for_product
+
+    cpu = torch.device("cpu")
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        with single_thread_on_cpu(cpu):
+            assert torch.get_num_threads() == 1
+            with threads_for_product(LARGE_PRODUCT - 1):
+                assert torch.get_num_threads() == 1
+            with threads_for_product(LARGE_PRODUCT):
+                assert torch.get_num_threads() == 3  # the count single_thread_on_cpu replaced
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 3
+        with threads_for_product(LARGE_PRODUCT):  # outside: the threads are as they were
+            assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
