@@ -58,6 +58,7 @@ import pandas as pd
 from fedmgda.experiments import Registry, RegistryError, algorithm_info, fmt_num
 from fedmgda.metrics import display_scale
 from fedmgda.results import metrics_value, read_summary, run_value, seed_stats
+from fedmgda.specs import ClaimSpec, Row
 
 PAIR_KINDS = ("identical", "at_least", "close")
 SERIES_KINDS = ("identical", "monotone")
@@ -72,9 +73,9 @@ class ClaimError(RegistryError):
 
 
 # --------------------------------------------------------------------------- parsing
-def _param(row, by: str) -> float:
+def _param(row: Row, by: str) -> float:
     if by == "attack":
-        return float(row.attack.get("value", 0.0)) if row.attack.get("kind", "none") != "none" else 0.0
+        return float(row.attack.get("value", 0.0)) if row.attacked else 0.0
     if by in row.hparams:
         return float(row.hparams[by])
     implied = algorithm_info(row.algorithm).implied_values
@@ -83,15 +84,7 @@ def _param(row, by: str) -> float:
     raise KeyError(by)
 
 
-def _row_dict(row, param: float | None = None) -> dict[str, Any]:
-    out = {"experiment": row.experiment, "key": row.key, "label": row.label,
-           "seeds": list(row.seeds), "runs": list(row.runs)}
-    if param is not None:
-        out["param"] = param
-    return out
-
-
-def _pick(reg: Registry, cid: str, side: str, value: Any, experiment: str | None):
+def _pick(reg: Registry, cid: str, side: str, value: Any, experiment: str | None) -> Row:
     if isinstance(value, dict):
         experiment = value.get("experiment", experiment)
         pattern = value.get("select")
@@ -119,9 +112,9 @@ def _experiments_of(claim: dict[str, Any]) -> list[str]:
     return names
 
 
-def parse_claims(config: dict[str, Any], reg: Registry) -> list[dict[str, Any]]:
+def parse_claims(config: dict[str, Any], reg: Registry) -> list[ClaimSpec]:
     """The claims of a (schema-validated) config, checked against the registry and resolved to
-    rows and run keys (JSON-able). Raises :class:`ClaimError` naming the claim on any problem.
+    rows and run keys. Raises :class:`ClaimError` naming the claim on any problem.
     Claims on experiments that ``only`` left out are skipped; unknown experiments are errors.
 
     Per claim: its form (:func:`_claim_form`), its experiments (:func:`_claim_experiments`), its
@@ -142,7 +135,7 @@ def parse_claims(config: dict[str, Any], reg: Registry) -> list[dict[str, Any]]:
             spec.update(_pair_rows(cid, claim, kind, spec["seeds"], reg))
         if spec["margin"] is not None:
             spec["margin"] = float(spec["margin"])
-        out.append(spec)
+        out.append(ClaimSpec(**spec))
     return out
 
 
@@ -176,8 +169,9 @@ def _claim_experiments(cid: str, claim: dict[str, Any], known: set[str]) -> list
 
 
 def _claim_spec(cid: str, claim: dict[str, Any], kind: str, quantity: str, window: dict[str, Any]) -> dict[str, Any]:
-    """The claim's spec before its rows: what it says and how it is judged, defaults filled in
-    (seeds paired, agg mean, scale the quantity's display scale, tolerance 1e-6 for identical)."""
+    """The claim's spec (:class:`ClaimSpec` fields) before its rows: what it says and how it is
+    judged, defaults filled in (seeds paired, agg mean, scale the quantity's display scale,
+    tolerance 1e-6 for identical)."""
     seeds_mode = claim.get("seeds", "paired")
     if seeds_mode not in ("paired", "mean"):
         raise ClaimError(f"claim {cid}: seeds must be paired or mean, got {seeds_mode!r}")
@@ -196,7 +190,7 @@ def _claim_spec(cid: str, claim: dict[str, Any], kind: str, quantity: str, windo
 
 def _series_rows(cid: str, claim: dict[str, Any], kind: str, reg: Registry) -> dict[str, Any]:
     """A series claim's rows (``select``, at least two), ordered by ``by`` (distinct values; the
-    config's order without it): ``by``, ``direction`` and ``rows`` of its spec."""
+    config's order without it): ``by``, ``direction``, ``rows`` and ``params`` of its spec."""
     if kind not in SERIES_KINDS:
         raise ClaimError(f"claim {cid}: {kind} compares two rows a and b, not a select")
     if "a" in claim or "b" in claim:
@@ -221,76 +215,77 @@ def _series_rows(cid: str, claim: dict[str, Any], kind: str, reg: Registry) -> d
     if by and len(set(params)) != len(params):
         raise ClaimError(f"claim {cid}: several selected rows share one value of {by}")
     order = sorted(range(len(rows)), key=lambda i: params[i] if by else i)
-    return {"by": by, "direction": claim.get("direction"), "rows": [_row_dict(rows[i], params[i]) for i in order]}
+    return {"by": by, "direction": claim.get("direction"), "rows": [rows[i] for i in order],
+            "params": [params[i] for i in order] if by else []}
 
 
 def _pair_rows(cid: str, claim: dict[str, Any], kind: str, seeds_mode: str, reg: Registry) -> dict[str, Any]:
-    """A pairwise claim's rows: ``a`` (one row) and ``b`` (another row, or a number as a
-    ``constant``); paired seeds need a seed both rows have."""
+    """A pairwise claim's rows: ``a`` (one row) and ``b`` (another row, or a number: the
+    ``threshold``); paired seeds need a seed both rows have."""
     if kind not in PAIR_KINDS:
         raise ClaimError(f"claim {cid}: {kind} needs select and by, not a and b")
     if "a" not in claim or "b" not in claim:
         raise ClaimError(f"claim {cid}: {kind} needs rows a and b")
     a = _pick(reg, cid, "a", claim["a"], claim.get("experiment"))
     if isinstance(claim["b"], (int, float)) and not isinstance(claim["b"], bool):
-        return {"a": _row_dict(a), "b": {"constant": float(claim["b"])}}
+        return {"a": a, "threshold": float(claim["b"])}
     b = _pick(reg, cid, "b", claim["b"], claim.get("experiment"))
     if a.key == b.key and a.experiment == b.experiment:
         raise ClaimError(f"claim {cid}: a and b are the same row {a.key!r}")
     if seeds_mode == "paired" and not set(a.seeds) & set(b.seeds):
         raise ClaimError(f"claim {cid}: a and b share no seed; use seeds: mean")
-    return {"a": _row_dict(a), "b": _row_dict(b)}
+    return {"a": a, "b": b}
 
 
-def claim_runs(claims: list[dict[str, Any]]) -> list[str]:
+def claim_runs(claims: list[ClaimSpec]) -> list[str]:
     """Every run key the claims read, once, in order."""
     seen: dict[str, None] = {}
     for c in claims:
-        for row in c.get("rows") or [c["a"], c["b"]]:
-            for r in row.get("runs", []):
+        for row in c.compared_rows:
+            for r in row.runs:
                 seen[r] = None
     return list(seen)
 
 
 # --------------------------------------------------------------------------- values
-def run_quantity(run_dir: Path, claim: dict[str, Any]) -> float:
+def run_quantity(run_dir: Path, claim: ClaimSpec) -> float:
     """The claim's quantity of one run (unscaled); NaN when the run diverged or lacks it."""
     summary = read_summary(run_dir)
     if summary.get("status", "ok") != "ok":
         return math.nan
-    quantity = claim["quantity"]
+    quantity = claim.quantity
     if not quantity.startswith("metrics."):
         return run_value(run_dir, summary, quantity)
-    return metrics_value(run_dir, quantity.partition(".")[2], claim.get("window"), claim.get("agg", "mean"))
+    return metrics_value(run_dir, quantity.partition(".")[2], claim.window, claim.agg)
 
 
-def row_values(row: dict[str, Any], claim: dict[str, Any], runs_dir: Path) -> tuple[dict[int, float], int]:
+def row_values(row: Row, claim: ClaimSpec, runs_dir: Path) -> tuple[dict[int, float], int]:
     """{seed: scaled value} of a row and the number of its runs without summary.json."""
     values, missing = {}, 0
-    for seed, run in zip(row["seeds"], row["runs"], strict=True):
+    for seed, run in zip(row.seeds, row.runs, strict=True):
         d = runs_dir / run
         if not (d / "summary.json").exists():
             missing += 1
             continue
-        values[int(seed)] = run_quantity(d, claim) * claim["scale"]
+        values[int(seed)] = run_quantity(d, claim) * claim.scale
     return values, missing
 
 
-def _score_pair(a: float, b: float, claim: dict[str, Any]) -> float:
+def _score_pair(a: float, b: float, claim: ClaimSpec) -> float:
     d = a - b
-    if claim["compare"] == "at_least":
-        return d - (claim["margin"] or 0.0)
-    return claim["tolerance"] - abs(d)
+    if claim.compare == "at_least":
+        return d - (claim.margin or 0.0)
+    return claim.tolerance - abs(d)
 
 
-def _score_series(vals: list[float], claim: dict[str, Any]) -> float:
-    if claim["compare"] == "identical":
-        return claim["tolerance"] - (max(vals) - min(vals))
-    sign = 1.0 if claim["direction"] == "increasing" else -1.0
+def _score_series(vals: list[float], claim: ClaimSpec) -> float:
+    if claim.compare == "identical":
+        return claim.tolerance - (max(vals) - min(vals))
+    sign = 1.0 if claim.direction == "increasing" else -1.0
     steps = [sign * (b - a) for a, b in zip(vals, vals[1:], strict=False)]
     # a flat series is not a trend: the total change must be positive (or >= margin when given)
-    margin = claim["margin"] if claim.get("margin") is not None else FLAT
-    return min(min(steps) + claim["tolerance"], sign * (vals[-1] - vals[0]) - margin)
+    margin = claim.margin if claim.margin is not None else FLAT
+    return min(min(steps) + claim.tolerance, sign * (vals[-1] - vals[0]) - margin)
 
 
 def decide(scores: list[float], kind: str, spread: float | None = None) -> tuple[str, str]:
@@ -316,54 +311,54 @@ def decide(scores: list[float], kind: str, spread: float | None = None) -> tuple
 
 
 # --------------------------------------------------------------------------- evaluation
-def _label(row: dict[str, Any]) -> str:
-    return row["label"] if "label" in row else f"{row['constant']:g}"
+def _b_label(c: ClaimSpec) -> str:
+    return c.b.label if c.b is not None else f"{c.threshold:g}"
 
 
-def expected_text(c: dict[str, Any]) -> str:
-    q = c["quantity"] + (f" ({c['agg']} over {next(iter(c['window']))} {next(iter(c['window'].values()))} rounds)"
-                         if c.get("window") else "")
-    unit = " pp" if c["scale"] == 100.0 else ""
-    if "rows" in c:
-        names = ", ".join(_short(r) for r in c["rows"])
-        if c["compare"] == "identical":
-            return f"{q} identical across [{names}] (spread <= {fmt_num(c['tolerance'])}{unit})"
-        extra = f", total change >= {fmt_num(c['margin'])}{unit}" if c.get("margin") is not None else ""
-        return (f"{q} {c['direction']} in {c['by']} over [{names}] (steps may go back "
-                f"<= {fmt_num(c['tolerance'])}{unit}{extra})")
-    a, b = _label(c["a"]), _label(c["b"])
-    if "constant" in c["b"]:
+def _series_names(c: ClaimSpec) -> list[str]:
+    """A series' rows as the claim names them: their values of ``by``, else their labels."""
+    return [fmt_num(p) for p in c.params] if c.params else [r.label for r in c.rows]
+
+
+def expected_text(c: ClaimSpec) -> str:
+    q = c.quantity + (f" ({c.agg} over {next(iter(c.window))} {next(iter(c.window.values()))} rounds)"
+                      if c.window else "")
+    unit = " pp" if c.scale == 100.0 else ""
+    if c.is_series:
+        names = ", ".join(_series_names(c))
+        if c.compare == "identical":
+            return f"{q} identical across [{names}] (spread <= {fmt_num(c.tolerance)}{unit})"
+        extra = f", total change >= {fmt_num(c.margin)}{unit}" if c.margin is not None else ""
+        return (f"{q} {c.direction} in {c.by} over [{names}] (steps may go back "
+                f"<= {fmt_num(c.tolerance)}{unit}{extra})")
+    a, b = c.a.label, _b_label(c)
+    if c.b is None:
         b = f"{b}{unit}"
-    if c["compare"] == "at_least":
-        m = c["margin"] or 0.0
+    if c.compare == "at_least":
+        m = c.margin or 0.0
         rel = f">= {b}" if m == 0 else f"- {b} >= {fmt_num(m)}{unit}"
         return f"{q}: {a} {rel}"
-    word = "identical to" if c["compare"] == "identical" else "close to"
-    return f"{q}: {a} {word} {b} (difference within ±{fmt_num(c['tolerance'])}{unit})"
+    word = "identical to" if c.compare == "identical" else "close to"
+    return f"{q}: {a} {word} {b} (difference within ±{fmt_num(c.tolerance)}{unit})"
 
 
-def _short(row: dict[str, Any]) -> str:
-    p = row.get("param")
-    return f"{fmt_num(p)}" if p is not None else row["label"]
-
-
-def evaluate_claim(c: dict[str, Any], runs_dir: str | Path) -> dict[str, Any]:
+def evaluate_claim(c: ClaimSpec, runs_dir: str | Path) -> dict[str, Any]:
     runs_dir = Path(runs_dir)
-    rows = c.get("rows") or [r for r in (c["a"], c["b"]) if "runs" in r]
+    rows = c.compared_rows
     per_row, missing = [], 0
     for r in rows:
         vals, miss = row_values(r, c, runs_dir)
         per_row.append(vals)
         missing += miss
-    rec: dict[str, Any] = {"claim": c["id"], "source": c["source"], "paper": c["paper"],
-                           "expected": expected_text(c), "compare": c["compare"], "seeds_mode": c["seeds"]}
+    rec: dict[str, Any] = {"claim": c.id, "source": c.source, "paper": c.paper,
+                           "expected": expected_text(c), "compare": c.compare, "seeds_mode": c.seeds}
     if missing:
-        total = sum(len(r["runs"]) for r in rows)
+        total = sum(len(r.runs) for r in rows)
         rec.update(measured=f"{missing}/{total} runs missing", verdict="not run", note="build the runs first",
                    n_seeds=0)
         return rec
-    series = "rows" in c
-    const = None if series or "runs" in c["b"] else c["b"]["constant"]
+    series = c.is_series
+    const = c.threshold
     if const is not None:
         per_row.append({s: const for s in per_row[0]})
     means = [seed_stats(v.values()) for v in per_row]
@@ -374,9 +369,10 @@ def evaluate_claim(c: dict[str, Any], runs_dir: str | Path) -> dict[str, Any]:
 
     if series:
         scores = [_score_series([v[s] for v in per_row], c) for s in complete]
-        rec["values"] = json.dumps({_short(r): round(m, 4) for r, (m, _) in zip(rows, means, strict=True)})
-        measured = ", ".join(f"{_short(r)}: {m:.2f}±{sd:.2f}" for r, (m, sd) in zip(rows, means, strict=True))
-        if c["seeds"] == "mean":
+        names = _series_names(c)
+        rec["values"] = json.dumps({n: round(m, 4) for n, (m, _) in zip(names, means, strict=True)})
+        measured = ", ".join(f"{n}: {m:.2f}±{sd:.2f}" for n, (m, sd) in zip(names, means, strict=True))
+        if c.seeds == "mean":
             spread = math.sqrt(sum(sd ** 2 for _, sd in means))
             scores = [_score_series([m for m, _ in means], c)]
         else:
@@ -384,16 +380,16 @@ def evaluate_claim(c: dict[str, Any], runs_dir: str | Path) -> dict[str, Any]:
     else:
         (am, asd), (bm, bsd) = means
         diffs = [per_row[0][s] - per_row[1][s] for s in complete]
-        rec.update(a=_label(c["a"]), b=_label(c["b"]), a_mean=am, a_std=asd, b_mean=bm, b_std=bsd)
+        rec.update(a=c.a.label, b=_b_label(c), a_mean=am, a_std=asd, b_mean=bm, b_std=bsd)
         if diffs:
             d = np.asarray(diffs)
             rec.update(diff_mean=float(d.mean()), diff_std=float(d.std(ddof=1)) if len(d) > 1 else 0.0,
                        diff_min=float(d.min()), diff_max=float(d.max()))
         b_text = f"threshold {bm:g}" if const is not None else f"B {bm:.2f}±{bsd:.2f}"
         measured = f"A {am:.2f}±{asd:.2f}, {b_text}"
-        if diffs and c["compare"] == "at_least" and all(d == 0 for d in diffs):
+        if diffs and c.compare == "at_least" and all(d == 0 for d in diffs):
             note_extra = "; ".join(x for x in (note_extra, "A equals B at every seed (a tie)") if x)
-        if c["seeds"] == "mean":
+        if c.seeds == "mean":
             spread = math.sqrt(asd ** 2 + bsd ** 2)
             scores = [_score_pair(am, bm, c)] if not (math.isnan(am) or math.isnan(bm)) else []
             measured += f"; A−B {am - bm:+.3g}"
@@ -406,8 +402,8 @@ def evaluate_claim(c: dict[str, Any], runs_dir: str | Path) -> dict[str, Any]:
     if scores:
         rec.update(score_mean=float(np.mean(scores)), score_min=float(np.min(scores)),
                    score_max=float(np.max(scores)))
-    verdict, note = decide(scores, c["compare"], spread if c["seeds"] == "mean" else None)
-    n = len(complete) if c["seeds"] == "paired" else max(len(v) for v in per_row)
+    verdict, note = decide(scores, c.compare, spread if c.seeds == "mean" else None)
+    n = len(complete) if c.seeds == "paired" else max(len(v) for v in per_row)
     rec.update(measured=measured + f" (n={n} seed{'s' if n != 1 else ''})", verdict=verdict,
                note="; ".join(x for x in (note, note_extra) if x), n_seeds=n)
     return rec
@@ -418,7 +414,7 @@ COLUMNS = ["claim", "source", "paper", "expected", "measured", "verdict", "note"
            "diff_max", "score_mean", "score_min", "score_max", "values"]
 
 
-def evaluate(claims: list[dict[str, Any]], runs_dir: str | Path) -> pd.DataFrame:
+def evaluate(claims: list[ClaimSpec], runs_dir: str | Path) -> pd.DataFrame:
     df = pd.DataFrame.from_records([evaluate_claim(c, runs_dir) for c in claims])
     for col in COLUMNS:
         if col not in df.columns:
@@ -445,7 +441,7 @@ def to_markdown(df: pd.DataFrame, profile: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_claims(claims: list[dict[str, Any]], runs_dir: str | Path, out_csv: str | Path, out_md: str | Path,
+def write_claims(claims: list[ClaimSpec], runs_dir: str | Path, out_csv: str | Path, out_md: str | Path,
                  profile: str = "") -> pd.DataFrame:
     df = evaluate(claims, runs_dir)
     Path(out_csv).parent.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,9 @@ entries with hyper-parameters), *experiments* (setting x grid x attacks x seeds)
   the same key, so Snakemake trains it once; two *different* configs mapping to one path is an
   error.
 - ``rows``: per experiment, one :class:`Row` per (grid entry, attack) with its runs over seeds.
-- ``tables`` / ``figures``: the specs the table and figure rules receive (JSON-able dicts).
+- ``tables`` / ``figures``: :class:`~fedmgda.specs.TableSpec` / :class:`~fedmgda.specs.FigureSpec`
+  per name; :func:`item_spec` attaches the rows the rule's job receives (as JSON:
+  :func:`fedmgda.specs.spec_to_json`).
 
 Nothing here imports torch, so the Snakefile parses fast.
 """
@@ -30,6 +32,7 @@ from fedmgda.catalog import Algorithm, Dataset, get_algorithm, get_dataset, load
 from fedmgda.config import RunConfig  # no torch import: the Snakefile parses fast
 from fedmgda.errors import ConfigError
 from fedmgda.schema import def_defaults, with_defaults
+from fedmgda.specs import FigureSpec, Row, TableSpec
 from fedmgda.variants import VariantError, apply_readings, check_readings, get_variant
 
 # symbols of run fields a grid entry may set (hyper-parameters carry theirs: fedmgda.catalog)
@@ -206,31 +209,12 @@ class RunSpec:
 
 
 @dataclass
-class Row:
-    experiment: str
-    key: str
-    label: str
-    algorithm: str
-    hparams: dict[str, float]
-    attack: dict[str, Any]
-    seeds: list[int]
-    runs: list[str]  # run keys, in seed order
-    variant: str | None = None  # a sensitivity experiment's row: the variant varied and its reading
-    reading: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"experiment": self.experiment, "key": self.key, "label": self.label,
-                "algorithm": self.algorithm, "hparams": self.hparams, "attack": self.attack,
-                "seeds": self.seeds, "runs": self.runs, "variant": self.variant, "reading": self.reading}
-
-
-@dataclass
 class Registry:
     profile: str
     runs: dict[str, RunSpec]
     rows: dict[str, list[Row]]
-    tables: dict[str, dict[str, Any]]
-    figures: dict[str, dict[str, Any]]
+    tables: dict[str, TableSpec]  # without their rows (item_spec attaches them)
+    figures: dict[str, FigureSpec]
     partitions: dict[str, dict[str, Any]]
     datasets: list[str]
     experiments: dict[str, dict[str, Any]]
@@ -370,8 +354,7 @@ def expand(config: dict[str, Any]) -> Registry:
         tables, figures, rows, runs, partitions = _select_only(config["only"], tables, figures, rows, runs,
                                                                partitions)
     _check_items(tables, figures, rows, experiments)
-    for name, spec in tables.items():
-        _bind_columns(name, spec, experiments)
+    tables = {name: _bind_columns(name, spec, experiments) for name, spec in tables.items()}
 
     datasets = sorted({r.dataset for r in runs.values()})
     return Registry(str(config.get("profile", "paper")), runs, rows, tables, figures, partitions,
@@ -512,23 +495,46 @@ def _register_run(name: str, cfg: dict[str, Any], expansion: _Expansion) -> str:
     return rk
 
 
-def _item_specs(config: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
-    """The table and figure specs: copies of the config's, each with its ``name`` and its
-    ``experiments`` (a table's default: the experiment of its own name; a figure's ``experiment``
-    becomes a one-element list)."""
+# keys of a spec the registry fills in: never the config's
+_RESOLVED_KEYS = {"name", "rows", "chosen", "column_experiment", "experiment"}
+
+
+def _typed_spec(cls: type, what: str, name: str, raw: dict[str, Any]):
+    """A table or figure spec of the config as ``cls``; a key it does not know, or a required one
+    it lacks, is an error."""
+    fields = {f.name for f in dataclasses.fields(cls)} - _RESOLVED_KEYS
+    unknown = sorted(set(raw) - fields)
+    if unknown:
+        raise RegistryError(f"{what} {name}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(fields))}")
+    required = {f.name for f in dataclasses.fields(cls)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    missing = sorted(required - set(raw) - {"name"})
+    if missing:
+        raise RegistryError(f"{what} {name}: missing key(s) {', '.join(missing)}")
+    return cls(name=name, **raw)
+
+
+def _item_specs(config: dict[str, Any]) -> tuple[dict[str, TableSpec], dict[str, FigureSpec]]:
+    """The table and figure specs of the config, each with its ``name`` and its ``experiments``
+    (a table's default: the experiment of its own name; a figure's ``experiment`` becomes a
+    one-element list). A table's columns written ``{source, experiment}`` give their source to
+    ``columns`` and their experiment to ``column_experiment`` (checked by :func:`_bind_columns`)."""
     tables = {}
     for name, spec in config["tables"].items():
         spec = copy.deepcopy(spec)
         spec.setdefault("experiments", [name])
-        spec["name"] = name
-        tables[name] = spec
+        columns = spec.get("columns") or {}
+        if "columns" in spec:
+            spec["columns"] = {c: s["source"] if isinstance(s, dict) else s for c, s in columns.items()}
+        table = _typed_spec(TableSpec, "table", name, spec)
+        bound = {c: s["experiment"] for c, s in columns.items() if isinstance(s, dict)}
+        tables[name] = dataclasses.replace(table, column_experiment=bound)
     figures = {}
     for name, spec in config["figures"].items():
         spec = copy.deepcopy(spec)
         if "experiment" in spec:
             spec["experiments"] = [spec.pop("experiment")]
-        spec["name"] = name
-        figures[name] = spec
+        figures[name] = _typed_spec(FigureSpec, "figure", name, spec)
     return tables, figures
 
 
@@ -544,7 +550,7 @@ def _select_only(only: list[str], tables, figures, rows, runs, partitions):
     figures = {k: v for k, v in figures.items() if k in wanted}
     keep_exps = {e for e in wanted if e in rows}
     for spec in list(tables.values()) + list(figures.values()):
-        keep_exps.update(spec["experiments"])
+        keep_exps.update(spec.experiments)
     rows = {k: v for k, v in rows.items() if k in keep_exps}
     keep_runs = {r for rs in rows.values() for row in rs for r in row.runs}
     runs = {k: v for k, v in runs.items() if k in keep_runs}
@@ -553,30 +559,30 @@ def _select_only(only: list[str], tables, figures, rows, runs, partitions):
     return tables, figures, rows, runs, partitions
 
 
-def _check_items(tables: dict[str, dict[str, Any]], figures: dict[str, dict[str, Any]],
+def _check_items(tables: dict[str, TableSpec], figures: dict[str, FigureSpec],
                  rows: dict[str, list[Row]], experiments: dict[str, dict[str, Any]]) -> None:
     """Validation of the table and figure specs: every experiment they show exists (and was kept
-    by ``only``), a ``select`` matches some row, and a sensitivity experiment is shown by a table of
-    kind ``variants`` only, which shows nothing else."""
+    by ``only``), a figure's ``select`` matches some row, and a sensitivity experiment is shown by a
+    table of kind ``variants`` only, which shows nothing else."""
     for kind, specs in (("table", tables), ("figure", figures)):
         for name, spec in specs.items():
-            missing = [e for e in spec["experiments"] if e not in rows]
+            missing = [e for e in spec.experiments if e not in rows]
             if missing:
                 raise RegistryError(f"{kind} {name}: unknown experiment(s) {', '.join(missing)}")
-            if spec.get("select") and not rows_selected(rows, spec):
-                raise RegistryError(f"{kind} {name}: select {spec['select']} matches no row")
-            plain = [e for e in spec["experiments"] if not experiments[e].get("variants_of")]
-            if spec.get("kind") == "variants" and plain:
+            if isinstance(spec, FigureSpec) and spec.select and not rows_selected(rows, spec):
+                raise RegistryError(f"{kind} {name}: select {spec.select} matches no row")
+            plain = [e for e in spec.experiments if not experiments[e].get("variants_of")]
+            if spec.kind == "variants" and plain:
                 raise RegistryError(f"{kind} {name}: kind variants shows a sensitivity experiment "
                                     f"(variants_of), but {', '.join(plain)} is a plain one")
-            if spec.get("kind") != "variants" and len(plain) < len(spec["experiments"]):
+            if spec.kind != "variants" and len(plain) < len(spec.experiments):
                 raise RegistryError(f"{kind} {name}: a sensitivity experiment repeats its rows once per "
                                     f"reading; show it with a table of kind variants")
 
 
-def _bind_columns(name: str, spec: dict[str, Any], experiments: dict[str, dict[str, Any]]) -> None:
-    """A table's columns as ``{column: source}``, plus ``column_experiment`` for the columns
-    written ``{source, experiment}``.
+def _bind_columns(name: str, spec: TableSpec, experiments: dict[str, dict[str, Any]]) -> TableSpec:
+    """A table's ``column_experiment`` (the columns the config wrote ``{source, experiment}``),
+    checked and resolved.
 
     A column bound to an experiment shows that experiment's rows only; the table joins its
     experiments' rows by row key (a table spanning two datasets, e.g. q-FFL's Table 2: grid
@@ -584,30 +590,24 @@ def _bind_columns(name: str, spec: dict[str, Any], experiments: dict[str, dict[s
     kind ``variants`` a column may name the base experiment (``variants_of``) of one of the
     table's sensitivity experiments, so that it reuses the base table's columns."""
     owner = f"table {name}"
-    bound, sources = {}, {}
-    for column, source in spec["columns"].items():
-        if isinstance(source, dict):
-            bound[column] = source["experiment"]
-            source = source["source"]
-        sources[column] = source
-    spec["columns"] = sources
+    bound = dict(spec.column_experiment)
     if not bound:
-        return
-    unbound = [c for c in sources if c not in bound]
+        return spec
+    unbound = [c for c in spec.columns if c not in bound]
     if unbound:
         raise RegistryError(f"{owner}: columns {', '.join(map(repr, bound))} name an experiment, "
                             f"{', '.join(map(repr, unbound))} do not; bind every column or none")
-    by_base = {experiments[e].get("variants_of"): e for e in spec["experiments"] if experiments[e].get("variants_of")}
+    by_base = {experiments[e].get("variants_of"): e for e in spec.experiments if experiments[e].get("variants_of")}
     for column, exp in bound.items():
-        if exp not in spec["experiments"] and exp in by_base:
+        if exp not in spec.experiments and exp in by_base:
             bound[column] = by_base[exp]
-        elif exp not in spec["experiments"]:
+        elif exp not in spec.experiments:
             raise RegistryError(f"{owner}: column {column!r} names experiment {exp!r}, which the table does "
-                                f"not show; its experiments: {', '.join(spec['experiments'])}")
-    idle = [e for e in spec["experiments"] if e not in bound.values()]
+                                f"not show; its experiments: {', '.join(spec.experiments)}")
+    idle = [e for e in spec.experiments if e not in bound.values()]
     if idle:
         raise RegistryError(f"{owner}: no column shows experiment(s) {', '.join(idle)}")
-    spec["column_experiment"] = bound
+    return dataclasses.replace(spec, column_experiment=bound)
 
 
 def validate_runs(reg: Registry) -> None:
@@ -624,26 +624,29 @@ def validate_runs(reg: Registry) -> None:
             raise RegistryError(f"run {key} (experiments {', '.join(spec.experiments)}): {err}") from err
 
 
-def rows_selected(rows: dict[str, list[Row]], spec: dict[str, Any]) -> list[Row]:
-    sel = spec.get("select")
+def rows_selected(rows: dict[str, list[Row]], spec: TableSpec | FigureSpec) -> list[Row]:
+    """The rows a table or figure shows: its experiments' rows (a figure's: those its ``select``
+    patterns match)."""
+    sel = spec.select if isinstance(spec, FigureSpec) else None
     out = []
-    for e in spec["experiments"]:
+    for e in spec.experiments:
         for row in rows.get(e, []):
             if sel is None or any(fnmatch.fnmatchcase(row.key, p) for p in sel):
                 out.append(row)
     return out
 
 
-def item_spec(reg: Registry, spec: dict[str, Any]) -> dict[str, Any]:
-    """The JSON handed to a table or figure rule: its spec plus its rows (with run keys)."""
-    out = dict(spec)
-    out["rows"] = [r.to_dict() for r in rows_selected(reg.rows, spec)]
-    if spec.get("kind") == "variants":  # the readings the varied experiment itself uses
-        out["chosen"] = {}
-        for name in spec["experiments"]:
-            base = reg.experiments[name]["variants_of"]
-            out["chosen"].update(reg.experiments[base].get("variants") or {})
-    return out
+def item_spec(reg: Registry, spec: TableSpec | FigureSpec) -> TableSpec | FigureSpec:
+    """What a table or figure rule hands its job: the spec with its rows (with run keys) and, for a
+    table of kind variants, the readings the varied experiment itself uses (``chosen``)."""
+    rows = rows_selected(reg.rows, spec)
+    if spec.kind != "variants":
+        return dataclasses.replace(spec, rows=rows)
+    chosen: dict[str, str] = {}
+    for name in spec.experiments:
+        base = reg.experiments[name]["variants_of"]
+        chosen.update(reg.experiments[base].get("variants") or {})
+    return dataclasses.replace(spec, rows=rows, chosen=chosen)
 
 
 OVERRIDE_KEYS = ("profile", "device", "seeds", "rounds", "only", "run_overrides", "experiment_overrides",

@@ -1,5 +1,6 @@
 """Figures 1-9: one panel per call, from the run folders the registry names.
 
+A figure spec is a :class:`fedmgda.specs.FigureSpec` with its rows (``fedmgda.experiments.item_spec``).
 Kinds (the ``kind`` key of a figure spec in the config):
 
 - ``curves``: a ``metrics.csv`` column per round. Each seed's series is smoothed with an
@@ -15,7 +16,6 @@ Kinds (the ``kind`` key of a figure spec in the config):
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -28,19 +28,19 @@ import pandas as pd  # noqa: E402
 
 from fedmgda.metrics import display_scale  # noqa: E402
 from fedmgda.results import protocol_user_accuracies, read_summary, run_value, seed_stats  # noqa: E402
+from fedmgda.specs import FigureSpec, Row  # noqa: E402
 
 UNITS = {100.0: " (%)", 1e4: " (%²)"}  # of a display scale (fedmgda.metrics.display_scale)
 
 
-def _base_label(row: dict[str, Any]) -> str:
-    label = row["label"]
-    return label.split(" [")[0] if row["attack"].get("kind", "none") != "none" else label
+def _base_label(row: Row) -> str:
+    return row.label.split(" [")[0] if row.attacked else row.label
 
 
-def seed_curves(row: dict[str, Any], runs_dir: Path, metric: str, ewm: int | None) -> pd.DataFrame:
+def seed_curves(row: Row, runs_dir: Path, metric: str, ewm: int | None) -> pd.DataFrame:
     """Rounds x seeds table of the (smoothed) metric; rounds where it was not evaluated dropped."""
     series = {}
-    for seed, run in zip(row["seeds"], row["runs"], strict=True):
+    for seed, run in zip(row.seeds, row.runs, strict=True):
         df = pd.read_csv(runs_dir / run / "metrics.csv")
         if metric not in df.columns:
             raise KeyError(f"{run}/metrics.csv has no column {metric!r}; columns: {list(df.columns)}")
@@ -51,72 +51,72 @@ def seed_curves(row: dict[str, Any], runs_dir: Path, metric: str, ewm: int | Non
     return pd.DataFrame(series)
 
 
-def plot_curves(spec: dict[str, Any], runs_dir: Path, ax: plt.Axes) -> None:
-    metric = spec["metric"]
+def plot_curves(spec: FigureSpec, runs_dir: Path, ax: plt.Axes) -> None:
+    metric = spec.metric
     colours: dict[str, Any] = {}
     palette = plt.get_cmap("tab10").colors
-    for row in spec["rows"]:
-        table = seed_curves(row, runs_dir, metric, spec.get("ewm"))
+    for row in spec.rows:
+        table = seed_curves(row, runs_dir, metric, spec.ewm)
         if table.empty:
             continue
         mean, std = table.mean(axis=1), table.std(axis=1, ddof=0)
-        attacked = row["attack"].get("kind", "none") != "none"
-        if spec.get("style_by") == "attack":
+        attacked = row.attacked
+        if spec.style_by == "attack":
             base = _base_label(row)
             colour = colours.setdefault(base, palette[len(colours) % len(palette)])
             label = f"{base} ({'attacked' if attacked else 'no attack'})"
             style = "--" if attacked else "-"
         else:
             colour = palette[len(colours) % len(palette)]
-            colours[row["label"]] = colour
-            label, style = row["label"], "-"
+            colours[row.label] = colour
+            label, style = row.label, "-"
         n = table.shape[1]
         ax.plot(mean.index, mean.values, style, color=colour, lw=1.4, label=f"{label} (n={n})")
         ax.fill_between(mean.index, (mean - std).values, (mean + std).values, color=colour, alpha=0.18,
                         lw=0)
     ax.set_xlabel("communication round")
-    ax.set_ylabel(spec.get("ylabel") or (metric + UNITS.get(display_scale(metric), "")))
-    if spec.get("logy"):
+    ax.set_ylabel(spec.ylabel or (metric + UNITS.get(display_scale(metric), "")))
+    if spec.logy:
         ax.set_yscale("log")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
 
 
-def plot_violin(spec: dict[str, Any], runs_dir: Path, ax: plt.Axes) -> None:
+def plot_violin(spec: FigureSpec, runs_dir: Path, ax: plt.Axes) -> None:
     import seaborn as sns
 
     frames = []
     order = []
-    for row in spec["rows"]:
+    for row in spec.rows:
         stds = []
-        for run in row["runs"]:
+        for run in row.runs:
             acc, _ = protocol_user_accuracies(runs_dir / run)
             stds.append(acc.std(ddof=0))
-            frames.append(pd.DataFrame({"row": row["label"], "accuracy": acc}))
-        name = f"{row['label']}\nσ={np.mean(stds):.1f}"
-        frames[-len(row["runs"]):] = [f.assign(row=name) for f in frames[-len(row["runs"]):]]
+            frames.append(pd.DataFrame({"row": row.label, "accuracy": acc}))
+        name = f"{row.label}\nσ={np.mean(stds):.1f}"
+        frames[-len(row.runs):] = [f.assign(row=name) for f in frames[-len(row.runs):]]
         order.append(name)
     data = pd.concat(frames, ignore_index=True)
     sns.violinplot(data=data, x="row", y="accuracy", order=order, hue="row", legend=False, cut=0,
                    inner="quartile", density_norm="width", ax=ax, palette="tab10")
     ax.set_xlabel("")
-    ax.set_ylabel(spec.get("ylabel") or "per-user test accuracy (%)")
+    ax.set_ylabel(spec.ylabel or "per-user test accuracy (%)")
     ax.tick_params(axis="x", labelrotation=30, labelsize=7)
     for lab in ax.get_xticklabels():
         lab.set_horizontalalignment("right")
     ax.grid(axis="y", alpha=0.3)
 
 
-def plot_bars(spec: dict[str, Any], runs_dir: Path, ax: plt.Axes) -> None:
-    columns: dict[str, str] = spec["columns"]
-    rows = spec["rows"]
+def plot_bars(spec: FigureSpec, runs_dir: Path, ax: plt.Axes) -> None:
+    columns = spec.columns
+    rows = spec.rows
     width = 0.8 / max(len(columns), 1)
     x = np.arange(len(rows))
     for j, (col, src) in enumerate(columns.items()):
         means, stds = [], []
         for row in rows:
             vals = []
-            for run in row["runs"]:
+            for run in row.runs:
                 s = read_summary(runs_dir / run)
                 if s.get("status") == "ok":
                     vals.append(run_value(runs_dir / run, s, src) * display_scale(src))
@@ -124,8 +124,8 @@ def plot_bars(spec: dict[str, Any], runs_dir: Path, ax: plt.Axes) -> None:
             means.append(mean)
             stds.append(std)
         ax.bar(x + (j - (len(columns) - 1) / 2) * width, means, width, yerr=stds, capsize=2, label=col)
-    ax.set_xticks(x, [r["label"] for r in rows], rotation=30, ha="right", fontsize=7)
-    ax.set_ylabel(spec.get("ylabel") or "accuracy (%)")
+    ax.set_xticks(x, [r.label for r in rows], rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel(spec.ylabel or "accuracy (%)")
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
 
@@ -133,23 +133,17 @@ def plot_bars(spec: dict[str, Any], runs_dir: Path, ax: plt.Axes) -> None:
 KINDS = {"curves": plot_curves, "violin": plot_violin, "bars": plot_bars}
 
 
-def make_figure(spec: dict[str, Any], runs_dir: str | Path, out_pdf: str | Path, out_png: str | Path) -> None:
-    kind = spec.get("kind", "curves")
+def make_figure(spec: FigureSpec, runs_dir: str | Path, out_pdf: str | Path, out_png: str | Path) -> None:
+    kind = spec.kind
     if kind not in KINDS:
-        raise ValueError(f"figure {spec.get('name')}: unknown kind {kind!r}; known: {', '.join(KINDS)}")
-    wide = kind in ("violin", "bars") or len(spec["rows"]) > 6
+        raise ValueError(f"figure {spec.name}: unknown kind {kind!r}; known: {', '.join(KINDS)}")
+    wide = kind in ("violin", "bars") or len(spec.rows) > 6
     fig, ax = plt.subplots(figsize=(8.0 if wide else 6.4, 4.8))
     KINDS[kind](spec, Path(runs_dir), ax)
-    ax.set_title(spec.get("title") or spec.get("name", ""), fontsize=10)
+    ax.set_title(spec.title or spec.name, fontsize=10)
     fig.tight_layout()
     for out in (out_pdf, out_png):
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(out, dpi=150)
     plt.close(fig)
 
-
-def load_spec(text_or_path: str) -> dict[str, Any]:
-    p = Path(text_or_path)
-    if not text_or_path.lstrip().startswith("{") and p.is_file():
-        return json.loads(p.read_text())
-    return json.loads(text_or_path)

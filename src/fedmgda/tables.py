@@ -1,6 +1,6 @@
 """Tables 6-14: reproduced statistics over seeds beside the paper's published numbers.
 
-A table spec (from the registry, see ``fedmgda.experiments.item_spec``) lists rows, each with the
+A table spec (:class:`fedmgda.specs.TableSpec`, from ``fedmgda.experiments.item_spec``) lists rows, each with the
 run folders of its seeds, and ``columns`` mapping a column name to a source in the runs'
 ``summary.json``: ``final.<stat>`` (the final model) or ``protocol.<stat>`` (the last stored
 per-user vector at round <= T-9, docs/protocol.md §6.3). Accuracies are fractions in the runs and
@@ -20,6 +20,7 @@ A column may be bound to one experiment (``column_experiment``): a table spannin
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import math
 from importlib import resources
@@ -30,6 +31,7 @@ import pandas as pd
 
 from fedmgda.metrics import display_scale
 from fedmgda.results import read_summary, run_value, seed_stats
+from fedmgda.specs import Row, TableSpec
 
 NOT_IN_PAPER = "not in paper"
 
@@ -48,13 +50,13 @@ def verdict(repro_mean: float, paper_mean: float, paper_std: float, n_seeds: int
     return f"{word} (1 seed)" if n_seeds == 1 else word
 
 
-def _row_values(row: dict[str, Any], columns: dict[str, str], runs_dir: Path, scale: float | None):
+def _row_values(row: Row, columns: dict[str, str], runs_dir: Path, scale: float | None):
     """Each column's values over the row's seeds, x ``scale`` (None: each source's display scale,
     ``fedmgda.metrics.display_scale``: accuracies in %, var_acc in %^2)."""
-    summaries = [read_summary(runs_dir / r) for r in row["runs"]]
+    summaries = [read_summary(runs_dir / r) for r in row.runs]
     diverged = sum(1 for s in summaries if s.get("status") != "ok")
     values = {c: [run_value(runs_dir / r, s, src) * (display_scale(src) if scale is None else scale)
-                  for r, s in zip(row["runs"], summaries, strict=True) if s.get("status") == "ok"]
+                  for r, s in zip(row.runs, summaries, strict=True) if s.get("status") == "ok"]
               for c, src in columns.items()}
     return summaries, diverged, values
 
@@ -73,36 +75,36 @@ def _match(paper_rows: pd.DataFrame, key: str) -> pd.DataFrame:
     return paper_rows[mask]
 
 
-def build_table(spec: dict[str, Any], runs_dir: str | Path, paper: pd.DataFrame | None = None) -> pd.DataFrame:
+def build_table(spec: TableSpec, runs_dir: str | Path, paper: pd.DataFrame | None = None) -> pd.DataFrame:
     """The reproduced table (one row per registry row, plus paper rows not run). A table whose
     columns are bound to experiments (``column_experiment``) is built per experiment and joined
     by row key (:func:`join_parts`)."""
-    if spec.get("column_experiment"):
+    if spec.column_experiment:
         return join_parts(spec, runs_dir, paper)
     runs_dir = Path(runs_dir)
-    columns: dict[str, str] = spec["columns"]
-    tolerance: dict[str, float] = spec.get("tolerance") or {}
-    scale = float(spec["scale"]) if spec.get("scale") is not None else None
-    paper_table = spec.get("paper")
+    columns = spec.columns
+    tolerance = spec.tolerance
+    scale = float(spec.scale) if spec.scale is not None else None
+    paper_table = spec.paper
     paper_rows = _paper_lookup(paper if paper is not None else (paper_reference() if paper_table else None),
                                paper_table)
 
     computed = []
-    for row in spec["rows"]:
+    for row in spec.rows:
         _, diverged, values = _row_values(row, columns, runs_dir, scale)
         stats = {c: seed_stats(v) for c, v in values.items()}
         computed.append((row, diverged, stats))
 
-    if spec.get("kind") == "best_of":
-        computed = _best_of(computed, spec.get("rank_by") or next(iter(columns)))
+    if spec.kind == "best_of":
+        computed = _best_of(computed, spec.rank_by or next(iter(columns)))
 
     records = []
     matched: set[str] = set()
     for row, diverged, stats in computed:
-        n = len(row["runs"])
-        rec: dict[str, Any] = {"table": spec["name"], "row": row["key"], "label": row["label"],
+        n = len(row.runs)
+        rec: dict[str, Any] = {"table": spec.name, "row": row.key, "label": row.label,
                                "seeds": n, "status": "ok" if not diverged else f"diverged ({diverged}/{n} seeds)"}
-        hits = _match(paper_rows, row["key"]) if paper_rows is not None else None
+        hits = _match(paper_rows, row.key) if paper_rows is not None else None
         if hits is not None and len(hits):
             matched.update(hits["row"])
         for c in columns:
@@ -133,7 +135,7 @@ def build_table(spec: dict[str, Any], runs_dir: str | Path, paper: pd.DataFrame 
             if key in matched:
                 continue
             note = grp["note"].iloc[0]
-            rec = {"table": spec["name"], "row": key, "label": grp["label"].iloc[0], "seeds": 0,
+            rec = {"table": spec.name, "row": key, "label": grp["label"].iloc[0], "seeds": 0,
                    "status": "not run" + (f": {note}" if note else "")}
             for c in columns:
                 h = grp[grp["column"] == c]
@@ -154,23 +156,24 @@ def _best_of(computed: list[tuple], rank: str) -> list[tuple]:
         row, diverged, stats = item
         m = stats[rank][0]
         score = -math.inf if (diverged or math.isnan(m)) else m
-        alg = row["algorithm"]
+        alg = row.algorithm
         if alg not in best or score > best[alg][0]:
             best[alg] = (score, item)
-    return [(dict(row, key=alg, label=f"{row['label']} (best {rank})"), d, s)
+    return [(dataclasses.replace(row, key=alg, label=f"{row.label} (best {rank})"), d, s)
             for alg, (_, (row, d, s)) in best.items()]
 
 
-def join_parts(spec: dict[str, Any], runs_dir: str | Path, paper: pd.DataFrame | None = None) -> pd.DataFrame:
+def join_parts(spec: TableSpec, runs_dir: str | Path, paper: pd.DataFrame | None = None) -> pd.DataFrame:
     """A table spanning several experiments: each experiment's columns built from its own rows
     (:func:`build_table`), joined on the row key in order of first appearance. A joined row's
     label lists its parts' distinct labels, its seeds are the fewest of any part, and its status
     is "ok" only when every part is (otherwise each part's status, named by its experiment)."""
-    bound: dict[str, str] = spec["column_experiment"]
+    bound = spec.column_experiment
     parts = {}
     for exp in dict.fromkeys(bound.values()):
-        sub = {**spec, "column_experiment": None, "columns": {c: s for c, s in spec["columns"].items() if bound[c] == exp},
-               "rows": [r for r in spec["rows"] if r["experiment"] == exp]}
+        sub = dataclasses.replace(spec, column_experiment={},
+                                  columns={c: s for c, s in spec.columns.items() if bound[c] == exp},
+                                  rows=[r for r in spec.rows if r.experiment == exp])
         parts[exp] = build_table(sub, runs_dir, paper).set_index("row", drop=False)
     keys = list(dict.fromkeys(k for df in parts.values() for k in df["row"]))
     records = []
@@ -186,13 +189,13 @@ def join_parts(spec: dict[str, Any], runs_dir: str | Path, paper: pd.DataFrame |
         else:
             status = "; ".join([f"{exp}: {st}" for exp, st in statuses.items() if st != "ok"]
                                + [f"{exp}: not in its grid" for exp in missing])
-        rec: dict[str, Any] = {"table": spec["name"], "row": key,
+        rec: dict[str, Any] = {"table": spec.name, "row": key,
                                "label": " / ".join(dict.fromkeys(str(r["label"]) for r in present.values())),
                                "seeds": min(int(r["seeds"]) for r in present.values()) if not missing else 0,
                                "status": status}
-        fields = (("paper", "paper_mean", "paper_std") if spec.get("paper") else ()) + \
-            ("reproduced", "repro_mean", "repro_std") + (("diff", "verdict") if spec.get("paper") else ())
-        for c in spec["columns"]:
+        fields = (("paper", "paper_mean", "paper_std") if spec.paper else ()) + \
+            ("reproduced", "repro_mean", "repro_std") + (("diff", "verdict") if spec.paper else ())
+        for c in spec.columns:
             part = present.get(bound[c])
             for field in fields:
                 if part is not None:
@@ -205,15 +208,15 @@ def join_parts(spec: dict[str, Any], runs_dir: str | Path, paper: pd.DataFrame |
     return pd.DataFrame.from_records(records)
 
 
-def to_markdown(df: pd.DataFrame, spec: dict[str, Any]) -> str:
+def to_markdown(df: pd.DataFrame, spec: TableSpec) -> str:
     """A readable markdown rendering: per column paper | reproduced | Δ (verdict); a table
     without a paper reference (``paper: null``) has one column per statistic, the reproduced one."""
-    columns = list(spec["columns"])
-    with_paper = bool(spec.get("paper"))
+    columns = list(spec.columns)
+    with_paper = bool(spec.paper)
     head = ["Row", "Seeds"]
     for c in columns:
         head += [f"{c} paper", f"{c} reproduced", f"{c} Δ (verdict)"] if with_paper else [c]
-    lines = [f"## {spec.get('title', spec['name'])}", ""]
+    lines = [f"## {spec.heading}", ""]
     if with_paper:
         lines += ["Mean ± population std over seeds, in %. Verdict: *within* when |reproduced − paper| "
                   "≤ " + _band_text(spec) + ".", ""]
@@ -234,22 +237,22 @@ def to_markdown(df: pd.DataFrame, spec: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _band_text(spec: dict[str, Any]) -> str:
-    tolerance = spec.get("tolerance") or {}
+def _band_text(spec: TableSpec) -> str:
+    tolerance = spec.tolerance
     if not tolerance:
         return "the paper's std"
     return "max(the paper's std, " + ", ".join(f"{v:g} for {c}" for c, v in tolerance.items()) + ")"
 
 
 # --------------------------------------------------------------------------- protocol variants
-def build_variants_table(spec: dict[str, Any], runs_dir: str | Path, paper: pd.DataFrame | None = None) -> pd.DataFrame:
+def build_variants_table(spec: TableSpec, runs_dir: str | Path, paper: pd.DataFrame | None = None) -> pd.DataFrame:
     """A sensitivity experiment's table: per varied variant, reading and paper row, the
     reproduced columns beside the paper's (one record each, as ``build_table`` makes them),
     with ``chosen`` marking the reading the base experiment uses."""
     frames = []
-    chosen = spec.get("chosen") or {}
-    for (variant, reading), group in _by_reading(spec["rows"]).items():
-        sub = {**spec, "kind": "stats", "rows": group}
+    chosen = spec.chosen
+    for (variant, reading), group in _by_reading(spec.rows).items():
+        sub = dataclasses.replace(spec, kind="stats", rows=group)
         df = build_table(sub, runs_dir, paper)
         df = df[df["seeds"] > 0]  # paper rows the experiment does not run are listed once, in the base table
         df.insert(1, "variant", variant)
@@ -259,21 +262,21 @@ def build_variants_table(spec: dict[str, Any], runs_dir: str | Path, paper: pd.D
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def _by_reading(rows: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+def _by_reading(rows: list[Row]) -> dict[tuple[str, str], list[Row]]:
+    out: dict[tuple[str, str], list[Row]] = {}
     for row in rows:
-        out.setdefault((row["variant"], row["reading"]), []).append(row)
+        out.setdefault((row.variant, row.reading), []).append(row)
     return out
 
 
-def variants_markdown(df: pd.DataFrame, spec: dict[str, Any]) -> str:
+def variants_markdown(df: pd.DataFrame, spec: TableSpec) -> str:
     """One section per variant: its question and readings (with sources), then per paper row the
     paper's values and the reproduced ones under each reading (the chosen reading marked ✓), and
     per reading how many rows are within the band on every column."""
     from fedmgda.variants import get_variant
 
-    columns = list(spec["columns"])
-    lines = [f"## {spec.get('title', spec['name'])}", "",
+    columns = list(spec.columns)
+    lines = [f"## {spec.heading}", "",
              "Cells: " + " / ".join(columns) + " in %, mean over seeds. ✓ = the reading the paper profile "
              "uses. *within*: every column within " + _band_text(spec) + " of the paper.", ""]
     for variant, vdf in df.groupby("variant", sort=False):
@@ -317,8 +320,8 @@ def _num(x: float) -> str:
     return "n/a" if pd.isna(x) else f"{x:.2f}"
 
 
-def write_table(spec: dict[str, Any], runs_dir: str | Path, out_csv: str | Path, out_md: str | Path) -> pd.DataFrame:
-    if spec.get("kind") == "variants":
+def write_table(spec: TableSpec, runs_dir: str | Path, out_csv: str | Path, out_md: str | Path) -> pd.DataFrame:
+    if spec.kind == "variants":
         df = build_variants_table(spec, runs_dir)
         markdown = variants_markdown(df, spec)
     else:

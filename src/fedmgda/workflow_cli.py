@@ -19,15 +19,22 @@ import sys
 from pathlib import Path
 
 
-def _load_json(text: str):
-    """JSON text, a JSON file, or ``-`` for standard input (the rules pipe specs in: a spec can be
-    longer than the operating system allows one command-line argument to be)."""
+def _json_text(text: str) -> str:
+    """JSON text given as itself, a JSON file, or ``-`` for standard input (the rules pipe specs in:
+    a spec can be longer than the operating system allows one command-line argument to be)."""
     if text == "-":
-        return json.load(sys.stdin)
+        return sys.stdin.read()
     p = Path(text)
     if not text.lstrip().startswith(("{", "[")) and p.is_file():
-        return json.loads(p.read_text())
-    return json.loads(text)
+        return p.read_text()
+    return text
+
+
+def _load_spec(text: str, cls):
+    """A table / figure spec, or the list of claims, that the rule wrote (fedmgda.specs)."""
+    from fedmgda.specs import spec_from_json
+
+    return spec_from_json(_json_text(text), cls)
 
 
 def cmd_download(args: argparse.Namespace) -> int:
@@ -55,20 +62,22 @@ def cmd_partition(args: argparse.Namespace) -> int:
 
 
 def cmd_table(args: argparse.Namespace) -> int:
+    from fedmgda.specs import TableSpec
     from fedmgda.tables import write_table
 
-    spec = _load_json(args.spec)
+    spec = _load_spec(args.spec, TableSpec)
     df = write_table(spec, args.runs_dir, args.csv, args.md)
-    print(f"{spec['name']}: {len(df)} rows -> {args.csv}, {args.md}")
+    print(f"{spec.name}: {len(df)} rows -> {args.csv}, {args.md}")
     return 0
 
 
 def cmd_figure(args: argparse.Namespace) -> int:
     from fedmgda.figures import make_figure
+    from fedmgda.specs import FigureSpec
 
-    spec = _load_json(args.spec)
+    spec = _load_spec(args.spec, FigureSpec)
     make_figure(spec, args.runs_dir, args.pdf, args.png)
-    print(f"{spec['name']}: {len(spec['rows'])} rows -> {args.pdf}, {args.png}")
+    print(f"{spec.name}: {len(spec.rows)} rows -> {args.pdf}, {args.png}")
     return 0
 
 
@@ -76,7 +85,7 @@ def cmd_runs_index(args: argparse.Namespace) -> int:
     """One line per run: experiments, status, rounds, runtime, device (the report's run times)."""
     import pandas as pd
 
-    registry = _load_json(args.registry)
+    registry = json.loads(_json_text(args.registry))
     records = []
     for key, info in registry.items():
         summary = json.loads((Path(args.runs_dir) / key / "summary.json").read_text())
@@ -93,8 +102,9 @@ def cmd_runs_index(args: argparse.Namespace) -> int:
 
 def cmd_claims(args: argparse.Namespace) -> int:
     from fedmgda.claims import write_claims
+    from fedmgda.specs import ClaimSpec
 
-    claims = _load_json(args.spec)
+    claims = _load_spec(args.spec, ClaimSpec)
     df = write_claims(claims, args.runs_dir, args.csv, args.md, args.profile)
     counts = ", ".join(f"{v} {k}" for k, v in df["verdict"].value_counts().items())
     print(f"{len(df)} claims ({counts}) -> {args.csv}, {args.md}")
@@ -120,14 +130,14 @@ def add_commands(commands) -> None:
     p.set_defaults(handler=cmd_partition)
 
     p = commands.add_parser("table", help="one paper table from run folders (CSV + markdown)")
-    p.add_argument("--spec", required=True, help="table spec as JSON text, a JSON file or - (stdin)")
+    p.add_argument("--spec", required=True, help="table spec (fedmgda.specs.TableSpec) as JSON text, a JSON file or - (stdin)")
     p.add_argument("--runs-dir", required=True)
     p.add_argument("--csv", required=True)
     p.add_argument("--md", required=True)
     p.set_defaults(handler=cmd_table)
 
     p = commands.add_parser("figure", help="one figure panel from run folders (PDF + PNG)")
-    p.add_argument("--spec", required=True, help="figure spec as JSON text, a JSON file or - (stdin)")
+    p.add_argument("--spec", required=True, help="figure spec (fedmgda.specs.FigureSpec) as JSON text, a JSON file or - (stdin)")
     p.add_argument("--runs-dir", required=True)
     p.add_argument("--pdf", required=True)
     p.add_argument("--png", required=True)
@@ -140,7 +150,7 @@ def add_commands(commands) -> None:
     p.set_defaults(handler=cmd_runs_index)
 
     p = commands.add_parser("claims", help="the paper's claims checked on the runs (CSV + markdown)")
-    p.add_argument("--spec", required=True, help="resolved claims (fedmgda.claims.parse_claims) as JSON text, a file or - (stdin)")
+    p.add_argument("--spec", required=True, help="resolved claims (fedmgda.specs.ClaimSpec list) as JSON text, a file or - (stdin)")
     p.add_argument("--runs-dir", required=True)
     p.add_argument("--csv", required=True)
     p.add_argument("--md", required=True)

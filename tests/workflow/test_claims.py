@@ -153,7 +153,7 @@ def test_monotone_in_epsilon_with_implied_default(tmp_path):
             "direction": "increasing", "quantity": "metrics.train_loss", "window": {"last": 3}, "compare": "monotone"}
     vals = {"fedmgda epsilon=0": [1.0, 1.1, 1.2], "fedmgda epsilon=0.5": [1.5, 1.6, 1.7], "fedmgda": [2.0, 2.1, 2.2]}
     specs, df, _ = setup(tmp_path / "up", {"m": mono}, vals, loss=lambda v: [9.0] * 7 + [v] * 3)
-    assert [r["param"] for r in specs[0]["rows"]] == [0.0, 0.5, 1.0]
+    assert specs[0].params == [0.0, 0.5, 1.0]
     assert df.iloc[0]["verdict"] == "holds"
     assert json.loads(df.iloc[0]["values"]) == {"0": pytest.approx(1.1), "0.5": pytest.approx(1.6), "1": pytest.approx(2.1)}
     down = dict(mono, direction="decreasing")
@@ -244,13 +244,13 @@ def test_shipped_claims_parse(name):
     cfg = load_config(str(REPO / "config" / name))
     specs = parse_claims(cfg, expand(cfg))
     assert specs, f"{name} has no claims"
-    assert all(c["paper"] and c["source"] for c in specs)
+    assert all(c.paper and c.source for c in specs)
 
 
 def test_only_skips_claims_on_left_out_experiments():
     cfg = base_config({"c": claim(), "e": claim(experiment="eps", a="fedmgda", b="fedmgda epsilon=0")})
     cfg["only"] = ["eps"]
-    assert [c["id"] for c in parse_claims(cfg, expand(cfg))] == ["e"]
+    assert [c.id for c in parse_claims(cfg, expand(cfg))] == ["e"]
 
 
 def test_snakemake_stops_on_a_bad_claim_before_any_job(tmp_path):

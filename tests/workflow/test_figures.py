@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from fedmgda.figures import make_figure, seed_curves
+from fedmgda.specs import FigureSpec, Row
 
 from .conftest import write_run
 
@@ -18,9 +19,9 @@ def _rows(runs_dir, attacked=False):
             key = f"s/{alg}/default/clean/seed{seed}"
             write_run(runs_dir, key, list(np.linspace(0.3 + 0.1 * i, 0.9, 20)), rounds=12, seed=seed)
             runs.append(key)
-        rows.append({"experiment": "e", "key": alg, "label": alg, "algorithm": alg, "hparams": {},
-                     "attack": {"kind": "scaling", "value": 10.0, "user": 0} if attacked and i else {"kind": "none"},
-                     "seeds": [1, 2], "runs": runs})
+        rows.append(Row("e", alg, alg, alg, {},
+                        {"kind": "scaling", "value": 10.0, "user": 0} if attacked and i else {"kind": "none"},
+                        [1, 2], runs))
     return rows
 
 
@@ -31,7 +32,8 @@ def _rows(runs_dir, attacked=False):
     ("bars", {"columns": {"Average": "final.mean_acc", "Attacker": "final_user.0"}}),
 ])
 def test_figure_kinds_write_pdf_and_png(tmp_path, runs_dir, kind, extra):
-    spec = {"name": "figX", "kind": kind, "title": "t", "rows": _rows(runs_dir, attacked=True), **extra}
+    spec = FigureSpec(name="figX", kind=kind, experiments=["e"], title="t", rows=_rows(runs_dir, attacked=True),
+                      **extra)
     make_figure(spec, runs_dir, tmp_path / "f.pdf", tmp_path / "f.png")
     assert (tmp_path / "f.pdf").stat().st_size > 1000 and (tmp_path / "f.png").stat().st_size > 1000
 

@@ -141,10 +141,10 @@ def test_every_paper_row_of_the_registry_has_published_values(paper):
     import fnmatch
 
     for name, spec in reg.tables.items():
-        if spec.get("kind") == "best_of":
+        if spec.kind == "best_of":
             continue
-        pats = set(ref[ref["table"] == spec["paper"]]["row"])
-        for row in reg.rows_of(spec["experiments"]):
+        pats = set(ref[ref["table"] == spec.paper]["row"])
+        for row in reg.rows_of(spec.experiments):
             assert any(fnmatch.fnmatchcase(row.key, p) for p in pats), (name, row.key)
 
 
@@ -175,9 +175,9 @@ def test_a_table_binds_its_columns_to_experiments():
                                "columns": {"A": {"experiment": "tiny", "source": "final.mean_acc"}}}}
     reg = expand(cfg)
     two = reg.tables["two"]
-    assert two["columns"] == {"A": "final.mean_acc", "B": "final.var_acc"}
-    assert two["column_experiment"] == {"A": "tiny", "B": "tiny_b"}
-    assert reg.tables["two_v"]["column_experiment"] == {"A": "tiny_v"}  # the base names its sensitivity experiment
+    assert two.columns == {"A": "final.mean_acc", "B": "final.var_acc"}
+    assert two.column_experiment == {"A": "tiny", "B": "tiny_b"}
+    assert reg.tables["two_v"].column_experiment == {"A": "tiny_v"}  # the base names its sensitivity experiment
 
     def error(columns, experiments=("tiny", "tiny_b")):
         bad = copy.deepcopy(cfg)

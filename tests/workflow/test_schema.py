@@ -19,6 +19,7 @@ from fedmgda.experiments import RegistryError, _normalise_attack, expand
 from fedmgda.packs import pack_resources, pack_size
 from fedmgda.schema import SCHEMA_PATH, def_defaults, render_readme, with_defaults
 from fedmgda.schema import main as schema_cli
+from fedmgda.specs import Row, TableSpec
 from fedmgda.tables import build_table
 
 from .conftest import REPO, write_run
@@ -266,17 +267,17 @@ def test_claim_defaults_are_the_schemas():
     claims = parse_claims(cfg, expand(cfg))
     assert claims and all("agg" not in c and "seeds" not in c for c in cfg["claims"].values())
     claim = SCHEMA["$defs"]["claim"]["properties"]
-    assert {c["agg"] for c in claims} == {claim["agg"]["default"]}
-    assert {c["seeds"] for c in claims} == {claim["seeds"]["default"]}
+    assert {c.agg for c in claims} == {claim["agg"]["default"]}
+    assert {c.seeds for c in claims} == {claim["seeds"]["default"]}
 
 
 def test_table_scale_default_is_each_sources_display_scale(runs_dir):
     write_run(runs_dir, "r/seed1", [0.5, 0.7])
-    row = {"experiment": "t", "key": "fedavg", "label": "FedAvg", "algorithm": "fedavg", "hparams": {},
-           "attack": {"kind": "none"}, "seeds": [1], "runs": ["r/seed1"]}
-    spec = {"name": "t", "paper": None, "columns": {"Average": "protocol.mean_acc", "Var": "protocol.var_acc"}, "rows": [row]}
+    row = Row("t", "fedavg", "FedAvg", "fedavg", {}, {"kind": "none"}, [1], ["r/seed1"])
+    spec = TableSpec(name="t", experiments=["t"], columns={"Average": "protocol.mean_acc", "Var": "protocol.var_acc"},
+                     rows=[row])
     assert "default" not in SCHEMA["$defs"]["table"]["properties"]["scale"]
     table = build_table(spec, runs_dir).iloc[0]
     assert table["Average repro_mean"] == pytest.approx(60.0)  # accuracies in %
     assert table["Var repro_mean"] == pytest.approx(0.01 * 1e4)  # var_acc in %^2
-    assert build_table({**spec, "scale": 1}, runs_dir).iloc[0]["Var repro_mean"] == pytest.approx(0.01)
+    assert build_table(dataclasses.replace(spec, scale=1), runs_dir).iloc[0]["Var repro_mean"] == pytest.approx(0.01)

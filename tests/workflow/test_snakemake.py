@@ -148,7 +148,7 @@ def test_snakemake_report_holds_every_table_figure_and_the_claims_with_captions(
         for name, spec in specs.items():
             for f in files[name]:
                 assert Path(f).name in stored
-                assert html.escape(spec["title"], quote=False) in results[f]["caption"], f
+                assert html.escape(spec.title, quote=False) in results[f]["caption"], f
     assert "report.html" in stored and "reproduction report" in results["results/test/report/report.html"]["caption"]
     for f in ("claims.csv", "claims.md"):
         assert f in stored and "claims, checked on the runs" in results[f"results/test/{f}"]["caption"]

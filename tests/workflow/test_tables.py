@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from fedmgda.results import seed_stats
+from fedmgda.specs import Row, TableSpec, spec_to_json
 from fedmgda.tables import build_table, to_markdown, verdict, write_table
 
 from .conftest import write_run
@@ -18,9 +19,12 @@ STATS4 = {"Average": "protocol.mean_acc", "Std": "protocol.std_acc", "Worst 5%":
           "Best 5%": "protocol.best5_acc"}
 
 
-def _row(key, label, algorithm, runs, seeds=None):
-    return {"experiment": "table8", "key": key, "label": label, "algorithm": algorithm, "hparams": {},
-            "attack": {"kind": "none"}, "seeds": seeds or list(range(len(runs))), "runs": runs}
+def _row(key, label, algorithm, runs, seeds=None, experiment="table8"):
+    return Row(experiment, key, label, algorithm, {}, {"kind": "none"}, seeds or list(range(len(runs))), runs)
+
+
+def _spec(name, rows, columns, **kw):
+    return TableSpec(name=name, experiments=sorted({r.experiment for r in rows}), columns=columns, rows=rows, **kw)
 
 
 def test_seed_stats_is_mean_and_population_std():
@@ -42,8 +46,9 @@ def test_table_against_paper_values(runs_dir):
     b = np.linspace(0.6, 1.0, 100)
     write_run(runs_dir, "s/fedavg/default/clean/seed1", list(a))
     write_run(runs_dir, "s/fedavg/default/clean/seed2", list(b))
-    spec = {"name": "table8", "paper": "table8", "columns": STATS4,
-            "rows": [_row("fedavg", "FedAvg", "fedavg", ["s/fedavg/default/clean/seed1", "s/fedavg/default/clean/seed2"])]}
+    spec = _spec("table8", [_row("fedavg", "FedAvg", "fedavg", ["s/fedavg/default/clean/seed1",
+                                                              "s/fedavg/default/clean/seed2"])],
+                 STATS4, paper="table8")
     df = build_table(spec, runs_dir)
     fedavg = df[df["row"] == "fedavg"].iloc[0]
     assert fedavg["Average repro_mean"] == pytest.approx(75.0)
@@ -63,8 +68,8 @@ def test_table_against_paper_values(runs_dir):
 def test_diverged_seeds_are_shown_as_diverged(runs_dir):
     write_run(runs_dir, "r/seed1", [0.5] * 10)
     write_run(runs_dir, "r/seed2", [0.1] * 10, status="diverged")
-    spec = {"name": "t", "paper": None, "columns": STATS4,
-            "rows": [_row("fedmgda_plus decay=0 eta=1", "FedMGDA+", "fedmgda_plus", ["r/seed1", "r/seed2"])]}
+    spec = _spec("t", [_row("fedmgda_plus decay=0 eta=1", "FedMGDA+", "fedmgda_plus", ["r/seed1", "r/seed2"])],
+                 STATS4)
     df = build_table(spec, runs_dir)
     r = df.iloc[0]
     assert r["status"] == "diverged (1/2 seeds)"
@@ -76,9 +81,8 @@ def test_a_table_without_a_paper_reference_shows_only_the_reproduced_numbers(run
     # paper: null -- an offline profile, or a researcher's own experiment (docs/plugins.md)
     write_run(runs_dir, "r/seed1", [0.5, 0.7])
     write_run(runs_dir, "r/seed2", [0.7, 0.9])
-    spec = {"name": "mine", "paper": None, "title": "my runs", "columns": {"Average": "protocol.mean_acc",
-                                                                           "Std": "protocol.std_acc"},
-            "rows": [_row("fedavg", "FedAvg", "fedavg", ["r/seed1", "r/seed2"])]}
+    spec = _spec("mine", [_row("fedavg", "FedAvg", "fedavg", ["r/seed1", "r/seed2"])],
+                 {"Average": "protocol.mean_acc", "Std": "protocol.std_acc"}, title="my runs")
     df = write_table(spec, runs_dir, tmp_path / "t.csv", tmp_path / "t.md")
     assert list(df.columns) == ["table", "row", "label", "seeds", "status",
                                 "Average reproduced", "Average repro_mean", "Average repro_std",
@@ -94,8 +98,8 @@ def test_a_table_without_a_paper_reference_shows_only_the_reproduced_numbers(run
 
 def test_a_table_with_a_paper_reference_keeps_its_paper_columns(runs_dir, tmp_path):
     write_run(runs_dir, "s/seed1", [0.7] * 10)
-    spec = {"name": "table8", "paper": "table8", "title": "T8", "columns": {"Average": "protocol.mean_acc"},
-            "rows": [_row("fedavg", "FedAvg", "fedavg", ["s/seed1"])]}
+    spec = _spec("table8", [_row("fedavg", "FedAvg", "fedavg", ["s/seed1"])], {"Average": "protocol.mean_acc"},
+                 paper="table8", title="T8")
     df = write_table(spec, runs_dir, tmp_path / "t.csv", tmp_path / "t.md")
     assert list(df.columns) == ["table", "row", "label", "seeds", "status", "Average paper", "Average paper_mean",
                                 "Average paper_std", "Average reproduced", "Average repro_mean",
@@ -115,8 +119,8 @@ def test_best_of_picks_the_best_row_per_algorithm(runs_dir):
     rows = [_row("fedmgda_plus decay=0 eta=1", "FedMGDA+ η=1", "fedmgda_plus", ["a/seed1"]),
             _row("fedmgda_plus decay=0.2 eta=2", "FedMGDA+ η=2, decay=1/5", "fedmgda_plus", ["b/seed1"]),
             _row("fedavg", "FedAvg", "fedavg", ["c/seed1"])]
-    spec = {"name": "table6", "kind": "best_of", "paper": "table6", "rank_by": "Average",
-            "columns": {"Average": "protocol.mean_acc", "Std": "protocol.std_acc"}, "rows": rows}
+    spec = _spec("table6", rows, {"Average": "protocol.mean_acc", "Std": "protocol.std_acc"}, kind="best_of",
+                 paper="table6", rank_by="Average")
     df = build_table(spec, runs_dir).set_index("row")
     assert df.loc["fedmgda_plus", "Average repro_mean"] == pytest.approx(86.0)
     assert "η=2" in df.loc["fedmgda_plus", "label"]
@@ -128,11 +132,11 @@ def test_best_of_picks_the_best_row_per_algorithm(runs_dir):
 def test_final_sources_and_wildcard_paper_rows(runs_dir):
     final = {"mean_acc": 0.8, "test_acc_uniform": 0.8324, "test_acc_phd": 0.7658, "test_acc_non_phd": 0.8332}
     write_run(runs_dir, "adult/seed1", [0.7, 0.9], final=final)
-    spec = {"name": "table7", "paper": "table7",
-            "columns": {"Uniform": "final.test_acc_uniform", "PhD": "final.test_acc_phd",
-                        "Non-PhD": "final.test_acc_non_phd", "Attacker": "final_user.0", "Others": "final_others.0"},
-            "rows": [_row("fedmgda_plus decay=0.333333 eta=1 bias=1000", "FedMGDA+ [bias 1000]", "fedmgda_plus",
-                          ["adult/seed1"])]}
+    spec = _spec("table7", [_row("fedmgda_plus decay=0.333333 eta=1 bias=1000", "FedMGDA+ [bias 1000]",
+                                 "fedmgda_plus", ["adult/seed1"])],
+                 {"Uniform": "final.test_acc_uniform", "PhD": "final.test_acc_phd",
+                  "Non-PhD": "final.test_acc_non_phd", "Attacker": "final_user.0", "Others": "final_others.0"},
+                 paper="table7")
     df = build_table(spec, runs_dir)
     r = df[df["row"].str.contains("bias=1000")].iloc[0]
     assert r["Uniform repro_mean"] == pytest.approx(83.24) and r["Uniform verdict"] == "within (1 seed)"
@@ -144,16 +148,13 @@ def test_final_sources_and_wildcard_paper_rows(runs_dir):
 def test_a_spec_longer_than_one_shell_argument_reaches_the_table_command(runs_dir, tmp_path):
     """The table rule pipes its spec in (Table 7's variants table: ~1 MB of run paths; Linux caps
     one argument at 128 KB); the same shell line as workflow/rules/tables.smk."""
-    import json
     import shlex
     import subprocess
     import sys
 
     write_run(runs_dir, "s/fedavg/default/clean/seed1", [0.5, 0.7])
-    long_key = "s/" + "x" * 200
-    rows = [_row(f"r{i}", f"row {i}", "fedavg", ["s/fedavg/default/clean/seed1"]) for i in range(1000)]
-    spec = {"name": "big", "paper": None, "columns": STATS4, "rows": rows, "padding": [long_key] * 1000}
-    text = json.dumps(spec)
+    rows = [_row(f"r{i}", f"row {i} " + "x" * 200, "fedavg", ["s/fedavg/default/clean/seed1"]) for i in range(1000)]
+    text = spec_to_json(_spec("big", rows, STATS4))
     assert len(text) > 300_000
     line = (f"printf '%s' {shlex.quote(text)} | {sys.executable} -m fedmgda.workflow_cli table --spec - "
             f"--runs-dir {runs_dir} --csv {tmp_path / 'big.csv'} --md {tmp_path / 'big.md'}")
@@ -175,18 +176,18 @@ def test_a_table_over_two_experiments_joins_its_rows_by_key(runs_dir, tmp_path):
     write_run(runs_dir, "f/afl/seed2", [0.71, 0.81], final={"test_acc_all": 0.70}, status="diverged")
 
     def row(exp, key, label, runs):
-        return {**_row(key, label, "qfedavg", runs), "experiment": exp}
+        return _row(key, label, "qfedavg", runs, experiment=exp)
 
     rows = [row("adult", "qffl_q0", "q-FFL q=0", ["a/q0/seed1", "a/q0/seed2"]),
             row("adult", "afl", "AFL γ_w=0.1", ["a/afl/seed1", "a/afl/seed2"]),
             row("fmnist", "qffl_q0", "q-FFL q=0", ["f/q0/seed1", "f/q0/seed2"]),
             row("fmnist", "afl", "AFL γ_w=0.001", ["f/afl/seed1", "f/afl/seed2"])]
-    spec = {"name": "qffl_table2", "paper": "qffl_table2", "rows": rows,
-            "columns": {"Adult average": "final.test_acc_uniform", "PhD": "final.test_acc_phd",
-                        "F-MNIST average": "final.test_acc_all", "Variance": "final.var_acc"},
-            "column_experiment": {"Adult average": "adult", "PhD": "adult", "F-MNIST average": "fmnist",
-                                  "Variance": "fmnist"},
-            "tolerance": {"Adult average": 0.56, "PhD": 0.56}}
+    spec = _spec("qffl_table2", rows,
+                 {"Adult average": "final.test_acc_uniform", "PhD": "final.test_acc_phd",
+                  "F-MNIST average": "final.test_acc_all", "Variance": "final.var_acc"}, paper="qffl_table2",
+                 column_experiment={"Adult average": "adult", "PhD": "adult", "F-MNIST average": "fmnist",
+                                    "Variance": "fmnist"},
+                 tolerance={"Adult average": 0.56, "PhD": 0.56})
     df = write_table(spec, runs_dir, tmp_path / "t.csv", tmp_path / "t.md").set_index("row")
     assert list(df.index) == ["qffl_q0", "afl", "qffl_q1", "qffl_q2"]  # the paper's rows not run follow
     q0 = df.loc["qffl_q0"]
@@ -209,12 +210,11 @@ def test_a_table_over_two_experiments_joins_its_rows_by_key(runs_dir, tmp_path):
 def test_a_two_experiment_table_without_a_paper_shows_reproduced_numbers_only(runs_dir):
     write_run(runs_dir, "a/seed1", [0.6, 0.8], final={"test_acc_phd": 0.6})
     write_run(runs_dir, "f/seed1", [0.7, 0.9], final={"test_acc_all": 0.8})
-    rows = [{**_row("afl", "AFL", "afl", ["a/seed1"]), "experiment": "adult"},
-            {**_row("afl", "AFL", "afl", ["f/seed1"]), "experiment": "fmnist"},
-            {**_row("extra", "only F-MNIST", "fedavg", ["f/seed1"]), "experiment": "fmnist"}]
-    spec = {"name": "mine", "paper": None, "rows": rows,
-            "columns": {"PhD": "final.test_acc_phd", "all": "final.test_acc_all"},
-            "column_experiment": {"PhD": "adult", "all": "fmnist"}}
+    rows = [_row("afl", "AFL", "afl", ["a/seed1"], experiment="adult"),
+            _row("afl", "AFL", "afl", ["f/seed1"], experiment="fmnist"),
+            _row("extra", "only F-MNIST", "fedavg", ["f/seed1"], experiment="fmnist")]
+    spec = _spec("mine", rows, {"PhD": "final.test_acc_phd", "all": "final.test_acc_all"},
+                 column_experiment={"PhD": "adult", "all": "fmnist"})
     df = build_table(spec, runs_dir).set_index("row")
     assert df.loc["afl", "PhD repro_mean"] == pytest.approx(60.0) and df.loc["afl", "all repro_mean"] == pytest.approx(80.0)
     assert not any(c.endswith((" paper", " verdict", " diff")) for c in df.columns)

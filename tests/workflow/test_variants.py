@@ -9,6 +9,7 @@ import pytest
 
 from fedmgda.config import RunConfig
 from fedmgda.experiments import RUN_FIELDS, RegistryError, expand, item_spec, load_config
+from fedmgda.specs import Row, TableSpec
 from fedmgda.tables import variants_markdown, write_table
 from fedmgda.variants import VariantError, apply_readings, catalog, get_variant
 
@@ -109,7 +110,7 @@ def test_sensitivity_experiment_reuses_the_base_runs_and_varies_one_reading(pape
             assert diff <= {variant.field.split(".")[0]}, (row.variant, diff)
             assert bool(diff) == (run != base_run)  # the same value (e.g. average for FedMGDA+): the same run
     spec = item_spec(reg, reg.tables["table7_variants"])
-    assert spec["chosen"] == chosen and {r["variant"] for r in spec["rows"]} == set(chosen)
+    assert spec.chosen == chosen and {r.variant for r in spec.rows} == set(chosen)
 
 
 @pytest.mark.parametrize("mutate, needle", [
@@ -133,13 +134,13 @@ def test_variants_table_on_fixture_runs(tmp_path):
     rows = []
     for reading, acc in (("shifted_ids", 0.8326), ("domain_rows", 0.7690)):
         write_run(runs, f"{reading}/seed1", [acc], final={"test_acc_uniform": acc, "test_acc_phd": 0.7790, "test_acc_non_phd": 0.8332})
-        rows.append({"experiment": "t7v", "key": "afl gamma_lambda=0.5 gamma_w=0.01 bias=0", "label": "AFL [bias 0]",
-                     "algorithm": "afl", "hparams": {}, "attack": {}, "seeds": [1], "runs": [f"{reading}/seed1"],
-                     "variant": "adult_client_rows", "reading": reading})
-    spec = {"name": "t7v", "kind": "variants", "paper": "table7", "rows": rows,
-            "chosen": {"adult_client_rows": "shifted_ids"},
-            "columns": {"Uniform": "final.test_acc_uniform", "PhD": "final.test_acc_phd", "Non-PhD": "final.test_acc_non_phd"},
-            "tolerance": {"Uniform": 0.6, "PhD": 1.2, "Non-PhD": 0.6}}
+        rows.append(Row("t7v", "afl gamma_lambda=0.5 gamma_w=0.01 bias=0", "AFL [bias 0]", "afl", {}, {}, [1],
+                        [f"{reading}/seed1"], variant="adult_client_rows", reading=reading))
+    spec = TableSpec(name="t7v", experiments=["t7v"], kind="variants", paper="table7", rows=rows,
+                     chosen={"adult_client_rows": "shifted_ids"},
+                     columns={"Uniform": "final.test_acc_uniform", "PhD": "final.test_acc_phd",
+                              "Non-PhD": "final.test_acc_non_phd"},
+                     tolerance={"Uniform": 0.6, "PhD": 1.2, "Non-PhD": 0.6})
     df = write_table(spec, runs, tmp_path / "t.csv", tmp_path / "t.md")
     assert list(df["reading"]) == ["shifted_ids", "domain_rows"] and list(df["chosen"]) == [True, False]
     assert list(df["Uniform verdict"]) == ["within (1 seed)", "outside (1 seed)"]

@@ -15,7 +15,7 @@ if CLAIMS:
             md=report(f"{R}/claims.md", caption=CAPTIONS["claims"], category="Claims",
                       labels={"file": "markdown"}),
         params:
-            spec=json.dumps(CLAIMS, ensure_ascii=False),
+            spec=spec_to_json(CLAIMS),
             runs_dir=lambda w: RUNS_DIR,
             profile=PROFILE,
             wf=WF,

@@ -13,6 +13,7 @@ from fedmgda.catalog import DATASETS, OFFLINE_DATASETS, RAW_FOLDERS
 from fedmgda.experiments import RegistryError, item_spec, validate_runs
 from fedmgda.experiments import expand as expand_registry
 from fedmgda.packs import assign_packs, pack_resources, pack_rule_name
+from fedmgda.specs import spec_to_json
 
 try:
     REG = expand_registry(config)
@@ -56,7 +57,7 @@ CAPTIONS = {kind: f"../report/{kind}.rst" for kind in ("table", "figure", "claim
 def caption_title(spec, name):
     """The registry title of a table / figure as caption text: reStructuredText markup characters
     escaped, so a title shows literally."""
-    return re.sub(r"([\\`*_|])", r"\\\1", str(spec.get("title") or name))
+    return re.sub(r"([\\`*_|])", r"\\\1", str(spec.title or name))
 
 
 def run_summaries(keys):

@@ -9,7 +9,7 @@ for _name, _spec in REG.figures.items():
         name:
             f"figure_{_name}"
         input:
-            run_summaries([r for row in _fig_spec["rows"] for r in row["runs"]]),
+            run_summaries([r for row in _fig_spec.rows for r in row.runs]),
         output:
             pdf=report(f"{R}/figures/{_name}.pdf", caption=CAPTIONS["figure"], category="Figures",
                        subcategory=_name, labels={"figure": _name, "file": "pdf"}),
@@ -17,7 +17,7 @@ for _name, _spec in REG.figures.items():
                        subcategory=_name, labels={"figure": _name, "file": "png"}),
         params:
             title=caption_title(_spec, _name),
-            spec=json.dumps(_fig_spec, ensure_ascii=False),
+            spec=spec_to_json(_fig_spec),
             runs_dir=lambda w: RUNS_DIR,
             wf=WF,
         log:

@@ -7,7 +7,7 @@ for _name, _spec in REG.tables.items():
         name:
             f"table_{_name}"
         input:
-            run_summaries(REG.runs_of(_spec["experiments"])),
+            run_summaries(REG.runs_of(_spec.experiments)),
         output:
             csv=report(f"{R}/tables/{_name}.csv", caption=CAPTIONS["table"], category="Tables",
                        subcategory=_name, labels={"table": _name, "file": "csv"}),
@@ -15,7 +15,7 @@ for _name, _spec in REG.tables.items():
                       subcategory=_name, labels={"table": _name, "file": "markdown"}),
         params:
             title=caption_title(_spec, _name),
-            spec=json.dumps(item_spec(REG, _spec), ensure_ascii=False),
+            spec=spec_to_json(item_spec(REG, _spec)),
             runs_dir=lambda w: RUNS_DIR,
             wf=WF,
         log:
