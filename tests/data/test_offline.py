@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -99,3 +101,20 @@ def test_unknown_names_list_the_valid_ones(tmp_path):
 def test_real_datasets_never_download_by_default(tmp_path):
     with pytest.raises(DataError, match="cifar-10-python.tar.gz"):
         load_federated("cifar10", tmp_path)
+
+
+def test_synthetic_sizes_table4_draws_the_papers_size_statistics_and_changes_no_other_draw():
+    from fedmgda.data.synthetic import TABLE4_SIZES, generate, size_lognormal
+
+    mu, sigma = size_lognormal("table4")
+    mean, std = TABLE4_SIZES[0] - 50, TABLE4_SIZES[1]  # the lognormal part's moments
+    assert math.isclose(math.exp(mu + sigma**2 / 2), mean) and math.isclose(mean * math.sqrt(math.exp(sigma**2) - 1), std)
+    script_x, script_y = generate(1.0, 1.0, 100, 0)
+    table4_x, table4_y = generate(1.0, 1.0, 100, 0, sizes="table4")
+    sizes = np.array([len(y) for y in table4_y])
+    assert abs(sizes.mean() - 127) < 15 and abs(sizes.std() - 73) < 15 and sizes.min() >= 50
+    assert sum(len(y) for y in script_y) > 3 * sizes.sum()  # the script's heavy tail
+    # the same devices otherwise (their means v_k are drawn before any sample): their samples' means agree
+    assert np.corrcoef([x.mean() for x in script_x], [x.mean() for x in table4_x])[0, 1] > 0.95
+    with pytest.raises(ValueError, match="script"):
+        size_lognormal("paper")
