@@ -115,9 +115,7 @@ class LinearSoftmaxSteps:
         minibatch plan (``LocalTrainer.plans``), its clients side by side."""
         trainer.model.module.train(trainer.dropout)
         distinct, plan_of = trainer.plans(client_idx, generators)
-        members = max(plan_of.count(i) for i in set(plan_of))
-        product = len(distinct) * max(p.shape[1] for p in distinct) * (self.features + 1) * members * (self.classes - 1)
-        with single_thread_on_cpu(data_x.device, True), threads_for_product(product):
+        with single_thread_on_cpu(data_x.device, True):
             updates, mean_loss = self(w_start, data_x, data_y, distinct, plan_of, scales.to(device=data_x.device, dtype=w_start.dtype))
         return [ClientResult(update=u, train_loss=loss) for u, loss in zip(updates, mean_loss)]
 
@@ -190,51 +188,53 @@ class LinearSoftmaxSteps:
         chunk = max(1, self.chunk_elements // (groups * width * (features + 1)))
         logits = w.new_zeros(min(chunk, steps), groups, width, members * cols)
         first = 0
-        while first < steps:
-            k = group_active[first]  # groups with a minibatch at this step: a prefix; constant over the chunk
-            last = min(first + chunk, steps)
-            last = next((s for s in range(first, last) if group_active[s] != k), last)
-            pos = sequences[:k, first:last].transpose(0, 1)  # (steps, groups, width)
-            mask = real[:k, first:last].transpose(0, 1).to(w.dtype)
-            per_batch = slot_scale[None, :k] / mask.sum(dim=2).clamp(min=1)[:, :, None]  # scale / real samples, (steps, groups, members)
-            coef = (mask[:, :, :, None] * per_batch[:, :, None, :]).unsqueeze(4)  # (steps, groups, width, members, 1)
-            x = x1[pos.clamp(min=0)]  # (steps, groups, width, D + 1)
-            target = onehot[pos.clamp(min=0)].mul_(mask.unsqueeze(3)).unsqueeze(3)  # (steps, groups, width, 1, cols)
-            neg_target = (target * -coef).flatten(3)
-            coef = coef.expand(-1, -1, -1, -1, cols).flatten(3)
-            used = logits[: last - first, :k]
-            w_k, buf_k, starts_k = w[:k], buf[:k], starts[:k]
-            for x_s, z_s, target_s, coef_s in zip(x.unbind(0), used.unbind(0), neg_target.unbind(0), coef.unbind(0)):
-                z = torch.bmm(x_s, w_k, out=z_s)
-                if binary:
-                    p = torch.sigmoid(z)  # P(class 1), the softmax of the two logits
-                else:
-                    p = _softmax_beside_zero(z.view(k, width, members, cols)).view_as(z)
-                buf_k.baddbmm_(x_s.transpose(1, 2), torch.addcmul(target_s, p, coef_s), beta=momentum)
-                if mu:
-                    gap = w_k - starts_k  # D
+        # one step's products: (groups, width, D + 1) x (groups, D + 1, members x cols), and back
+        with threads_for_product(groups * width * (features + 1) * members * cols):
+            while first < steps:
+                k = group_active[first]  # groups with a minibatch at this step: a prefix; constant over the chunk
+                last = min(first + chunk, steps)
+                last = next((s for s in range(first, last) if group_active[s] != k), last)
+                pos = sequences[:k, first:last].transpose(0, 1)  # (steps, groups, width)
+                mask = real[:k, first:last].transpose(0, 1).to(w.dtype)
+                per_batch = slot_scale[None, :k] / mask.sum(dim=2).clamp(min=1)[:, :, None]  # scale / real samples, (steps, groups, members)
+                coef = (mask[:, :, :, None] * per_batch[:, :, None, :]).unsqueeze(4)  # (steps, groups, width, members, 1)
+                x = x1[pos.clamp(min=0)]  # (steps, groups, width, D + 1)
+                target = onehot[pos.clamp(min=0)].mul_(mask.unsqueeze(3)).unsqueeze(3)  # (steps, groups, width, 1, cols)
+                neg_target = (target * -coef).flatten(3)
+                coef = coef.expand(-1, -1, -1, -1, cols).flatten(3)
+                used = logits[: last - first, :k]
+                w_k, buf_k, starts_k = w[:k], buf[:k], starts[:k]
+                for x_s, z_s, target_s, coef_s in zip(x.unbind(0), used.unbind(0), neg_target.unbind(0), coef.unbind(0)):
+                    z = torch.bmm(x_s, w_k, out=z_s)
                     if binary:
-                        buf_k.add_(gap, alpha=prox_weight)
-                        prox_sum[:k] += gap.square().view(k, features + 1, members, cols).sum(dim=(1, 3))
+                        p = torch.sigmoid(z)  # P(class 1), the softmax of the two logits
                     else:
-                        moves, mean = _column_moves(gap.view(k, features + 1, members, cols), classes)
-                        buf_k.add_(moves.view_as(gap), alpha=prox_weight)
-                        prox_sum[:k] += moves.square().sum(dim=(1, 3)) + mean.square().sum(dim=(1, 3))
-                if binary:
-                    w_k.sub_(buf_k, alpha=step_size)
-                else:  # u_j moves by w_j's step minus w_0's, whose buffer is minus the sum
-                    buf4 = buf_k.view(k, features + 1, members, cols)
-                    w_k.sub_((buf4 + buf4.sum(dim=3, keepdim=True)).view_as(w_k), alpha=step_size)
-            # as the autograd objective: each minibatch's summed NLL, then / real samples * scale
-            if binary:  # -log p(y) = softplus(z) - y z, z the logit difference
-                nll_sums = (F.softplus(used).mul_(mask.unsqueeze(3)) - used * target.flatten(3)).sum(dim=2)
-            else:  # -log p(y) = logsumexp(0, z) - z_y, the class-0 logit being 0
-                z5 = used.view(*used.shape[:3], members, cols)
-                top = z5.amax(dim=4).clamp_(min=0)
-                log_sum = (z5 - top.unsqueeze(4)).exp_().sum(dim=4).add_((-top).exp_()).log_().add_(top)
-                nll_sums = (log_sum.mul_(mask.unsqueeze(3)) - (z5 * target).sum(dim=4)).sum(dim=2)  # (steps, groups, members)
-            loss_sum[:k] += (nll_sums * per_batch).sum(dim=0)
-            first = last
+                        p = _softmax_beside_zero(z.view(k, width, members, cols)).view_as(z)
+                    buf_k.baddbmm_(x_s.transpose(1, 2), torch.addcmul(target_s, p, coef_s), beta=momentum)
+                    if mu:
+                        gap = w_k - starts_k  # D
+                        if binary:
+                            buf_k.add_(gap, alpha=prox_weight)
+                            prox_sum[:k] += gap.square().view(k, features + 1, members, cols).sum(dim=(1, 3))
+                        else:
+                            moves, mean = _column_moves(gap.view(k, features + 1, members, cols), classes)
+                            buf_k.add_(moves.view_as(gap), alpha=prox_weight)
+                            prox_sum[:k] += moves.square().sum(dim=(1, 3)) + mean.square().sum(dim=(1, 3))
+                    if binary:
+                        w_k.sub_(buf_k, alpha=step_size)
+                    else:  # u_j moves by w_j's step minus w_0's, whose buffer is minus the sum
+                        buf4 = buf_k.view(k, features + 1, members, cols)
+                        w_k.sub_((buf4 + buf4.sum(dim=3, keepdim=True)).view_as(w_k), alpha=step_size)
+                # as the autograd objective: each minibatch's summed NLL, then / real samples * scale
+                if binary:  # -log p(y) = softplus(z) - y z, z the logit difference
+                    nll_sums = (F.softplus(used).mul_(mask.unsqueeze(3)) - used * target.flatten(3)).sum(dim=2)
+                else:  # -log p(y) = logsumexp(0, z) - z_y, the class-0 logit being 0
+                    z5 = used.view(*used.shape[:3], members, cols)
+                    top = z5.amax(dim=4).clamp_(min=0)
+                    log_sum = (z5 - top.unsqueeze(4)).exp_().sum(dim=4).add_((-top).exp_()).log_().add_(top)
+                    nll_sums = (log_sum.mul_(mask.unsqueeze(3)) - (z5 * target).sum(dim=4)).sum(dim=2)  # (steps, groups, members)
+                loss_sum[:k] += (nll_sums * per_batch).sum(dim=0)
+                first = last
         update = (w - starts).view(groups, features + 1, members, cols)[group, :, slot]  # (clients, D + 1, cols)
         if binary:  # ||w - w_start||^2 = 2 ||(v - v_start) / 2||^2; w_0 and w_1 move by -/+ (v - v_start) / 2
             prox_sum = prox_sum / 2
