@@ -232,13 +232,17 @@ def size_groups(sizes: list[int], max_padding: float = 0.25) -> list[list[int]]:
     return groups
 
 
+CPU_IMAGE_CHUNK = 256  # images per evaluation chunk on the CPU (evaluate_samples)
+
+
 @torch.no_grad()
 def evaluate_samples(model: FlatModel, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor, chunk: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-sample NLL and correctness (1.0/0.0) of weights ``w`` on (x, y), in eval mode, in chunks
-    of ``chunk`` samples (default: 8192 on a GPU, where fewer launches pay; on the CPU about 2**19
-    input values, i.e. 2048 CIFAR images or all of Adult's test set at once)."""
+    of ``chunk`` samples (default: 8192 on a GPU, where fewer launches pay; on the CPU 256 images,
+    whose convolution outputs stay in cache (F-MNIST's CNN: 1.7x faster than 2048, the same
+    numbers), and for flat samples about 2**19 input values, e.g. all of Adult's test set at once)."""
     model.module.eval()
-    chunk = chunk or (8192 if x.is_cuda else max(2048, (1 << 19) // max(1, x[0].numel())))
+    chunk = chunk or (8192 if x.is_cuda else CPU_IMAGE_CHUNK if x.dim() >= 4 else max(2048, (1 << 19) // max(1, x[0].numel())))
     losses, correct = [], []
     for start in range(0, len(y), chunk):
         out = model(w, x[start : start + chunk])
