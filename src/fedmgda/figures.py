@@ -10,6 +10,10 @@ Kinds (the ``kind`` key of a figure spec in the config):
 - ``violin``: the per-user accuracies of the last stored per-user vector at round <= T-9 (the
   table's round, summary.json ``protocol.round``), pooled over seeds (Figure 3); the legend gives
   σ = mean over seeds of the per-user std.
+- ``tradeoff``: fairness against accuracy along training: per evaluated round, the seeds' mean of
+  ``metric`` (default ``std_acc``) against their mean of ``mean_acc``, one line per row ending in a
+  dot at the last round. Rows on one curve differ only in speed; a row below another at the same
+  average accuracy is fairer there.
 - ``bars``: summary values (``final.<stat>`` / ``protocol.<stat>`` sources as in tables) per row,
   grouped by column, error bars = std over seeds (Figure 2 left).
 """
@@ -130,7 +134,23 @@ def plot_bars(spec: FigureSpec, runs_dir: Path, ax: plt.Axes) -> None:
     ax.grid(axis="y", alpha=0.3)
 
 
-KINDS = {"curves": plot_curves, "violin": plot_violin, "bars": plot_bars}
+def plot_tradeoff(spec: FigureSpec, runs_dir: Path, ax: plt.Axes) -> None:
+    metric = spec.metric or "std_acc"
+    for row in spec.rows:
+        x = seed_curves(row, runs_dir, "mean_acc", None).mean(axis=1)
+        y = seed_curves(row, runs_dir, metric, None).mean(axis=1)
+        both = pd.concat([x, y], axis=1).dropna()
+        if both.empty:
+            continue
+        (line,) = ax.plot(both.iloc[:, 0], both.iloc[:, 1], "-", lw=1.2, alpha=0.8, label=f"{row.label} (n={len(row.seeds)})")
+        ax.plot(both.iloc[-1, 0], both.iloc[-1, 1], "o", color=line.get_color())
+    ax.set_xlabel("average user accuracy (%), mean over seeds")
+    ax.set_ylabel(spec.ylabel or (metric + UNITS.get(display_scale(metric), "")))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+
+
+KINDS = {"curves": plot_curves, "violin": plot_violin, "bars": plot_bars, "tradeoff": plot_tradeoff}
 
 
 def make_figure(spec: FigureSpec, runs_dir: str | Path, out_pdf: str | Path, out_png: str | Path) -> None:

@@ -67,10 +67,10 @@ class FigureSpec:
     """A figure (``figures:`` of the config, ``fedmgda.figures``); a config's ``experiment`` is a
     one-element ``experiments``."""
     name: str
-    kind: str  # curves | violin | bars
+    kind: str  # curves | violin | bars | tradeoff
     experiments: list[str]
     select: list[str] | None = None  # glob patterns on row keys; None: every row
-    metric: str | None = None  # curves: the metrics.csv column
+    metric: str | None = None  # curves: the metrics.csv column; tradeoff: the y axis (default std_acc)
     ewm: int | None = None  # curves: span of the exponential moving average; None: raw
     logy: bool = False
     style_by: str | None = None  # "attack": attacked rows dashed

@@ -30,6 +30,7 @@ def _rows(runs_dir, attacked=False):
     ("curves", {"metric": "train_loss", "ewm": 3, "logy": True, "style_by": "attack"}),
     ("violin", {}),
     ("bars", {"columns": {"Average": "final.mean_acc", "Attacker": "final_user.0"}}),
+    ("tradeoff", {"metric": "std_acc"}),
 ])
 def test_figure_kinds_write_pdf_and_png(tmp_path, runs_dir, kind, extra):
     spec = FigureSpec(name="figX", kind=kind, experiments=["e"], title="t", rows=_rows(runs_dir, attacked=True),
@@ -45,3 +46,18 @@ def test_curves_are_smoothed_per_seed_and_in_percent(runs_dir):
     assert table.max().max() <= 100.0 and table.max().max() > 1.0
     smooth = seed_curves(row, runs_dir, "mean_acc", ewm=5)
     assert smooth.iloc[-1, 0] < table.iloc[-1, 0]  # an increasing series lags when smoothed
+
+
+def test_tradeoff_plots_the_metric_against_mean_accuracy_per_round(tmp_path, runs_dir):
+    import matplotlib.pyplot as plt
+
+    from fedmgda.figures import plot_tradeoff
+
+    rows = _rows(runs_dir)
+    fig, ax = plt.subplots()
+    plot_tradeoff(FigureSpec(name="t", kind="tradeoff", experiments=["e"], rows=rows), runs_dir, ax)
+    line = ax.get_lines()[0]  # the first row's path: x = mean_acc, y = std_acc, seeds averaged, in %
+    mean = seed_curves(rows[0], runs_dir, "mean_acc", None).mean(axis=1)
+    std = seed_curves(rows[0], runs_dir, "std_acc", None).mean(axis=1)
+    assert np.allclose(line.get_xdata(), mean.values) and np.allclose(line.get_ydata(), std.values)
+    plt.close(fig)

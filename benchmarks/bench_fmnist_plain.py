@@ -1,0 +1,94 @@
+"""F-MNIST's CNN on the CPU: the package's packed path beside a plain PyTorch loop, in one process.
+
+    python benchmarks/bench_fmnist_plain.py                        # 6 FedAvg runs, 5 rounds, real files
+    python benchmarks/bench_fmnist_plain.py --runs 6 --rounds 10 --threads 1
+
+Both train the same clients on the same samples: K FedAvg runs (seeds 1..K) of the paper's F-MNIST
+setting (shards, 100 users, 10 per round, one local epoch of minibatch 10 at lr 0.01, momentum 0.5),
+for ``--rounds`` rounds, training and aggregation only (no evaluation, no participant losses: that
+work is the same whichever path trains; the package evaluates each run once after its last
+round, which its time includes). The plain loop is what a researcher writes first: one
+``nn.Module`` per client copied from the global model, ``torch.optim.SGD``, a loop over batches of
+10, the mean of the updates. The package's path is ``fedmgda.scheduler.run_packed`` over K
+``Simulation``s: every round's clients of all K runs trained as one vmap-ed step per minibatch.
+It prints run-rounds per second of each and their ratio (the goal of issue 26: at least 2x on 2
+cores). Results go to docs/performance.md with the command. The real files must be in
+``--raw-dir``/fmnist/ (without them it says so and exits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from torch import nn
+
+from fedmgda.config import RunConfig
+from fedmgda.data.base import DataError
+from fedmgda.models import CNNFashion
+from fedmgda.scheduler import run_packed
+from fedmgda.simulator import Simulation
+
+
+def configs(runs: int, rounds: int, raw_dir: str) -> list[RunConfig]:
+    base = dict(dataset="fmnist", algorithm="fedavg", partition="shards", raw_dir=raw_dir, batch_size=10,
+                local_lr=0.01, momentum=0.5, participation=0.1, rounds=rounds, device="cpu",
+                eval_every=10**6, per_user_every=10**6, track_improvement=False, checkpoint_every=0)
+    return [RunConfig.from_dict({**base, "seed": seed}) for seed in range(1, runs + 1)]
+
+
+def plain_round(model: nn.Module, sim: Simulation, t: int, generator: torch.Generator) -> None:
+    """One FedAvg round the plain way: a module and an SGD optimiser per client."""
+    global_state = {k: v.clone() for k, v in model.state_dict().items()}
+    updates = []
+    for user in sim.participants(t):
+        model.load_state_dict(global_state)
+        model.train()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.5)
+        idx = sim.data.train_idx[user]
+        for batch in idx[torch.randperm(len(idx), generator=generator)].split(10):
+            optimizer.zero_grad()
+            nn.functional.nll_loss(model(sim.data.x[batch]), sim.data.y[batch]).backward()
+            optimizer.step()
+        updates.append({k: v.detach() - global_state[k] for k, v in model.state_dict().items()})
+    model.load_state_dict({k: global_state[k] + torch.stack([u[k] for u in updates]).mean(0) for k in global_state})
+
+
+def time_plain(sims: list[Simulation], rounds: int) -> float:
+    start = time.perf_counter()
+    for sim in sims:
+        torch.manual_seed(sim.cfg.seed)
+        model = CNNFashion(10)
+        generator = torch.Generator().manual_seed(sim.cfg.seed)
+        for t in range(rounds):
+            plain_round(model, sim, t, generator)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=6, help="FedAvg runs (seeds 1..RUNS), packed in one job")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--raw-dir", default="resources/raw")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    try:
+        sims = [Simulation(cfg) for cfg in configs(args.runs, args.rounds, args.raw_dir)]
+    except DataError as err:
+        raise SystemExit(f"{err}\n(place the four Fashion-MNIST files in {args.raw_dir}/fmnist/)") from None
+    run_rounds = args.runs * args.rounds
+    plain = time_plain(sims, args.rounds)
+    start = time.perf_counter()
+    run_packed(sims, [None] * len(sims))
+    packed = time.perf_counter() - start
+    print(f"F-MNIST CNN, real files, {args.runs} FedAvg runs x {args.rounds} rounds, {args.threads} thread(s), "
+          f"torch {torch.__version__}, training and aggregation only")
+    print(f"plain PyTorch loop (nn.Module + torch.optim.SGD, batch 10): {run_rounds / plain:.3f} run-rounds/s ({plain:.1f} s)")
+    print(f"package, {args.runs} runs packed (run_packed):             {run_rounds / packed:.3f} run-rounds/s ({packed:.1f} s)")
+    print(f"ratio packed / plain: {plain / packed:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
