@@ -71,6 +71,7 @@ def test_scaffold_trains_on_the_batched_path_and_no_fallback_is_said(monkeypatch
     """Its term is vmap-ed with the step (tests/test_plugin_terms.py compares it with the
     reference path); nothing is logged about a fall-back."""
     monkeypatch.setattr(scheduler, "_REFERENCE_TERMS", {})
+    monkeypatch.setattr(scheduler, "_SAID", set())
     data = make_toy_federated()
     sim = Simulation(scaffold(), data=data, model_name="logreg")
     run_packed([sim], [None])

@@ -120,6 +120,7 @@ def test_a_term_written_as_a_plugin_is_fedprox():
 ])
 def test_a_term_that_cannot_be_vmapped_falls_back_and_says_why(plugin, reason, monkeypatch, capsys):
     monkeypatch.setattr(scheduler, "_REFERENCE_TERMS", {})
+    monkeypatch.setattr(scheduler, "_SAID", set())
     data = unequal_clients()
     algorithm = {"algorithm": {"ItemTerm": "item_term", "FloatState": "float_state", "ProxTermOnReference": "prox_term_ref"}[plugin],
                  "plugin": f"{REPO}/tests/term_plugins.py:{plugin}", "hparams": {"mu": 0.1}}

@@ -50,7 +50,8 @@ from fedmgda.simulator import (
     derived_seed,
 )
 
-_REFERENCE_TERMS: dict[str, str] = {}  # algorithm -> why its local_term is not vmap-ed (logged once)
+_REFERENCE_TERMS: dict[str, str] = {}  # algorithm -> why its local_term failed to vmap (from then on: the reference path)
+_SAID: set[tuple[str, str]] = set()  # (algorithm, reason) of the fall-backs logged
 
 
 def run(cfg: RunConfig, out_dir: str | Path | None = None, data: FederatedDataset | None = None, model_name: str | None = None) -> RunResult:
@@ -108,7 +109,7 @@ class Scheduler:
         self._distinct_pool: DistinctSamples | None = None  # the pairs of all the pack's samples
         for sim in sims:
             if sim.cfg.batched and sim.aggregator.has_local_term() and not type(sim.aggregator).vmap_local_term:
-                refuse_vmap(sim.cfg.algorithm, "it declares vmap_local_term = False")
+                say_reference(sim.cfg.algorithm, "it declares vmap_local_term = False")
 
     def serve(self, sims: list[Simulation], requests: list) -> list:
         """Answer one request of each run (``sims[j]`` asks ``requests[j]``), each kind for all
@@ -302,6 +303,13 @@ def refuse_vmap(algorithm: str, reason: str) -> None:
     """From now on (in this process) ``algorithm``'s clients train on the reference path; said once."""
     if algorithm not in _REFERENCE_TERMS:
         _REFERENCE_TERMS[algorithm] = reason
+        say_reference(algorithm, reason)
+
+
+def say_reference(algorithm: str, reason: str) -> None:
+    """The log line of an algorithm whose local term is not vmap-ed, once per algorithm and reason."""
+    if (algorithm, reason) not in _SAID:
+        _SAID.add((algorithm, reason))
         print(f"[engine] {algorithm}: its local_term is not vmap-ed ({reason}); its clients train on the reference path, "
               f"one after another", flush=True)
 
