@@ -9,10 +9,10 @@ setting, momentum 0 for all four because SCAFFOLD's option II needs plain SGD) w
 simulator and scheduler (``fedmgda.scheduler.run``: client updates, participant losses,
 aggregation, evaluation; no output files). The algorithms take turns, ``--repeats`` times, so that
 load from other processes on a shared machine falls on all of them alike; it prints each one's
-median seconds per round (the whole run's wall time / rounds), the path its clients trained on,
-and its ratio to FedAvg's. ``--reference-terms`` adds SCAFFOLD and FedDyn with their terms on the
+median seconds per round (the whole run's wall time / rounds, and this process's CPU time, which
+other processes disturb less), the path its clients trained on, and the ratios to FedAvg's. ``--reference-terms`` adds SCAFFOLD and FedDyn with their terms on the
 reference path (``vmap_local_term = False``: the engine before terms were vmap-ed). Beside the
-whole round it prints the part spent in the clients' local training (``Scheduler.train``). ``--pack``
+whole round it prints the CPU time spent in the clients' local training (``Scheduler.train``). ``--pack``
 also trains FedAvg, SCAFFOLD and FedDyn as one pack (FedProx's mu is part of its local training,
 so it packs with FedProx runs only) and prints its time against the sum of the three alone.
 """
@@ -48,32 +48,33 @@ def configs(setting: str, rounds: int, batched: bool) -> dict[str, RunConfig]:
     return {label: RunConfig.from_dict({**base, **fields}) for label, fields in ALGORITHMS.items()}
 
 
-TRAINING = [0.0]  # seconds spent in Scheduler.train (the clients' local training), summed
+TRAINING = [0.0]  # CPU seconds spent in Scheduler.train (the clients' local training), summed
+COLUMNS = ("wall", "CPU", "training CPU")  # seconds per round, each beside its ratio to FedAvg's
 
 
 def clocked(train):
     def wrapper(*args, **kwargs):
-        start = time.perf_counter()
+        start = time.process_time()
         try:
             return train(*args, **kwargs)
         finally:
-            TRAINING[0] += time.perf_counter() - start
+            TRAINING[0] += time.process_time() - start
     return wrapper
 
 
-def timed(cfgs: list[RunConfig], data, model_name: str, reference_terms: bool = False) -> tuple[float, float, list[Simulation]]:
-    """Wall seconds of the runs ``cfgs`` trained as one pack (one run: alone), of which training.
-    ``reference_terms``: local terms on the reference path, as before they were vmap-ed
-    (``vmap_local_term = False``)."""
+def timed(cfgs: list[RunConfig], data, model_name: str, reference_terms: bool = False) -> tuple[dict[str, float], list[Simulation]]:
+    """Seconds (``COLUMNS``: wall, this process's CPU, its CPU in the clients' training) of the
+    runs ``cfgs`` trained as one pack (one run: alone). ``reference_terms``: local terms on the
+    reference path, as before they were vmap-ed (``vmap_local_term = False``)."""
     sims = [Simulation(cfg, data=data, model_name=model_name) for cfg in cfgs]
     classes = {type(sim.aggregator) for sim in sims if sim.aggregator.has_local_term()} if reference_terms else set()
     for cls in classes:
         cls.vmap_local_term = False
     try:
         TRAINING[0] = 0.0
-        start = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         run_packed(sims, [None] * len(sims))
-        return time.perf_counter() - start, TRAINING[0], sims
+        return dict(zip(COLUMNS, (time.perf_counter() - wall, time.process_time() - cpu, TRAINING[0]))), sims
     finally:
         for cls in classes:
             del cls.vmap_local_term  # back to the inherited True
@@ -95,28 +96,26 @@ def main() -> None:
     rows = [(label, cfg, False) for label, cfg in cfgs.items()]
     if args.reference_terms:
         rows += [(f"{label} (ref.)", cfgs[label], True) for label in ("SCAFFOLD", "FedDyn")]
-    per_round: dict[str, list[float]] = {label: [] for label, _, _ in rows}
-    training: dict[str, list[float]] = {label: [] for label, _, _ in rows}
+    times: dict[str, dict[str, list[float]]] = {label: {column: [] for column in COLUMNS} for label, _, _ in rows}
     paths: dict[str, str] = {}
     Scheduler.train = clocked(Scheduler.train)
     timed([cfgs["FedAvg"]], data, model_name)  # warm-up: first calls, allocations
     for _ in range(args.repeats):
         for label, cfg, reference in rows:
-            seconds, trained, (sim,) = timed([cfg], data, model_name, reference)
-            per_round[label].append(seconds / args.rounds)
-            training[label].append(trained / args.rounds)
+            seconds, (sim,) = timed([cfg], data, model_name, reference)
+            for column in COLUMNS:
+                times[label][column].append(seconds[column] / args.rounds)
             paths[label] = "reference (as before: vmap_local_term = False)" if reference else training_path(sim)
-    fedavg, fedavg_training = statistics.median(per_round["FedAvg"]), statistics.median(training["FedAvg"])
-    print(f"{'algorithm':16} {'s/round':>8} {'x FedAvg':>9} {'training s/round':>17} {'x FedAvg':>9}  clients' path")
-    for label in per_round:
-        whole, trained = statistics.median(per_round[label]), statistics.median(training[label])
-        print(f"{label:16} {whole:>8.3f} {whole / fedavg:>8.2f}x {trained:>17.4f} {trained / fedavg_training:>8.2f}x  {paths[label]}")
+    median = {label: {column: statistics.median(values) for column, values in by_column.items()} for label, by_column in times.items()}
+    print(f"{'algorithm':16} " + " ".join(f"{column + ' s/round':>20} {'x FedAvg':>8}" for column in COLUMNS) + "  clients' path")
+    for label, row in median.items():
+        print(f"{label:16} " + " ".join(f"{row[column]:>20.4f} {row[column] / median['FedAvg'][column]:>7.2f}x" for column in COLUMNS) + f"  {paths[label]}")
     if args.pack:  # FedProx's mu is part of its local training: it packs with FedProx runs only
         packable = [label for label in cfgs if label != "FedProx"]
-        alone = sum(statistics.median(per_round[label]) for label in packable) * args.rounds
-        packed, _, _ = timed([cfgs[label] for label in packable], data, model_name)
-        print(f"{', '.join(packable)} packed: {packed / args.rounds:.3f} s per round of all {len(packable)}; alone one after "
-              f"another {alone / args.rounds:.3f} (packed throughput {alone / packed:.2f}x)")
+        alone = sum(median[label]["wall"] for label in packable) * args.rounds
+        packed = timed([cfgs[label] for label in packable], data, model_name)[0]["wall"]
+        print(f"{', '.join(packable)} packed: {packed / args.rounds:.3f} s per round of all {len(packable)} (wall); alone one "
+              f"after another {alone / args.rounds:.3f} (packed throughput {alone / packed:.2f}x)")
 
 
 if __name__ == "__main__":
