@@ -236,10 +236,10 @@ class Scheduler:
     def train_group(self, sims: list[Simulation], requests: list[TrainRequest], members: list[tuple[int, int]]) -> list[ClientResult]:
         """The clients ``members`` (pairs (run, client)) of one group of ``client_groups``."""
         j, k = members[0]
+        if sims[j].cfg.batched and sims[j].aggregator.has_local_term():  # before the check below: a group
+            return self.train_with_term(sims[j], requests[j], [k for _, k in members])  # may outlive its fall-back
         if not batched_training(sims[j]):
             return [train_one(sims[j], requests[j], k)]
-        if sims[j].aggregator.has_local_term():
-            return self.train_with_term(sims[j], requests[j], [k for _, k in members])
         if len(members) == 1 and self.graphs is None and self.analytic is None:
             return [train_one(sims[j], requests[j], k)]
         return self.train_together([sims[j] for j, _ in members], [requests[j] for j, _ in members], [k for _, k in members])
@@ -249,7 +249,7 @@ class Scheduler:
         no term, nor CUDA graphs), the term vmap-ed with the step and the clients' states stacked
         along dim 0. A client alone takes the reference path, as does a group whose term or
         states cannot be vmap-ed: then the run's algorithm stays there (``refuse_vmap``)."""
-        if len(ks) > 1:
+        if len(ks) > 1 and batched_training(sim):  # not after a fall-back earlier in the round
             try:
                 states = stack_states([request.states[k] for k in ks])
                 return self.train_together([sim] * len(ks), [request] * len(ks), ks, term=request.local_term, states=states)
