@@ -13,7 +13,7 @@ import torch
 from toy_federated import make_toy_federated, toy_config
 
 from fedmgda import scheduler
-from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, stack_states
+from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, size_groups, stack_states
 from fedmgda.models import build_model
 from fedmgda.scheduler import run, run_packed, training_path
 from fedmgda.simulator import Simulation
@@ -132,11 +132,12 @@ def test_a_term_written_as_a_plugin_is_fedprox():
 def test_a_term_that_cannot_be_vmapped_falls_back_and_says_why(plugin, reason, monkeypatch, capsys):
     monkeypatch.setattr(scheduler, "_REFERENCE_TERMS", {})
     monkeypatch.setattr(scheduler, "_SAID", set())
-    data = unequal_clients()
+    data = make_toy_federated()
+    for user in range(5):  # every client each round: groups of 3 x 24 and 5 x 2 samples, so a group
+        data.train_idx[user] = data.train_idx[user][:2]  # trains after the one before it fell back
+    assert [len(group) for group in size_groups([len(i) for i in data.train_idx])] == [3, 5]
     algorithm = {"algorithm": {"ItemTerm": "item_term", "FloatState": "float_state", "ProxTermOnReference": "prox_term_ref"}[plugin],
                  "plugin": f"{REPO}/tests/term_plugins.py:{plugin}", "hparams": {"mu": 0.1}}
-    # every client each round: the clients of 24 and of 13 samples are two groups, so a group
-    # trains after the fall-back of the one before it in the same round
     batched = [run(config(algorithm, seed=seed, participation=1.0), data=data, model_name="mlp_digits") for seed in (1, 2)]
     lines = [line for line in capsys.readouterr().out.splitlines() if "its local_term is not vmap-ed" in line]
     assert len(lines) == 1 and re.search(reason, lines[0]), lines
