@@ -12,7 +12,7 @@ from toy_federated import make_toy_federated, toy_config
 
 from fedmgda import scheduler
 from fedmgda.config import ConfigError
-from fedmgda.scheduler import Scheduler, batched_training, run, run_packed
+from fedmgda.scheduler import Scheduler, batched_training, run, run_packed, training_path
 from fedmgda.simulator import CHECKPOINT, Simulation, TrainRequest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,15 +67,17 @@ def test_resume_from_a_checkpoint_is_exact(tmp_path):
     pd.testing.assert_frame_equal(resumed.per_user, uninterrupted.per_user)
 
 
-def test_the_fallback_to_the_reference_path_is_said_once(monkeypatch, capsys):
-    monkeypatch.setattr(scheduler, "_SAID_SEQUENTIAL", set())
+def test_scaffold_trains_on_the_batched_path_and_no_fallback_is_said(monkeypatch, capsys):
+    """Its term is vmap-ed with the step (tests/test_plugin_terms.py compares it with the
+    reference path); nothing is logged about a fall-back."""
+    monkeypatch.setattr(scheduler, "_REFERENCE_TERMS", {})
+    monkeypatch.setattr(scheduler, "_SAID", set())
     data = make_toy_federated()
-    for seed in (1, 2):
-        sim = Simulation(scaffold(seed=seed), data=data, model_name="logreg")
-        Scheduler([sim])
-        assert not batched_training(sim)
-    assert capsys.readouterr().out.count("do not serve its local_term") == 1
-    assert batched_training(Simulation(toy_config(), data=data, model_name="logreg"))
+    sim = Simulation(scaffold(), data=data, model_name="logreg")
+    run_packed([sim], [None])
+    assert batched_training(sim) and training_path(sim) == "batched, local_term vmap-ed"
+    assert "not vmap-ed" not in capsys.readouterr().out
+    assert not batched_training(Simulation(scaffold(batched=False), data=data, model_name="logreg"))
 
 
 def test_scaffold_rejects_momentum():
@@ -84,8 +86,8 @@ def test_scaffold_rejects_momentum():
 
 
 def test_packed_beside_fedavg_each_run_keeps_its_path():
-    """In one pack, SCAFFOLD's clients take the reference path and FedAvg's the analytic one;
-    each run gives what it gives alone."""
+    """In one pack, SCAFFOLD's clients take the batched path with its term vmap-ed and FedAvg's
+    the analytic one; each run gives what it gives alone."""
     data = make_toy_federated()
     configs = [scaffold(seed=1), toy_config(algorithm="fedavg", momentum=0.0, seed=2)]
     packed = run_packed([Simulation(cfg, data=data, model_name="logreg") for cfg in configs], [None, None])

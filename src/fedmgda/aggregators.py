@@ -87,9 +87,10 @@ class Aggregator(ABC):
 
     The clients' side (docs/plugins.md §3), all optional: ``proximal_mu`` (set from hyper-parameter
     ``mu`` of a ``proximal`` algorithm; every training path serves it), ``local_term`` (a term of
-    the local objective; served by the reference path), ``client_state`` (per-client state kept
-    across rounds and in checkpoints) and ``after_training`` (the new state and a value sent
-    beside the update, ``RoundContext.client_reports``).
+    the local objective; vmap-ed over the clients on the batched path unless ``vmap_local_term``
+    is False), ``client_state`` (per-client state kept across rounds and in checkpoints) and
+    ``after_training`` (the new state and a value sent beside the update,
+    ``RoundContext.client_reports``).
     """
 
     name: ClassVar[str]
@@ -97,6 +98,7 @@ class Aggregator(ABC):
     hparams: ClassVar[dict[str, HParam]] = {}
     run_options: ClassVar[tuple[str, ...]] = ()  # RunConfig options its ``build`` receives as keywords
     proximal_mu: float = 0.0  # the clients add proximal_mu * ||w - w_start||^2 (no 1/2) to their objective
+    vmap_local_term: ClassVar[bool] = True  # False: the local term cannot be vmap-ed; its clients train on the reference path
 
     @classmethod
     def build(cls, hparams: dict[str, float | None], *, algorithm: Algorithm, rounds: int, num_users: int) -> Aggregator:
@@ -119,8 +121,11 @@ class Aggregator(ABC):
     def local_term(self, w: torch.Tensor, w_start: torch.Tensor, state: Any) -> torch.Tensor:
         """A term added to the client's local objective at ``w`` (differentiated with it), given
         the round's start ``w_start`` and the client's ``state``. Not overridden: no term (zero;
-        the engine then skips it, ``has_local_term``). An algorithm that overrides it trains on the
-        reference (sequential) path."""
+        the engine then skips it, ``has_local_term``). On the batched path it is vmap-ed over a
+        round's clients (``w``, ``w_start`` and every tensor of ``state`` one client's slice), so
+        it must be a pure function of its arguments and of attributes that stay put during the
+        round; a term that cannot be vmap-ed (``.item()``, control flow on tensor values) makes
+        the engine fall back to the reference path, saying why (docs/plugins.md §3)."""
         return w.new_zeros(())
 
     def client_state(self, user: int, w: torch.Tensor) -> Any:

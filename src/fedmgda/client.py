@@ -4,16 +4,17 @@ A model's weights travel as one flat vector ``w`` (see ``FlatModel``). The clien
 function of (w, the client's data, the local hyper-parameters, a random generator): k epochs of
 minibatch SGD with momentum on the client's objective
 
-    scale * NLL(w; batch) + mu * ||w - w_start||^2 [+ term(w, w_start)]
+    scale * NLL(w; batch) + mu * ||w - w_start||^2 [+ term(w, w_start, state)]
 
 (the authors' proximal term has no 1/2, docs/protocol.md §3.4; mu is the algorithm's
 ``proximal_mu``; ``scale`` is 1 except for a scaling attacker; ``term`` is an algorithm's
-``local_term``, served by the sequential path only). It returns the update u = w_new - w_start
+``local_term``, given the client's state). It returns the update u = w_new - w_start
 and the mean minibatch objective over the local epochs (what q-FedAvg and AFL consume; it
 includes the proximal term, as in the code).
 
 The single SGD step (``LocalTrainer.step``) is written with ``torch.func`` so that the same step
-can be ``vmap``-ed over a round's clients for batched training (``train_batched``). This module is
+can be ``vmap``-ed over a round's clients for batched training (``train_batched``; an algorithm's
+term with it, the clients' states stacked along dim 0: ``stack_states``). This module is
 the reference; the fast paths (``fedmgda.fastpaths``: the analytic step of linear + log_softmax
 models, CUDA graphs) sit beside it and the scheduler (``fedmgda.scheduler``) chooses among them.
 """
@@ -22,11 +23,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 
 class FlatModel:
@@ -83,21 +87,22 @@ class LocalTrainer:
         self._grad_and_loss = grad_and_value(self._objective)
         self._batched_step = vmap(self.step, in_dims=(0, 0, 0, 0, 0, 0, None, 0), randomness="different")
 
-    def _objective(self, w, w_start, x, y, scale, mask=None, term=None):
+    def _objective(self, w, w_start, x, y, scale, mask=None, state=None, term=None):
         nll = F.nll_loss(self.model(w, x), y, reduction="none")
         data_loss = nll.mean() if mask is None else (nll * mask).sum() / mask.sum().clamp(min=1)
         loss = scale * data_loss
         if self.hparams.mu:
             loss = loss + self.hparams.mu * ((w - w_start) ** 2).sum()
         if term is not None:
-            loss = loss + term(w, w_start)
+            loss = loss + term(w, w_start, state)
         return loss
 
-    def step(self, w, buf, w_start, x, y, scale, first: bool, mask=None, term=None):
+    def step(self, w, buf, w_start, x, y, scale, first: bool, mask=None, state=None, term=None):
         """One SGD-with-momentum step; pure, so that it is vmap-ed over clients by the batched
-        path (there ``mask`` marks the real samples of a minibatch padded to a common width).
-        ``term(w, w_start)``: an algorithm's extra term of the objective (sequential path only)."""
-        grad, loss = self._grad_and_loss(w, w_start, x, y, scale, mask, term)
+        path (there ``mask`` marks the real samples of a minibatch padded to a common width, and
+        ``state`` is the client's slice of the stacked states). ``term(w, w_start, state)``: an
+        algorithm's extra term of the objective (its ``local_term``), or None."""
+        grad, loss = self._grad_and_loss(w, w_start, x, y, scale, mask, state, term)
         buf = grad if first else self.hparams.momentum * buf + grad
         return w - self.hparams.lr * buf, buf, loss
 
@@ -110,15 +115,16 @@ class LocalTrainer:
             batches.extend(torch.randperm(n, generator=generator).split(self.hparams.batch_size))
         return batches
 
-    def train(self, w_start: torch.Tensor, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator, scale: float = 1.0, term=None) -> ClientResult:
+    def train(self, w_start: torch.Tensor, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator, scale: float = 1.0, term=None, state=None) -> ClientResult:
         """The client update: local SGD from ``w_start`` on (x, y); returns u and the mean loss.
-        ``term(w, w_start)``: a term added to the objective (an algorithm's ``local_term``)."""
+        ``term(w, w_start, state)``: a term added to the objective (an algorithm's ``local_term``),
+        given the client's ``state``."""
         self.model.module.train(self.dropout)
         w, buf = w_start, None
         losses = []
         for position in self.batch_order(len(y), generator):
             position = position.to(x.device)
-            w, buf, loss = self.step(w, buf, w_start, x[position], y[position], scale, first=buf is None, term=term)
+            w, buf, loss = self.step(w, buf, w_start, x[position], y[position], scale, first=buf is None, state=state, term=term)
             losses.append(loss)
         return ClientResult(update=(w - w_start).detach(), train_loss=torch.stack(losses).mean().detach())
 
@@ -148,7 +154,7 @@ class LocalTrainer:
                 distinct.append(self.padded_batches(idx.cpu(), g))
         return distinct, [plans[id(idx), id(g)] for idx, g in zip(client_idx, generators)]
 
-    def train_batched(self, w_start: torch.Tensor, data_x: torch.Tensor, data_y: torch.Tensor, client_idx: list[torch.Tensor], generators: list[torch.Generator], scales: torch.Tensor, graphs=None) -> list[ClientResult]:
+    def train_batched(self, w_start: torch.Tensor, data_x: torch.Tensor, data_y: torch.Tensor, client_idx: list[torch.Tensor], generators: list[torch.Generator], scales: torch.Tensor, graphs=None, term=None, states=None) -> list[ClientResult]:
         """The client update of several clients at once: their weights stacked, one vmap-ed
         forward/backward per local step. Clients with fewer or smaller minibatches are padded and
         masked, so each client follows exactly the trajectory of ``train`` (the minibatch orders
@@ -160,7 +166,10 @@ class LocalTrainer:
         data_x, data_y: the pooled samples; client_idx[i]: client i's sample indices into them
         (best on the CPU: the minibatch plan is built there and sent to the device in one copy);
         clients may share a plan (``plans``). graphs: a ``fedmgda.fastpaths.CudaGraphs`` to replay
-        the steps as CUDA graphs (the scheduler's choice), or None.
+        the steps as CUDA graphs (the scheduler's choice), or None. term: an algorithm's
+        ``local_term(w, w_start, state)``, vmap-ed with the rest of the step; states: the clients'
+        states stacked along dim 0 (``stack_states``; None: the term gets None). A term is never
+        replayed as a graph: it may read its algorithm's attributes, which a graph would freeze.
         """
         self.model.module.train(self.dropout)
         device = data_x.device
@@ -175,12 +184,14 @@ class LocalTrainer:
         active = tuple((steps[:, None] > torch.arange(positions.shape[1])).sum(dim=0).tolist())
         if w_start.dim() == 2:  # one start per client: in the rows' order, like the positions
             w_start = w_start[torch.tensor(order, device=w_start.device)]
+        if states is not None:  # likewise
+            states = tree_map(lambda leaf: leaf[torch.tensor(order, device=leaf.device)], states)
         inputs = (w_start, positions.to(device), scales.to(device=device, dtype=w_start.dtype)[order])
 
         def local_steps(w_start, positions, scales):
-            return self._local_steps(w_start, data_x, data_y, positions, scales, active)
+            return self._local_steps(w_start, data_x, data_y, positions, scales, active, term, states)
 
-        if graphs is None:
+        if graphs is None or term is not None:
             updates, mean_loss = local_steps(*inputs)
         else:
             key = (tuple(positions.shape), active, w_start.dtype, data_x.data_ptr(), self.dropout)
@@ -190,10 +201,11 @@ class LocalTrainer:
             results[i] = ClientResult(update=updates[row], train_loss=mean_loss[row])
         return results
 
-    def _local_steps(self, w_start, data_x, data_y, positions, scales, active: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _local_steps(self, w_start, data_x, data_y, positions, scales, active: tuple[int, ...], term=None, states=None) -> tuple[torch.Tensor, torch.Tensor]:
         """The local SGD of ``train_batched`` on device tensors only (no host sync, fixed shapes:
         capturable as a CUDA graph). positions: (clients, steps, width) sample indices, -1 = pad;
-        active[s]: how many clients (a prefix of the rows) still have a minibatch at step s."""
+        active[s]: how many clients (a prefix of the rows) still have a minibatch at step s;
+        term, states: an algorithm's local term and the clients' stacked states, or None."""
         n = positions.shape[0]
         real = positions >= 0
         mask = real.to(w_start.dtype)
@@ -202,9 +214,13 @@ class LocalTrainer:
         starts = w.clone()
         buf = torch.zeros_like(w)
         loss_sum = torch.zeros(n, device=w.device, dtype=w.dtype)
+        step, state_of = self._batched_step, {}
+        if term is not None:  # the state is one more vmap-ed argument, sliced like the weights
+            step = vmap(partial(self.step, term=term), in_dims=(0, 0, 0, 0, 0, 0, None, 0, None if states is None else 0), randomness="different")
+            state_of = {k: (None if states is None else tree_map(lambda leaf, k=k: leaf[:k], states),) for k in set(active)}
         for s, k in enumerate(active):
             pos = positions[:k, s]
-            w_k, buf_k, loss = self._batched_step(w[:k], buf[:k], starts[:k], data_x[pos], data_y[pos], scales[:k], s == 0, mask[:k, s])
+            w_k, buf_k, loss = step(w[:k], buf[:k], starts[:k], data_x[pos], data_y[pos], scales[:k], s == 0, mask[:k, s], *state_of.get(k, ()))
             if k == n:
                 w, buf, loss_sum = w_k, buf_k, loss_sum + loss
             else:
@@ -212,6 +228,27 @@ class LocalTrainer:
                 loss_sum = loss_sum + torch.cat([loss, loss_sum.new_zeros(n - k)])
         steps_done = real[:, :, 0].sum(dim=1).to(w.dtype)  # a client's minibatch s is real iff its first slot is
         return (w - starts).detach(), (loss_sum / steps_done).detach()
+
+
+def stack_states(states: list) -> Any:
+    """Clients' states (one each, as ``client_state`` made them) stacked for the batched path:
+    every leaf of the pytree (a tensor, or tuples, lists and dicts of tensors) stacked along a new
+    dim 0. None for stateless clients; ``ValueError`` (saying why) for states that cannot be
+    stacked: a leaf that is not a tensor, or clients whose states differ in structure or shape."""
+    if all(state is None for state in states):
+        return None
+    flat = [tree_flatten(state) for state in states]
+    spec = flat[0][1]
+    for leaves, other in flat:
+        if other != spec:
+            raise ValueError("the clients' states differ in structure")
+        for leaf in leaves:
+            if not isinstance(leaf, torch.Tensor):
+                raise ValueError(f"its client state holds a {type(leaf).__name__}, not a tensor")
+    try:
+        return tree_unflatten([torch.stack(column) for column in zip(*(leaves for leaves, _ in flat))], spec)
+    except RuntimeError as error:  # shapes or devices differ
+        raise ValueError(f"its clients' states cannot be stacked: {str(error).splitlines()[0]}") from None
 
 
 def size_groups(sizes: list[int], max_padding: float = 0.25) -> list[list[int]]:

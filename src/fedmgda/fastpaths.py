@@ -11,7 +11,7 @@ the reference path (``fedmgda.client``) up to float rounding, or bit for bit.
   products on all the job's threads.
 
 They serve the proximal term (``LocalHParams.mu``) but no algorithm's ``local_term``: the
-scheduler trains such an algorithm's clients on the reference path.
+scheduler trains such an algorithm's clients on the vmap-ed ``LocalTrainer.train_batched``, eagerly.
 """
 
 from __future__ import annotations

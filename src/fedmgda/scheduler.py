@@ -7,10 +7,12 @@ run keeps its own protocol (sampling, aggregation, evaluation, checkpoints, outp
 simulator); the scheduler only answers, per kind of request, for all runs asking it at once:
 
 - ``TrainRequest``: the sequential reference path (``LocalTrainer.train``) for runs with
-  ``batched: false`` and for algorithms with a ``local_term`` (which no fast path serves: said
-  once in the log); else clients of similar size trained together (``LocalTrainer.train_batched``,
+  ``batched: false``; else clients of similar size trained together (``LocalTrainer.train_batched``,
   replayed as CUDA graphs on a GPU: ``fastpaths.CudaGraphs``), or, for linear + log_softmax
-  models, all clients with the analytic step (``fastpaths.LinearSoftmaxSteps``);
+  models, all clients with the analytic step (``fastpaths.LinearSoftmaxSteps``). An algorithm
+  with a ``local_term`` trains each run's clients by size on ``train_batched``, the term vmap-ed
+  with the step and the clients' states stacked; a term that cannot be vmap-ed sends its clients
+  to the reference path (said once in the log);
 - ``LossRequest``, ``EvalRequest``: each run's own evaluation, or, for batched linear + log_softmax
   models, the runs sharing a partition at once, once per distinct sample (``fastpaths.evaluate_linear``
   on ``fastpaths.DistinctSamples``, kept here per partition).
@@ -27,7 +29,7 @@ import numpy as np
 import torch
 
 from fedmgda.attacks import loss_scale
-from fedmgda.client import ClientResult, size_groups
+from fedmgda.client import ClientResult, size_groups, stack_states
 from fedmgda.config import RunConfig
 from fedmgda.data.base import FederatedDataset
 from fedmgda.errors import ConfigError
@@ -48,7 +50,8 @@ from fedmgda.simulator import (
     derived_seed,
 )
 
-_SAID_SEQUENTIAL: set[str] = set()  # algorithms whose fall-back to the reference path was logged
+_REFERENCE_TERMS: dict[str, str] = {}  # algorithm -> why its local_term failed to vmap (from then on: the reference path)
+_SAID: set[tuple[str, str]] = set()  # (algorithm, reason) of the fall-backs logged
 
 
 def run(cfg: RunConfig, out_dir: str | Path | None = None, data: FederatedDataset | None = None, model_name: str | None = None) -> RunResult:
@@ -105,10 +108,8 @@ class Scheduler:
         self._distinct_test: dict[str, DistinctSamples] = {}
         self._distinct_pool: DistinctSamples | None = None  # the pairs of all the pack's samples
         for sim in sims:
-            if sim.cfg.batched and not batched_training(sim) and sim.cfg.algorithm not in _SAID_SEQUENTIAL:
-                _SAID_SEQUENTIAL.add(sim.cfg.algorithm)
-                print(f"[engine] {sim.cfg.algorithm}: the batched and analytic paths do not serve its local_term; "
-                      f"its clients train on the reference path, one after another", flush=True)
+            if sim.cfg.batched and sim.aggregator.has_local_term() and not type(sim.aggregator).vmap_local_term:
+                say_reference(sim.cfg.algorithm, "it declares vmap_local_term = False")
 
     def serve(self, sims: list[Simulation], requests: list) -> list:
         """Answer one request of each run (``sims[j]`` asks ``requests[j]``), each kind for all
@@ -199,29 +200,67 @@ class Scheduler:
         are drawn per client from the group's seed); a client without a partner of similar size
         takes the sequential path, which is cheaper, unless CUDA graphs make the batched path (a
         group of one) cheaper still. Linear + log_softmax models train all clients in one group,
-        with the analytic step. Clients of runs without batched training take the sequential path."""
+        with the analytic step. A run with a local term trains its own clients by size, the term
+        vmap-ed with the step (``train_with_term``). Clients of runs without batched training take
+        the sequential path."""
         clients = [(j, k) for j, request in enumerate(requests) for k in range(len(request.users))]
-        sequential = [c for c, (j, _) in enumerate(clients) if not batched_training(sims[j])]
-        together = [c for c, (j, _) in enumerate(clients) if batched_training(sims[j])]
-        if self.analytic is not None:  # no padding to waste: done clients leave the steps
-            groups = [together] if together else []
-        else:
-            sizes = [len(sims[j].train_idx_cpu[requests[j].users[k]]) for j, k in (clients[c] for c in together)]
-            groups = [[together[i] for i in group] for group in size_groups(sizes)]
         results: list[list[ClientResult | None]] = [[None] * len(request.users) for request in requests]
-        for group in [[c] for c in sequential] + groups:
+        for group in self.client_groups(sims, requests, clients):
             members = [clients[c] for c in group]
-            j, k = members[0]
-            if len(members) == 1 and (not batched_training(sims[j]) or (self.graphs is None and self.analytic is None)):
-                results[j][k] = train_one(sims[j], requests[j], k)
-                continue
-            trained = self.train_together([sims[j] for j, _ in members], [requests[j] for j, _ in members], [k for _, k in members])
-            for (j, k), result in zip(members, trained):
+            for (j, k), result in zip(members, self.train_group(sims, requests, members)):
                 results[j][k] = result
         return [(torch.stack([r.update for r in rows]), torch.stack([r.train_loss for r in rows])) for rows in results]
 
-    def train_together(self, sims: list[Simulation], requests: list[TrainRequest], ks: list[int]) -> list[ClientResult]:
-        """Clients ks[i] of requests[i] (of sims[i]) trained as one batched computation."""
+    def client_groups(self, sims: list[Simulation], requests: list[TrainRequest], clients: list[tuple[int, int]]) -> list[list[int]]:
+        """The round's clients (positions into ``clients``, pairs (run, client)) in the groups they
+        train in: one by one on the reference path; the batched clients of the runs without a
+        local term together (all in one group for the analytic step, else by size); each run with
+        a local term its own clients, by size."""
+        sequential = [c for c, (j, _) in enumerate(clients) if not batched_training(sims[j])]
+        together = [c for c, (j, _) in enumerate(clients) if batched_training(sims[j]) and not sims[j].aggregator.has_local_term()]
+        with_term: dict[int, list[int]] = {}
+        for c, (j, _) in enumerate(clients):
+            if batched_training(sims[j]) and sims[j].aggregator.has_local_term():
+                with_term.setdefault(j, []).append(c)
+
+        def by_size(members: list[int]) -> list[list[int]]:
+            sizes = [len(sims[j].train_idx_cpu[requests[j].users[k]]) for j, k in (clients[c] for c in members)]
+            return [[members[i] for i in group] for group in size_groups(sizes)]
+
+        if self.analytic is not None:  # no padding to waste: done clients leave the steps
+            groups = [together] if together else []
+        else:
+            groups = by_size(together)
+        return [[c] for c in sequential] + groups + [group for members in with_term.values() for group in by_size(members)]
+
+    def train_group(self, sims: list[Simulation], requests: list[TrainRequest], members: list[tuple[int, int]]) -> list[ClientResult]:
+        """The clients ``members`` (pairs (run, client)) of one group of ``client_groups``."""
+        j, k = members[0]
+        if sims[j].cfg.batched and sims[j].aggregator.has_local_term():  # before the check below: a group
+            return self.train_with_term(sims[j], requests[j], [k for _, k in members])  # may outlive its fall-back
+        if not batched_training(sims[j]):
+            return [train_one(sims[j], requests[j], k)]
+        if len(members) == 1 and self.graphs is None and self.analytic is None:
+            return [train_one(sims[j], requests[j], k)]
+        return self.train_together([sims[j] for j, _ in members], [requests[j] for j, _ in members], [k for _, k in members])
+
+    def train_with_term(self, sim: Simulation, request: TrainRequest, ks: list[int]) -> list[ClientResult]:
+        """Clients ks of one run with a local term: batched (never the analytic step, which knows
+        no term, nor CUDA graphs), the term vmap-ed with the step and the clients' states stacked
+        along dim 0. A client alone takes the reference path, as does a group whose term or
+        states cannot be vmap-ed: then the run's algorithm stays there (``refuse_vmap``)."""
+        if len(ks) > 1 and batched_training(sim):  # not after a fall-back earlier in the round
+            try:
+                states = stack_states([request.states[k] for k in ks])
+                return self.train_together([sim] * len(ks), [request] * len(ks), ks, term=request.local_term, states=states)
+            except (ValueError, TypeError, RuntimeError, NotImplementedError) as error:
+                # nothing was changed yet: the reference path trains the same clients from scratch
+                refuse_vmap(sim.cfg.algorithm, f"{type(error).__name__}: {str(error).strip().splitlines()[0]}")
+        return [train_one(sim, request, k) for k in ks]
+
+    def train_together(self, sims: list[Simulation], requests: list[TrainRequest], ks: list[int], term=None, states=None) -> list[ClientResult]:
+        """Clients ks[i] of requests[i] (of sims[i]) trained as one batched computation; with a
+        local ``term`` (one run's clients), vmap-ed with the step, given their stacked ``states``."""
         keys = [client_key(sim, request, k) for sim, request, k in zip(sims, requests, ks)]
         torch.manual_seed(derived_seed(*(key for client in keys for key in client)))  # dropout, per client by vmap
         # clients of one seed, user and partition draw one minibatch plan: the same samples and
@@ -237,14 +276,54 @@ class Scheduler:
         inputs = (torch.stack([request.w for request in requests]), lead.data.x, lead.data.y,
                   [idx for idx, _ in shared], [generator for _, generator in shared],
                   torch.tensor([loss_scale(sim.cfg.attack, key[2]) for sim, key in zip(sims, keys)]))
+        if term is not None:
+            return lead.trainer.train_batched(*inputs, term=term, states=states)
         if self.analytic is not None:
             return self.analytic.train(lead.trainer, *inputs)
         return lead.trainer.train_batched(*inputs, graphs=self.graphs)
 
 
 def batched_training(sim: Simulation) -> bool:
-    """Whether a run's clients may train on a batched path: ``batched`` and no ``local_term``."""
-    return sim.cfg.batched and not sim.aggregator.has_local_term()
+    """Whether a run's clients may train on a batched path: ``batched``, and no local term or
+    one that is vmap-ed (``reference_reason``)."""
+    return sim.cfg.batched and reference_reason(sim) is None
+
+
+def reference_reason(sim: Simulation) -> str | None:
+    """Why a run's local term keeps its clients on the reference path, or None: the algorithm
+    declares ``vmap_local_term = False``, or its term or states failed to vmap (``refuse_vmap``)."""
+    if not sim.aggregator.has_local_term():
+        return None
+    if not type(sim.aggregator).vmap_local_term:
+        return "it declares vmap_local_term = False"
+    return _REFERENCE_TERMS.get(sim.cfg.algorithm)
+
+
+def refuse_vmap(algorithm: str, reason: str) -> None:
+    """From now on (in this process) ``algorithm``'s clients train on the reference path; said once."""
+    if algorithm not in _REFERENCE_TERMS:
+        _REFERENCE_TERMS[algorithm] = reason
+        say_reference(algorithm, reason)
+
+
+def say_reference(algorithm: str, reason: str) -> None:
+    """The log line of an algorithm whose local term is not vmap-ed, once per algorithm and reason."""
+    if (algorithm, reason) not in _SAID:
+        _SAID.add((algorithm, reason))
+        print(f"[engine] {algorithm}: its local_term is not vmap-ed ({reason}); its clients train on the reference path, "
+              f"one after another", flush=True)
+
+
+def training_path(sim: Simulation) -> str:
+    """The path a run's clients train on, in words (benchmarks)."""
+    if not sim.cfg.batched:
+        return "reference (batched: false)"
+    reason = reference_reason(sim)
+    if reason is not None:
+        return f"reference ({reason})"
+    if sim.aggregator.has_local_term():
+        return "batched, local_term vmap-ed"
+    return "analytic" if LinearSoftmaxSteps.eligible(sim.model) else "batched"
 
 
 def client_key(sim: Simulation, request: TrainRequest, k: int) -> tuple[int, int, int]:
@@ -258,8 +337,8 @@ def train_one(sim: Simulation, request: TrainRequest, k: int) -> ClientResult:
     seed = derived_seed(*client_key(sim, request, k))
     torch.manual_seed(seed)  # dropout masks
     idx = sim.data.train_idx[user]
-    term = request.local_terms[k] if request.local_terms is not None else None
-    return sim.trainer.train(request.w, sim.data.x[idx], sim.data.y[idx], torch.Generator().manual_seed(seed), loss_scale(sim.cfg.attack, user), term=term)
+    state = request.states[k] if request.states is not None else None
+    return sim.trainer.train(request.w, sim.data.x[idx], sim.data.y[idx], torch.Generator().manual_seed(seed), loss_scale(sim.cfg.attack, user), term=request.local_term, state=state)
 
 
 def by_group(keys: list, serve) -> list:

@@ -24,7 +24,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -85,13 +84,15 @@ class RunResult:
 @dataclass
 class TrainRequest:
     """A run asks for round ``t``'s local training of ``users`` from ``w`` and is sent back their
-    (updates, reported mean local losses). ``local_terms``: each participant's term of its local
-    objective, ``term(w, w_start)`` (the algorithm's ``local_term``), or None."""
+    (updates, reported mean local losses). ``local_term``: the term of the local objective,
+    ``term(w, w_start, state)`` (the algorithm's ``local_term``), or None; ``states``: each
+    participant's state (``client_state``), in ``users`` order, when there is a term."""
 
     w: torch.Tensor
     t: int
     users: list[int]
-    local_terms: list[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] | None = None
+    local_term: Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor] | None = None
+    states: list[Any] | None = None
 
 
 @dataclass
@@ -308,8 +309,7 @@ class Simulation:
         """Round t's training request, with each participant's local term if the algorithm has one."""
         if not self.aggregator.has_local_term():
             return TrainRequest(w, t, users)
-        term = self.aggregator.local_term
-        return TrainRequest(w, t, users, [partial(_with_state, term, self._client_state(u, w)) for u in users])
+        return TrainRequest(w, t, users, self.aggregator.local_term, [self._client_state(u, w) for u in users])
 
     def _after_training(self, w: torch.Tensor, users: list[int], updates: torch.Tensor, train_losses: torch.Tensor) -> list[Any]:
         """Each participant's ``after_training``: its new state (kept) and its report (returned)."""
@@ -386,11 +386,6 @@ class Simulation:
             per_user_rows=payload["per_user_rows"],
             elapsed=payload["elapsed"],
         )
-
-
-def _with_state(term: Callable, state: Any, w: torch.Tensor, w_start: torch.Tensor) -> torch.Tensor:
-    """An algorithm's ``local_term`` of one client: ``term(w, w_start, state)``."""
-    return term(w, w_start, state)
 
 
 def protocol_stats(per_user: pd.DataFrame, metrics: pd.DataFrame, per_user_every: int) -> dict[str, float] | None:
