@@ -38,6 +38,7 @@ from fedmgda.metrics import STATISTICS
 PER_USER = "per_user.csv"
 PER_USER_FINAL = "per_user_final.csv"
 
+
 def read_summary(run_dir: str | Path) -> dict[str, Any]:
     path = Path(run_dir) / "summary.json"
     with open(path) as fh:
