@@ -336,7 +336,7 @@ class Simulation:
     def _finish(self, w: torch.Tensor, state: _State) -> RunResult:
         cfg = self.cfg
         metrics = pd.DataFrame(state.rows)
-        for column in ("eta", "train_loss", "improved_loss", "improved_acc", *STATISTICS):
+        for column in ("round", "eta", "train_loss", "improved_loss", "improved_acc", *STATISTICS):  # a run failed in round 1 has none
             if column not in metrics:
                 metrics[column] = np.nan
         per_user = pd.concat(state.per_user_rows, ignore_index=True) if state.per_user_rows else pd.DataFrame(columns=["round", "user", "n_test", "accuracy", "loss"])
