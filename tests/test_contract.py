@@ -136,3 +136,10 @@ def test_a_builtin_is_checked_too_but_its_own_errors_are_not_wrapped(data):
 def test_client_states_are_what_checkpoints_keep():
     assert all(is_state(v) for v in (None, 1, 2.5, "x", torch.ones(3), [torch.ones(1), {"a": (1, None)}]))
     assert not any(is_state(v) for v in (object(), [lambda: 0], {"a": {1, 2}}, {(1, 2): 0}))
+
+
+def test_progress_lines_go_on_past_a_failed_run(plugin_file, data, capsys):
+    configs = [toy_config(**GOOD[0]), toy_config(algorithm="unreduced", plugin=f"{plugin_file}:Unreduced")]
+    run_packed(_sims(data, configs), [None, None], progress_every=0)
+    rounds = [line.split(" | ")[0] for line in capsys.readouterr().out.splitlines() if line.startswith("[progress]")]
+    assert rounds[-1] == f"[progress] round {configs[0].rounds}/{configs[0].rounds}", rounds

@@ -95,7 +95,7 @@ def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None], progre
             for i, answer in zip(order, answers):
                 advance(i, answer)
             if progress is not None:
-                progress(len(pending))
+                progress([sims[i] for i in pending])
     return results
 
 
@@ -314,10 +314,11 @@ class Progress:
         self.start = self.last = time.perf_counter()
         self.printed_round = -1
 
-    def __call__(self, active: int) -> None:
+    def __call__(self, training: list[Simulation]) -> None:
         now = time.perf_counter()
         total = max(sim.cfg.rounds for sim in self.sims)
-        round_ = min((sim.rounds_done for sim in self.sims if sim.rounds_done < sim.cfg.rounds), default=total)
+        active = len(training)  # a diverged or failed run has left, its round no longer counts
+        round_ = min((sim.rounds_done for sim in training), default=total)
         done = sum(sim.rounds_done - sim.rounds_started for sim in self.sims) / len(self.sims)
         due = round_ != self.printed_round and (now - self.last >= self.every or round_ in (1, total))
         if not due or done <= 0:
