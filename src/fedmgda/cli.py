@@ -50,7 +50,9 @@ def train(args: argparse.Namespace) -> int:
     for out, result in zip(args.out, results):
         summary = result.summary
         final = summary["final"] or {}
-        if summary["status"] == "diverged":
+        if summary["status"] == "failed":
+            print(f"{out}: failed at round {summary['failed_round']}: {summary['error']} (recorded in {out}/summary.json)")
+        elif summary["status"] == "diverged":
             print(f"{out}: diverged at round {summary['diverged_round']} (recorded in {out}/summary.json)")
         else:
             print(f"{out}: done, {summary['rounds_completed']} rounds in {summary['runtime_s']:.1f} s on {summary['device']}; "

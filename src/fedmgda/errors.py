@@ -1,4 +1,5 @@
-"""The error every configuration check raises, in a module of its own that imports nothing.
+"""The error every configuration check raises, and the one of a broken algorithm hook, in a
+module of its own that imports nothing.
 
 The catalog (names and hyper-parameter ranges), the run config and the registry all raise
 :class:`ConfigError`; keeping it here lets them depend on each other in one direction only
@@ -8,3 +9,14 @@ The catalog (names and hyper-parameter ranges), the run config and the registry 
 
 class ConfigError(ValueError):
     """An invalid configuration; the message names the offending key."""
+
+
+class PluginError(Exception):
+    """An algorithm's hook returned what its contract (docs/plugins.md) does not allow, or a
+    plug-in's hook raised; the message names the algorithm, the hook and what was expected.
+    The run it belongs to (``owner``, when it is raised outside the run's own generator) is
+    recorded as failed; the other runs of its pack go on."""
+
+    def __init__(self, message: str, owner: object = None):
+        super().__init__(message)
+        self.owner = owner

@@ -8,8 +8,8 @@ Kinds (the ``kind`` key of a figure spec in the config):
   with a band of ±1 std over seeds. Accuracy-like columns are shown in %. ``style_by: attack``
   draws attacked runs dashed and clean ones solid, in the same colour per algorithm setting.
 - ``violin``: the per-user accuracies of the last stored per-user vector at round <= T-9 (the
-  table's round, summary.json ``protocol.round``), pooled over seeds (Figure 3); the legend gives
-  σ = mean over seeds of the per-user std.
+  table's round, ``fedmgda.results.protocol_vector``), pooled over the seeds that finished
+  (Figure 3); the legend gives σ = mean over seeds of the per-user std.
 - ``tradeoff``: fairness against accuracy along training: per evaluated round, the seeds' mean of
   ``metric`` (default ``std_acc``) against their mean of ``mean_acc``, one line per row ending in a
   dot at the last round. Rows on one curve differ only in speed; a row below another at the same
@@ -91,14 +91,13 @@ def plot_violin(spec: FigureSpec, runs_dir: Path, ax: plt.Axes) -> None:
 
     frames = []
     order = []
-    for row in spec.rows:
-        stds = []
-        for run in row.runs:
-            acc, _ = protocol_user_accuracies(runs_dir / run)
-            stds.append(acc.std(ddof=0))
-            frames.append(pd.DataFrame({"row": row.label, "accuracy": acc}))
-        name = f"{row.label}\nσ={np.mean(stds):.1f}"
-        frames[-len(row.runs):] = [f.assign(row=name) for f in frames[-len(row.runs):]]
+    for row in spec.rows:  # seeds that diverged or failed have no vector to show
+        accs = [protocol_user_accuracies(runs_dir / run)[0] for run in row.runs
+                if read_summary(runs_dir / run).get("status") == "ok"]
+        if not accs:
+            continue
+        name = f"{row.label}\nσ={np.mean([acc.std(ddof=0) for acc in accs]):.1f}"
+        frames += [pd.DataFrame({"row": name, "accuracy": acc}) for acc in accs]
         order.append(name)
     data = pd.concat(frames, ignore_index=True)
     sns.violinplot(data=data, x="row", y="accuracy", order=order, hue="row", legend=False, cut=0,

@@ -1,6 +1,11 @@
 """Per-round and per-user metrics, computed as the authors' plotting code computes them
 (docs/protocol.md §6.3-6.4), and the scale each statistic is shown at.
 
+A table statistic is one entry of ``STATISTICS``: a function of a per-user accuracy vector (and
+the users' test sizes) and its display scale. Tables, claims and figures compute it from the
+per-user vectors a run stores (``fedmgda.results``), so a statistic added there reaches every run
+already trained, without retraining.
+
 torch is imported by the functions that need it: tables, claims and figures read
 ``display_scale`` while the Snakefile parses, without torch.
 """
@@ -8,6 +13,8 @@ torch is imported by the functions that need it: tables, claims and figures read
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,28 +22,52 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-STAT_KEYS = ("mean_acc", "std_acc", "worst5_acc", "best5_acc", "weighted_acc", "worst10_acc", "best10_acc", "var_acc")
+@dataclass(frozen=True)
+class Statistic:
+    """A statistic of a per-user accuracy vector: ``compute(accuracy, test_sizes)`` (fractions in
+    [0, 1]; each user's number of test samples) and the factor it is shown at (``display_scale``)."""
 
-# the factor a statistic (computed from accuracy fractions) is multiplied by wherever it is shown:
-# accuracies in %, the variance of the accuracies in %^2 (x 10^4, as q-FFL's plot_fairness.py:L51)
-DISPLAY_SCALE = {**dict.fromkeys(STAT_KEYS, 100.0), "var_acc": 1e4}
+    compute: Callable[[np.ndarray, np.ndarray], float]
+    scale: float = 100.0  # accuracies in %
+
+
+def _tenth(accuracy: np.ndarray) -> int:
+    return max(1, math.floor(0.1 * len(accuracy)))
+
+
+# Every statistic the tables, claims and figures can name as final.<name> / protocol.<name>.
+# They are computed from the stored per-user vectors (fedmgda.results), so one added here fills
+# every table for runs already trained; runs trained afterwards also log it in metrics.csv.
+STATISTICS: dict[str, Statistic] = {
+    "mean_acc": Statistic(lambda acc, n: acc.mean()),
+    "std_acc": Statistic(lambda acc, n: acc.std()),
+    "worst5_acc": Statistic(lambda acc, n: np.percentile(acc, 5)),
+    "best5_acc": Statistic(lambda acc, n: np.percentile(acc, 95)),
+    "weighted_acc": Statistic(lambda acc, n: (acc * n).sum() / n.sum()),
+    "worst10_acc": Statistic(lambda acc, n: np.sort(acc)[:_tenth(acc)].mean()),
+    "best10_acc": Statistic(lambda acc, n: np.sort(acc)[-_tenth(acc):].mean()),
+    # q-FFL's variance of the accuracy fractions is shown in %^2 (x 10^4, plot_fairness.py:L51)
+    "var_acc": Statistic(lambda acc, n: acc.var(), scale=1e4),
+}
+STAT_KEYS = tuple(STATISTICS)  # the built-in ones, in metrics.csv's column order
 PERCENT_PREFIXES = ("test_acc_", "improved_")  # other fractions of metrics.csv / summary.json: shown in %
 
 
 def display_scale(name: str) -> float:
     """The display factor of a statistic, a metrics.csv column or a summary source
-    (``protocol.var_acc``): ``DISPLAY_SCALE``; ``test_acc_<set>``, ``improved_*``,
-    ``final_user.<k>`` and ``final_others.<k>`` (fractions) 100; anything else (losses, eta) 1."""
+    (``protocol.var_acc``): the statistic's ``scale`` (``STATISTICS``); ``test_acc_<set>``,
+    ``improved_*``, ``final_user.<k>`` and ``final_others.<k>`` (fractions) 100; anything else
+    (losses, eta) 1."""
     section, _, stat = name.rpartition(".")
     if section in ("final_user", "final_others"):
         return 100.0
-    if stat in DISPLAY_SCALE:
-        return DISPLAY_SCALE[stat]
+    if stat in STATISTICS:
+        return STATISTICS[stat].scale
     return 100.0 if stat.startswith(PERCENT_PREFIXES) else 1.0
 
 
 def accuracy_stats(accuracy: np.ndarray, test_sizes: np.ndarray | None = None) -> dict[str, float]:
-    """Statistics of a per-user accuracy vector (fractions in [0, 1]).
+    """Every statistic of ``STATISTICS`` of a per-user accuracy vector (fractions in [0, 1]).
 
     mean_acc: unweighted mean over users; std_acc: population std (ddof 0); worst5_acc and
     best5_acc: ``np.percentile`` 5 and 95 with linear interpolation (not the mean of the worst 5 %
@@ -47,22 +78,11 @@ def accuracy_stats(accuracy: np.ndarray, test_sizes: np.ndarray | None = None) -
     ``get_bar_y``): worst10_acc and best10_acc, the mean of the lowest / highest floor(0.1 m) user
     accuracies (``int(num_user * 0.1)``; with m < 10 users the code averages no user and gets NaN,
     here at least one user), and var_acc, the population variance (``np.var``, ddof 0) of the
-    accuracy fractions (the code prints it x 10^4, ``DISPLAY_SCALE``).
+    accuracy fractions (the code prints it x 10^4, its ``scale``).
     """
     accuracy = np.asarray(accuracy, dtype=np.float64)
-    weights = np.ones_like(accuracy) if test_sizes is None else np.asarray(test_sizes, dtype=np.float64)
-    ranked = np.sort(accuracy)
-    tenth = max(1, math.floor(0.1 * len(accuracy)))
-    return {
-        "mean_acc": float(accuracy.mean()),
-        "std_acc": float(accuracy.std()),
-        "worst5_acc": float(np.percentile(accuracy, 5)),
-        "best5_acc": float(np.percentile(accuracy, 95)),
-        "weighted_acc": float((accuracy * weights).sum() / weights.sum()),
-        "worst10_acc": float(ranked[:tenth].mean()),
-        "best10_acc": float(ranked[-tenth:].mean()),
-        "var_acc": float(accuracy.var()),
-    }
+    sizes = np.ones_like(accuracy) if test_sizes is None else np.asarray(test_sizes, dtype=np.float64)
+    return {name: float(stat.compute(accuracy, sizes)) for name, stat in STATISTICS.items()}
 
 
 def improved_fraction(before: torch.Tensor, after: torch.Tensor, higher_is_better: bool = False) -> float:

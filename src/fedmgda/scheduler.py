@@ -32,7 +32,7 @@ from fedmgda.attacks import loss_scale
 from fedmgda.client import ClientResult, size_groups, stack_states
 from fedmgda.config import RunConfig
 from fedmgda.data.base import FederatedDataset
-from fedmgda.errors import ConfigError
+from fedmgda.errors import ConfigError, PluginError
 from fedmgda.fastpaths import (
     CudaGraphs,
     DistinctSamples,
@@ -61,7 +61,9 @@ def run(cfg: RunConfig, out_dir: str | Path | None = None, data: FederatedDatase
 
 def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None], progress_every: float | None = None) -> list[RunResult]:
     """Train several runs in lockstep: every round, the participants of all of them are trained
-    together (``Scheduler.train``); a finished or diverged run leaves the pack. Models without
+    together (``Scheduler.train``); a finished, diverged or failed run leaves the pack (a run
+    fails when its algorithm's hook breaks its contract, ``fedmgda.contract``: raised inside the
+    run, or, from a client's local term, here, where it is thrown into the run). Models without
     dropout get the updates of unpacked runs (up to float rounding); with dropout, the masks
     differ. ``progress_every`` (seconds): print progress lines (``Progress``); None: none."""
     if len(sims) != len(out_dirs):
@@ -71,9 +73,9 @@ def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None], progre
     results: list[RunResult | None] = [None] * len(sims)
     pending: dict[int, TrainRequest | LossRequest | EvalRequest] = {}
 
-    def advance(i: int, answer) -> None:
+    def advance(i: int, answer, error: PluginError | None = None) -> None:
         try:
-            pending[i] = runs[i].send(answer)
+            pending[i] = runs[i].throw(error) if error is not None else runs[i].send(answer)
         except StopIteration as done:
             results[i] = done.value
             pending.pop(i, None)
@@ -85,10 +87,18 @@ def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None], progre
         progress = Progress(sims, progress_every) if progress_every is not None else None
         while pending:
             order = list(pending)
-            for i, answer in zip(order, scheduler.serve([sims[i] for i in order], [pending[i] for i in order])):
+            try:
+                answers = scheduler.serve([sims[i] for i in order], [pending[i] for i in order])
+            except PluginError as error:  # one run's hook: that run records its failure, the others are served again
+                failed = [i for i in order if sims[i] is error.owner]
+                if not failed:
+                    raise
+                advance(failed[0], None, error)
+                continue
+            for i, answer in zip(order, answers):
                 advance(i, answer)
             if progress is not None:
-                progress(len(pending))
+                progress([sims[i] for i in pending])
     return results
 
 
@@ -383,10 +393,11 @@ class Progress:
         self.start = self.last = time.perf_counter()
         self.printed_round = -1
 
-    def __call__(self, active: int) -> None:
+    def __call__(self, training: list[Simulation]) -> None:
         now = time.perf_counter()
         total = max(sim.cfg.rounds for sim in self.sims)
-        round_ = min((sim.rounds_done for sim in self.sims if sim.rounds_done < sim.cfg.rounds), default=total)
+        active = len(training)  # a diverged or failed run has left, its round no longer counts
+        round_ = min((sim.rounds_done for sim in training), default=total)
         done = sum(sim.rounds_done - sim.rounds_started for sim in self.sims) / len(self.sims)
         due = round_ != self.printed_round and (now - self.last >= self.every or round_ in (1, total))
         if not due or done <= 0:

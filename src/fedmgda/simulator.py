@@ -36,16 +36,18 @@ from fedmgda.attacks import force_attacker, loss_bias, loss_scale
 from fedmgda.catalog import get_algorithm
 from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, evaluate_samples
 from fedmgda.config import RunConfig
+from fedmgda.contract import CheckedHooks
 from fedmgda.data.base import FederatedDataset
-from fedmgda.errors import ConfigError
+from fedmgda.errors import ConfigError, PluginError
 from fedmgda.metrics import (
-    STAT_KEYS,
+    STATISTICS,
     accuracy_stats,
     improved_fraction,
     participant_stats,
     per_owner_mean,
 )
 from fedmgda.models import build_model
+from fedmgda.results import PER_USER, PER_USER_FINAL, protocol_round
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -79,6 +81,7 @@ class RunResult:
     per_user: pd.DataFrame
     summary: dict[str, Any]
     final_weights: torch.Tensor  # the final model as a flat vector (average iterate for AFL)
+    final_users: pd.DataFrame | None = None  # every user's test accuracy and loss under it (None: diverged)
 
 
 @dataclass
@@ -122,6 +125,7 @@ class _State:
     per_user_rows: list[pd.DataFrame] = field(default_factory=list)
     elapsed: float = 0.0
     diverged_round: int | None = None
+    failure: tuple[int, str] | None = None  # (round, message) of a hook that broke its contract
 
 
 class Simulation:
@@ -154,6 +158,7 @@ class Simulation:
         self.aggregator = make_aggregator(cfg.algorithm, cfg.hparams, cfg.rounds, self.num_users, cfg.plugin, **options)
         batch = None if cfg.batch_size == "full" else int(cfg.batch_size)
         self.local = LocalHParams(cfg.local_epochs, batch, cfg.local_lr, cfg.momentum, self.aggregator.proximal_mu)
+        self.hooks = CheckedHooks(self.aggregator, cfg.algorithm, cfg.plugin, owner=self)  # what they return, checked
         self.client_states: dict[int, Any] = {}  # the algorithm's per-client state (kept in checkpoints)
         self.trainer = LocalTrainer(self.model, self.local)
         self.per_round = cfg.clients_per_round or max(1, math.floor(cfg.participation * self.num_users + 1e-9))
@@ -224,9 +229,11 @@ class Simulation:
         acc, loss = self.evaluate_users(w)
         return acc, loss, self.evaluate_global(w) if with_global else {}
 
-    def model_stats(self, w: torch.Tensor) -> dict[str, float]:
-        acc, _ = self.evaluate_users(w)
-        return {**accuracy_stats(acc, self.test_sizes), **self.evaluate_global(w)}
+    def model_stats(self, w: torch.Tensor) -> tuple[dict[str, float], pd.DataFrame]:
+        """The statistics of model ``w`` and its per-user vector (what per_user_final.csv stores)."""
+        acc, loss = self.evaluate_users(w)
+        users = pd.DataFrame({"user": np.arange(self.num_users), "n_test": self.test_sizes, "accuracy": acc, "loss": loss})
+        return {**accuracy_stats(acc, self.test_sizes), **self.evaluate_global(w)}, users
 
     # ------------------------------------------------------------------ the run
     def steps(self, out_dir: str | Path | None = None):
@@ -245,7 +252,12 @@ class Simulation:
         w = state.w
         self.rounds_done = self.rounds_started = state.next_round
         for t in range(state.next_round, cfg.rounds):
-            row, w_next = yield from self._round(w, t, state)
+            try:
+                row, w_next = yield from self._round(w, t, state)
+            except PluginError as error:  # a hook broke its contract: this run fails, its pack goes on
+                state.failure = (t + 1, str(error))
+                print(f"[engine] {out or 'run'}: failed at round {t + 1}: {error}", flush=True)
+                break
             state.rows.append(row)
             self.rounds_done = t + 1
             if math.isfinite(row.get("mean_acc", math.nan)):
@@ -280,7 +292,7 @@ class Simulation:
         ctx = RoundContext(t, cfg.rounds, users, reported_total, train_losses + biases, sizes, reports)
         row: dict[str, float] = {"round": t + 1, "train_loss": float(train_losses.mean())}
         try:
-            w_next, info = self.aggregator.aggregate(w, updates, ctx)
+            w_next, info = self.hooks.aggregate(w, updates, ctx)
         except (FloatingPointError, ValueError, ArithmeticError):
             w_next, info = w.new_full(w.shape, float("nan")), {"eta": float("nan")}
         row["eta"] = info.get("eta", float("nan"))
@@ -302,14 +314,14 @@ class Simulation:
 
     def _client_state(self, user: int, w: torch.Tensor) -> Any:
         if user not in self.client_states:
-            self.client_states[user] = self.aggregator.client_state(user, w)
+            self.client_states[user] = self.hooks.client_state(user, w)
         return self.client_states[user]
 
     def _train_request(self, w: torch.Tensor, t: int, users: list[int]) -> TrainRequest:
         """Round t's training request, with each participant's local term if the algorithm has one."""
         if not self.aggregator.has_local_term():
             return TrainRequest(w, t, users)
-        return TrainRequest(w, t, users, self.aggregator.local_term, [self._client_state(u, w) for u in users])
+        return TrainRequest(w, t, users, self.hooks.local_term, [self._client_state(u, w) for u in users])
 
     def _after_training(self, w: torch.Tensor, users: list[int], updates: torch.Tensor, train_losses: torch.Tensor) -> list[Any]:
         """Each participant's ``after_training``: its new state (kept) and its report (returned)."""
@@ -319,23 +331,24 @@ class Simulation:
         for user, update, loss in zip(users, updates, train_losses):
             steps = self.local.epochs * self.local.batches_per_epoch(int(self.train_sizes[user]))
             client = ClientRound(user, self._client_state(user, w), update, loss, steps, self.local.lr)
-            self.client_states[user], report = self.aggregator.after_training(client)
+            self.client_states[user], report = self.hooks.after_training(client)
             reports.append(report)
         return reports
 
     def _finish(self, w: torch.Tensor, state: _State) -> RunResult:
         cfg = self.cfg
         metrics = pd.DataFrame(state.rows)
-        for column in ("eta", "train_loss", "improved_loss", "improved_acc", *STAT_KEYS):
+        for column in ("round", "eta", "train_loss", "improved_loss", "improved_acc", *STATISTICS):  # a run failed in round 1 has none
             if column not in metrics:
                 metrics[column] = np.nan
         per_user = pd.concat(state.per_user_rows, ignore_index=True) if state.per_user_rows else pd.DataFrame(columns=["round", "user", "n_test", "accuracy", "loss"])
-        diverged = state.diverged_round is not None
+        diverged = state.diverged_round is not None or state.failure is not None
         completed = len([r for r in state.rows if state.diverged_round != r["round"]])
         summary: dict[str, Any] = {
             "config": cfg.to_dict(),
-            "status": "diverged" if diverged else "ok",
+            "status": "failed" if state.failure else "diverged" if diverged else "ok",
             "diverged_round": state.diverged_round,
+            **({"failed_round": state.failure[0], "error": state.failure[1]} if state.failure else {}),
             "rounds_completed": completed,
             "runtime_s": round(state.elapsed, 3),
             "device": str(self.device) if self.device.type == "cpu" else f"{self.device} ({torch.cuda.get_device_name(self.device)})",
@@ -345,11 +358,12 @@ class Simulation:
         }
         average = cfg.final_model == "average" or (cfg.final_model == "auto" and self.algorithm.averages_iterates)
         final_w = state.iterate_sum / cfg.rounds if average else w
+        final_users = None
         if not diverged:
             summary["final_model"] = "average of all iterates" if average else "last iterate"
-            summary["final"] = self.model_stats(final_w)
+            summary["final"], final_users = self.model_stats(final_w)
             summary["protocol"] = protocol_stats(per_user, metrics, cfg.per_user_every)
-        return RunResult(metrics, per_user, summary, final_w)
+        return RunResult(metrics, per_user, summary, final_w, final_users)
 
     # ------------------------------------------------------------------ checkpoints
     def _save_checkpoint(self, out: Path, state: _State) -> None:
@@ -392,11 +406,10 @@ def protocol_stats(per_user: pd.DataFrame, metrics: pd.DataFrame, per_user_every
     """Statistics of the last stored per-user vector at a round t (0-based) with
     t % per_user_every == 0: the vector the paper's tables were computed from (docs/protocol.md §6.3:
     round T-9 for T a multiple of 10, not the final model)."""
-    stored = per_user[(per_user["round"] - 1) % per_user_every == 0]
-    if stored.empty:
+    last = protocol_round(per_user, per_user_every)
+    if last is None:
         return None
-    last = int(stored["round"].max())
-    vector = stored[stored["round"] == last]
+    vector = per_user[per_user["round"] == last]
     stats: dict[str, float] = {"round": last, **accuracy_stats(vector["accuracy"].to_numpy(), vector["n_test"].to_numpy())}
     row = metrics[metrics["round"] == last]
     for column in metrics.columns:
@@ -406,10 +419,14 @@ def protocol_stats(per_user: pd.DataFrame, metrics: pd.DataFrame, per_user_every
 
 
 def write_result(result: RunResult, out: Path) -> None:
-    """metrics.csv, per_user.csv, then summary.json (written last: its presence marks completion)."""
+    """metrics.csv, per_user.csv, per_user_final.csv (the final model's per-user vector, from
+    which tables compute its statistics: ``fedmgda.results``), then summary.json (written last:
+    its presence marks completion)."""
     out.mkdir(parents=True, exist_ok=True)
     result.metrics.to_csv(out / "metrics.csv", index=False)
-    result.per_user.to_csv(out / "per_user.csv", index=False)
+    result.per_user.to_csv(out / PER_USER, index=False)
+    if result.final_users is not None:
+        result.final_users.to_csv(out / PER_USER_FINAL, index=False)
     tmp = out / "summary.json.tmp"
     tmp.write_text(json.dumps(result.summary, indent=2, default=float))
     os.replace(tmp, out / "summary.json")

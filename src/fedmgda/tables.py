@@ -1,9 +1,12 @@
 """Tables 6-14: reproduced statistics over seeds beside the paper's published numbers.
 
 A table spec (:class:`fedmgda.specs.TableSpec`, from ``fedmgda.experiments.item_spec``) lists rows, each with the
-run folders of its seeds, and ``columns`` mapping a column name to a source in the runs'
-``summary.json``: ``final.<stat>`` (the final model) or ``protocol.<stat>`` (the last stored
-per-user vector at round <= T-9, docs/protocol.md §6.3). Accuracies are fractions in the runs and
+run folders of its seeds, and ``columns`` mapping a column name to a source of a run
+(``fedmgda.results.run_value``): ``final.<stat>`` (the final model) or ``protocol.<stat>`` (the
+last stored per-user vector at round <= T-9, docs/protocol.md §6.3), computed from the per-user
+vectors the run stored for every statistic of ``fedmgda.metrics.STATISTICS`` (so a statistic
+added there fills the tables of runs already trained), a global test set's accuracy
+(``final.test_acc_<set>``) from summary.json. Accuracies are fractions in the runs and
 percentages in the tables, var_acc is shown in %^2 (``fedmgda.metrics.display_scale``).
 
 Per row and column: reproduced mean and population std (ddof 0) over seeds (docs/protocol.md §6.3), the
@@ -12,7 +15,8 @@ repro - paper, and a verdict: "within" when |difference| <= the band, else "outs
 the paper's std (its own seed spread), or the table's ``tolerance`` for that column when larger
 (e.g. Table 7's PhD column: one of its 181 test rows is 0.55 points). Paper and reproduced numbers live in separate columns; a row the
 paper has but the registry does not run is listed as "not run", a row without a paper value
-says so, and a row with a diverged seed shows "diverged (k/n seeds)" instead of a number.
+says so, and a row with a diverged seed shows "diverged (k/n seeds)" instead of a number (a seed
+whose algorithm broke a hook's contract, "failed (k/n seeds)").
 
 A column may be bound to one experiment (``column_experiment``): a table spanning two datasets
 (q-FFL's Table 2) is built per experiment and its parts joined on the row key (:func:`join_parts`).
@@ -23,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import math
+from collections import Counter
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -54,11 +59,17 @@ def _row_values(row: Row, columns: dict[str, str], runs_dir: Path, scale: float 
     """Each column's values over the row's seeds, x ``scale`` (None: each source's display scale,
     ``fedmgda.metrics.display_scale``: accuracies in %, var_acc in %^2)."""
     summaries = [read_summary(runs_dir / r) for r in row.runs]
-    diverged = sum(1 for s in summaries if s.get("status") != "ok")
     values = {c: [run_value(runs_dir / r, s, src) * (display_scale(src) if scale is None else scale)
                   for r, s in zip(row.runs, summaries, strict=True) if s.get("status") == "ok"]
               for c, src in columns.items()}
-    return summaries, diverged, values
+    return summaries, _problem([s.get("status") for s in summaries]), values
+
+
+def _problem(statuses: list[str | None]) -> str:
+    """"" when every seed is ok, else e.g. "diverged (1/4 seeds)" or "failed (2/4 seeds)" (a
+    plug-in's hook broke its contract)."""
+    bad = Counter(str(s) for s in statuses if s != "ok")
+    return ", ".join(f"{status} ({k}/{len(statuses)} seeds)" for status, k in bad.items())
 
 
 def _paper_lookup(paper: pd.DataFrame | None, table: str | None):
@@ -91,19 +102,19 @@ def build_table(spec: TableSpec, runs_dir: str | Path, paper: pd.DataFrame | Non
 
     computed = []
     for row in spec.rows:
-        _, diverged, values = _row_values(row, columns, runs_dir, scale)
+        _, problem, values = _row_values(row, columns, runs_dir, scale)
         stats = {c: seed_stats(v) for c, v in values.items()}
-        computed.append((row, diverged, stats))
+        computed.append((row, problem, stats))
 
     if spec.kind == "best_of":
         computed = _best_of(computed, spec.rank_by or next(iter(columns)))
 
     records = []
     matched: set[str] = set()
-    for row, diverged, stats in computed:
+    for row, problem, stats in computed:
         n = len(row.runs)
         rec: dict[str, Any] = {"table": spec.name, "row": row.key, "label": row.label,
-                               "seeds": n, "status": "ok" if not diverged else f"diverged ({diverged}/{n} seeds)"}
+                               "seeds": n, "status": problem or "ok"}
         hits = _match(paper_rows, row.key) if paper_rows is not None else None
         if hits is not None and len(hits):
             matched.update(hits["row"])
@@ -115,8 +126,8 @@ def build_table(spec: TableSpec, runs_dir: str | Path, paper: pd.DataFrame | Non
             else:
                 p_mean, p_std = float(h["mean"].iloc[0]), float(h["std"].iloc[0])
                 p_text = f"{p_mean:.2f}±{p_std:.2f}"
-            if diverged:
-                r_text, diff, verd = f"diverged ({diverged}/{n} seeds)", math.nan, "diverged"
+            if problem:
+                r_text, diff, verd = problem, math.nan, problem.split(" (")[0]
                 mean = std = math.nan
             else:
                 r_text = "n/a" if math.isnan(mean) else f"{mean:.2f}±{std:.2f}"
@@ -150,12 +161,12 @@ def build_table(spec: TableSpec, runs_dir: str | Path, paper: pd.DataFrame | Non
 
 def _best_of(computed: list[tuple], rank: str) -> list[tuple]:
     """A table of kind best_of: per algorithm the row with the highest mean of column ``rank``
-    (diverged rows last), keyed by the algorithm and labelled "(best <rank>)"."""
+    (diverged or failed rows last), keyed by the algorithm and labelled "(best <rank>)"."""
     best: dict[str, tuple] = {}
     for item in computed:
-        row, diverged, stats = item
+        row, problem, stats = item
         m = stats[rank][0]
-        score = -math.inf if (diverged or math.isnan(m)) else m
+        score = -math.inf if (problem or math.isnan(m)) else m
         alg = row.algorithm
         if alg not in best or score > best[alg][0]:
             best[alg] = (score, item)

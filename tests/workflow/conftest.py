@@ -1,5 +1,5 @@
 """Fixtures of the workflow tests: run folders in the exact format ``fedmgda train`` writes
-(metrics.csv, per_user.csv, summary.json) -- test data only, generated in tmp_path."""
+(metrics.csv, per_user.csv, per_user_final.csv, summary.json) -- test data only, generated in tmp_path."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ def write_run(root: Path, key: str, accs: list[float], *, rounds: int = 10, stat
     users = [{"round": r, "user": u, "n_test": 10, "accuracy": a, "loss": 1.0 - a}
              for r in (1, rounds - 9 if rounds > 10 else 1, rounds) for u, a in enumerate(acc)]
     pd.DataFrame(users).drop_duplicates(["round", "user"]).to_csv(d / "per_user.csv", index=False)
+    pd.DataFrame({"user": range(len(acc)), "n_test": 10, "accuracy": acc, "loss": 1.0 - acc}).to_csv(d / "per_user_final.csv", index=False)
     tenth = max(1, len(acc) // 10)
     stats = {"mean_acc": float(acc.mean()), "std_acc": float(acc.std()),
              "worst5_acc": float(np.percentile(acc, 5)), "best5_acc": float(np.percentile(acc, 95)),

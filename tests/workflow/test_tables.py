@@ -3,13 +3,15 @@ best-of rows, paper rows that are not run, tables without a paper reference (rep
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from fedmgda.results import seed_stats
+from fedmgda.metrics import STATISTICS, Statistic, display_scale
+from fedmgda.results import PER_USER_FINAL, seed_stats
 from fedmgda.specs import Row, TableSpec, spec_to_json
 from fedmgda.tables import build_table, to_markdown, verdict, write_table
 
@@ -75,6 +77,50 @@ def test_diverged_seeds_are_shown_as_diverged(runs_dir):
     assert r["status"] == "diverged (1/2 seeds)"
     assert r["Average reproduced"] == "diverged (1/2 seeds)"
     assert math.isnan(r["Average repro_mean"])
+
+
+def test_failed_seeds_are_shown_as_failed(runs_dir):
+    write_run(runs_dir, "r/seed1", [0.5] * 10)
+    write_run(runs_dir, "r/seed2", [0.1] * 10, status="failed")
+    df = build_table(_spec("t", [_row("mine", "Mine", "mine", ["r/seed1", "r/seed2"])], STATS4), runs_dir)
+    assert df.iloc[0]["status"] == "failed (1/2 seeds)" and df.iloc[0]["Average reproduced"] == "failed (1/2 seeds)"
+
+
+def test_a_statistic_added_after_training_fills_the_table(runs_dir, monkeypatch):
+    """A statistic registered in fedmgda.metrics after the runs trained (their summary.json does
+    not know it) is computed from their stored per-user vectors: the protocol round's and the
+    final model's, which differ here."""
+    rng = np.random.default_rng(1)
+    accs = {seed: rng.random(30) for seed in (1, 2)}
+    finals = {seed: rng.random(30) for seed in (1, 2)}
+    for seed in (1, 2):
+        d = write_run(runs_dir, f"r/seed{seed}", list(accs[seed]))
+        pd.DataFrame({"user": range(30), "n_test": 10, "accuracy": finals[seed], "loss": 0.0}).to_csv(d / PER_USER_FINAL, index=False)
+    monkeypatch.setitem(STATISTICS, "median_acc", Statistic(lambda acc, n: np.median(acc)))
+    columns = {"Median": "protocol.median_acc", "Final median": "final.median_acc", "Average": "final.mean_acc"}
+    df = build_table(_spec("t", [_row("fedavg", "FedAvg", "fedavg", ["r/seed1", "r/seed2"])], columns), runs_dir)
+    row = df.iloc[0]
+    assert display_scale("protocol.median_acc") == 100.0
+    assert row["Median repro_mean"] == pytest.approx(100 * np.mean([np.median(accs[1]), np.median(accs[2])]))
+    assert row["Final median repro_mean"] == pytest.approx(100 * np.mean([np.median(finals[1]), np.median(finals[2])]))
+    # a statistic summary.json has is computed from the vector as well, not read from it
+    assert row["Average repro_mean"] == pytest.approx(100 * np.mean([finals[1].mean(), finals[2].mean()]))
+
+
+def test_runs_trained_before_the_final_vector_was_stored(runs_dir, monkeypatch):
+    """Older runs have no per_user_final.csv: a last-iterate run's final model is per_user.csv's
+    last round; an averaged one keeps summary.json's statistics, and a new one reads n/a."""
+    monkeypatch.setitem(STATISTICS, "median_acc", Statistic(lambda acc, n: np.median(acc)))
+    for key, final_model in (("last", "last iterate"), ("avg", "average of all iterates")):
+        d = write_run(runs_dir, f"{key}/seed1", [0.2, 0.4, 0.9], final={"mean_acc": 0.123})
+        (d / PER_USER_FINAL).unlink()
+        summary = json.loads((d / "summary.json").read_text())
+        (d / "summary.json").write_text(json.dumps({**summary, "final_model": final_model}))
+    columns = {"Average": "final.mean_acc", "Median": "final.median_acc"}
+    rows = [_row("last", "Last", "fedavg", ["last/seed1"]), _row("avg", "Average", "afl", ["avg/seed1"])]
+    df = build_table(_spec("t", rows, columns), runs_dir).set_index("row")
+    assert df.loc["last", "Average repro_mean"] == pytest.approx(50.0) and df.loc["last", "Median repro_mean"] == pytest.approx(40.0)
+    assert df.loc["avg", "Average repro_mean"] == pytest.approx(12.3) and df.loc["avg", "Median reproduced"] == "n/a"
 
 
 def test_a_table_without_a_paper_reference_shows_only_the_reproduced_numbers(runs_dir, tmp_path):
@@ -171,7 +217,7 @@ def test_a_table_over_two_experiments_joins_its_rows_by_key(runs_dir, tmp_path):
     for seed, (phd, avg) in enumerate([(0.695, 0.832), (0.703, 0.833)], start=1):
         write_run(runs_dir, f"a/q0/seed{seed}", [phd, 0.83], final={"test_acc_uniform": avg, "test_acc_phd": phd})
         write_run(runs_dir, f"a/afl/seed{seed}", [0.73, 0.82], final={"test_acc_uniform": 0.825, "test_acc_phd": 0.73})
-        write_run(runs_dir, f"f/q0/seed{seed}", [0.66, 0.85], final={"test_acc_all": 0.788, "var_acc": 0.0081})
+        write_run(runs_dir, f"f/q0/seed{seed}", [0.66, 0.84], final={"test_acc_all": 0.788})  # var 0.0081
     write_run(runs_dir, "f/afl/seed1", [0.71, 0.81], final={"test_acc_all": 0.70, "var_acc": 0.0025})
     write_run(runs_dir, "f/afl/seed2", [0.71, 0.81], final={"test_acc_all": 0.70}, status="diverged")
 
