@@ -89,7 +89,7 @@ def test_outputs_and_protocol_round(tmp_path):
 
 
 def test_divergence_is_recorded_not_raised(tmp_path):
-    result = run(toy_config(algorithm="fedavg_n", hparams={"eta": 1e38}, rounds=10), tmp_path, data=make_toy_federated(), model_name="logreg")
+    result = run(toy_config(algorithm="fedavg_n", hparams={"eta": 1e39}, rounds=10), tmp_path, data=make_toy_federated(), model_name="logreg")
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "diverged"
     assert 1 <= summary["diverged_round"] <= 10
