@@ -10,12 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from toy_federated import make_toy_federated, toy_config
+from toy_federated import killed_then_resumed, make_toy_federated, toy_config
 
 import fedmgda.aggregators as aggregators
 from fedmgda.aggregators import gram_matrix, normalise_rows
 from fedmgda.qp import min_norm_weights, project_to_simplex
-from fedmgda.scheduler import Scheduler, run
+from fedmgda.scheduler import Scheduler, run, run_packed
 from fedmgda.simulator import Simulation, finite_mean, screen_reports
 
 FEDAVGM = str(Path(__file__).resolve().parents[1] / "examples/fedavgm.py") + ":FedAvgM"
@@ -184,7 +184,6 @@ def test_a_nan_or_inf_update_is_left_out_of_its_round_and_counted(monkeypatch, n
     sim = Simulation(config(name, attack=scaled(1.0)), data=make_toy_federated(), model_name="logreg")
     inject(monkeypatch, {1: (0, "update", float("nan")), 3: (0, "update", float("inf"))})
     calls = spy_aggregate(monkeypatch, sim)
-    from fedmgda.scheduler import run_packed
 
     result = run_packed([sim], [None])[0]
     assert result.summary["status"] == "ok" and torch.isfinite(result.final_weights).all()
@@ -203,7 +202,6 @@ def test_a_non_finite_loss_leaves_out_only_where_the_rule_reads_losses(monkeypat
     sim = Simulation(config(name, attack=scaled(1.0)), data=make_toy_federated(), model_name="logreg")
     inject(monkeypatch, {2: (0, "loss", float("inf"))})
     calls = spy_aggregate(monkeypatch, sim)
-    from fedmgda.scheduler import run_packed
 
     metrics = run_packed([sim], [None])[0].metrics
     assert list(metrics["nonfinite_losses"]) == [0, 0, 1, 0, 0, 0]
@@ -220,7 +218,6 @@ def test_a_round_in_which_no_participant_reports_finitely_ends_the_run(monkeypat
     calls = spy_aggregate(monkeypatch, sim)
     only = sim.participants(2)[0]
     inject(monkeypatch, {2: (only, "update", float("nan"))})
-    from fedmgda.scheduler import run_packed
 
     result = run_packed([sim], [None])[0]
     assert result.summary["status"] == "diverged" and result.summary["diverged_round"] == 3
@@ -247,19 +244,7 @@ def test_resume_after_a_non_finite_round_is_exact(tmp_path, monkeypatch, name):
     cfg = config(name, attack=scaled(1e12), rounds=9, checkpoint_every=3)
     inject(monkeypatch, poison)
     uninterrupted = run(cfg, data=make_toy_federated(), model_name="logreg")
-
-    original = Simulation._round
-
-    def crash_at_round_5(self, w, t, state):
-        if t == 5:
-            raise KeyboardInterrupt("killed")
-        return (yield from original(self, w, t, state))
-
-    monkeypatch.setattr(Simulation, "_round", crash_at_round_5)
-    with pytest.raises(KeyboardInterrupt):
-        run(cfg, tmp_path, data=make_toy_federated(), model_name="logreg")
-    monkeypatch.setattr(Simulation, "_round", original)
-    resumed = run(cfg, tmp_path, data=make_toy_federated(), model_name="logreg")
+    resumed = killed_then_resumed(cfg, tmp_path, monkeypatch, kill_at=5)
     assert uninterrupted.metrics["dropped"].iloc[2] == 1
     pd.testing.assert_frame_equal(resumed.metrics, uninterrupted.metrics)
     pd.testing.assert_frame_equal(resumed.per_user, uninterrupted.per_user)

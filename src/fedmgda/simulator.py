@@ -121,7 +121,7 @@ class _State:
     per_user_rows: list[pd.DataFrame] = field(default_factory=list)
     elapsed: float = 0.0
     diverged_round: int | None = None
-    diverged_because: str | None = None  # what was not finite: the global model's weights or its test loss
+    diverged_because: str | None = None  # why: weights or test loss not finite, or no finite report
 
 
 class Simulation:
