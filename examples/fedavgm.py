@@ -27,6 +27,9 @@ class FedAvgM(Aggregator):
     }
     # Nothing else to declare: the clients train as for FedAvg (no proximal term), the rule needs no
     # pre-round losses, and the run's output is the last iterate.
+    # It reads no reported losses, so a participant is left out of a round only when its update is
+    # not finite (a loss-reading rule keeps the default True: a non-finite loss leaves it out too).
+    uses_losses = False
 
     def __init__(self, eta: float, beta: float):
         self.eta, self.beta = eta, beta

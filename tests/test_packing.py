@@ -42,7 +42,7 @@ def test_packed_runs_give_the_results_of_the_runs_alone(tmp_path):
 
 
 def test_a_diverged_run_leaves_the_pack_and_the_others_finish():
-    diverging = toy_config(algorithm="fedavg_n", hparams={"eta": 1e38}, rounds=10)
+    diverging = toy_config(algorithm="fedavg_n", hparams={"eta": 1e39}, rounds=10)
     healthy = toy_config(algorithm="fedavg", rounds=10, seed=4)
     results = run_packed([Simulation(cfg, data=make_toy_federated(), model_name="logreg") for cfg in (diverging, healthy)], [None, None])
     assert results[0].summary["status"] == "diverged"

@@ -3,10 +3,13 @@ that the library's tests need neither files nor the dataset registry."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from fedmgda.config import RunConfig
 from fedmgda.data.base import FederatedDataset
+from fedmgda.scheduler import run
+from fedmgda.simulator import CHECKPOINT, Simulation
 
 
 def make_toy_federated(num_users: int = 8, dim: int = 10, classes: int = 3, n_train: int = 24, n_test: int = 8, seed: int = 0) -> FederatedDataset:
@@ -34,3 +37,21 @@ def toy_config(**overrides) -> RunConfig:
                 local_lr=0.1, seed=3, device="cpu", per_user_every=2)
     base.update(overrides)
     return RunConfig.from_dict(base)
+
+
+def killed_then_resumed(cfg: RunConfig, out, monkeypatch, kill_at: int):
+    """``cfg`` run into ``out``, killed when round ``kill_at`` (0-based) starts, then run again
+    (resuming from its last checkpoint): the second run's result."""
+    original = Simulation._round
+
+    def crash(self, w, t, state):
+        if t == kill_at:
+            raise KeyboardInterrupt("killed")
+        return (yield from original(self, w, t, state))
+
+    monkeypatch.setattr(Simulation, "_round", crash)
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg, out, data=make_toy_federated(), model_name="logreg")
+    assert (out / CHECKPOINT).exists() and not (out / "summary.json").exists()
+    monkeypatch.setattr(Simulation, "_round", original)
+    return run(cfg, out, data=make_toy_federated(), model_name="logreg")

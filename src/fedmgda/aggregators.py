@@ -21,10 +21,22 @@ lambda = argmin ||sum lambda_i u_i||^2 over the simplex within epsilon of the a-
 lambda0 (epsilon = 0: lambda0, no QP). lambda0 is uniform 1/n, or with ``aggregation_weights:
 samples`` the participants' train sizes n_i / sum n. Normalisation divides each update by its
 full-model L2 norm.
+
+Extreme and non-finite updates (docs/protocol-choices.md, "Non-finite reports"): an aggregator
+only ever sees finite values. The simulator leaves a participant out of the round when its update
+has a NaN or Inf entry (every algorithm), or when a loss it reports is not finite and the
+algorithm aggregates losses (``Aggregator.uses_losses``: q-FedAvg, AFL, plug-ins unless they say
+otherwise). Finite updates of any magnitude are handled without overflow where the rule is
+scale-free: the normalising rules (FedAvg-n, FedMGDA+, MGDA-Prox) take each direction from an
+overflow-proof norm (``normalise_rows``), so an update x 1e30 has the direction of the update
+itself; the min-norm QP (FedMGDA, FedMGDA+, MGDA-Prox) gets a finite Gram matrix
+(``gram_matrix``); q-FedAvg's h_i is recomputed in float64 when float32 overflows. When nothing
+overflows, every number is the one the plain float32 expressions give.
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -91,10 +103,17 @@ class Aggregator(ABC):
     is False), ``client_state`` (per-client state kept across rounds and in checkpoints) and
     ``after_training`` (the new state and a value sent beside the update,
     ``RoundContext.client_reports``).
+
+    ``aggregate`` only sees finite updates (and, with ``uses_losses``, finite losses): the
+    simulator leaves out of the round every participant whose report is not (docs/plugins.md).
     """
 
     name: ClassVar[str]
     display: ClassVar[str] = ""
+    # whether ``aggregate`` reads the participants' reported losses (ctx.pre_round_losses,
+    # ctx.train_losses): then a participant reporting a non-finite loss is left out of the round,
+    # as one with a non-finite update always is. True unless a rule says it ignores them.
+    uses_losses: ClassVar[bool] = True
     hparams: ClassVar[dict[str, HParam]] = {}
     run_options: ClassVar[tuple[str, ...]] = ()  # RunConfig options its ``build`` receives as keywords
     proximal_mu: float = 0.0  # the clients add proximal_mu * ||w - w_start||^2 (no 1/2) to their objective
@@ -157,9 +176,38 @@ class Aggregator(ABC):
 
 
 def normalise_rows(updates: torch.Tensor) -> torch.Tensor:
-    """Each update divided by its full-model L2 norm (a zero update stays zero)."""
+    """Each (finite) update divided by its full-model L2 norm (a zero update stays zero).
+
+    Overflow-proof: a float32 norm overflows once the update's entries reach about 1e19 (a scaling
+    attacker) and loses its precision below about 1e-19; such rows are scaled by their largest
+    entry and normalised in float64 (``unit_rows``), so any finite nonzero update gives its own
+    direction. The other rows are exactly ``u / ||u||`` in the updates' dtype."""
     norms = updates.norm(dim=1, keepdim=True)
-    return updates / torch.where(norms > 0, norms, torch.ones_like(norms))
+    directions = updates / torch.where(norms > 0, norms, torch.ones_like(norms))
+    tiny = math.sqrt(torch.finfo(updates.dtype).tiny)  # below: the squares are subnormal or zero
+    redo = ~torch.isfinite(norms[:, 0]) | ((norms[:, 0] < tiny) & (updates != 0).any(dim=1))
+    if redo.any():
+        directions[redo] = unit_rows(updates[redo]).to(updates.dtype)
+    return directions
+
+
+def unit_rows(rows: torch.Tensor) -> torch.Tensor:
+    """Finite nonzero rows as unit vectors in float64, each scaled by its largest |entry| first
+    (no square can overflow or underflow)."""
+    scaled = rows.double() / rows.abs().amax(dim=1, keepdim=True).double()
+    return scaled / scaled.norm(dim=1, keepdim=True)
+
+
+def gram_matrix(directions: torch.Tensor) -> np.ndarray:
+    """K_ij = <d_i, d_j> of finite rows as a float64 array, for the min-norm QP. Computed in the rows'
+    dtype; when an entry overflows it (raw updates of a scaling attacker) or the largest one is
+    below the dtype's normal range, in float64 from the rows divided by their largest |entry|:
+    the QP's minimiser does not change when K is scaled (``fedmgda.qp.min_norm_weights``)."""
+    gram = (directions @ directions.T).double().cpu().numpy()
+    if np.isfinite(gram).all() and not (np.max(np.diag(gram)) < torch.finfo(directions.dtype).tiny and bool((directions != 0).any())):
+        return gram
+    scaled = directions.double() / directions.abs().max().double()
+    return (scaled @ scaled.T).cpu().numpy()
 
 
 @dataclass
@@ -172,8 +220,16 @@ class WeightedUpdates(Aggregator):
     ... the dataset size at each user, ..., or simply uniform" (§2); epsilon = 0 with "samples" is
     FedAvg as McMahan et al. define it (fair_flearn fedbase.py:L152-167, ``aggregate`` with
     sampling 1). With epsilon >= 1 the box is the whole simplex and lambda0 does not matter.
+
+    Extreme updates: the normalising rules (FedAvg-n, FedMGDA+, MGDA-Prox) use overflow-proof
+    norms (``normalise_rows``): a finite update gives its own direction whatever its magnitude, so
+    a scaling attacker of any factor weighs as an honest user; the QP's Gram matrix is finite
+    (``gram_matrix``). The raw rules (FedAvg, FedProx, FedMGDA) add the raw updates: a huge finite
+    update moves the model by as much (FedMGDA's QP gives it a small weight). These rules read no
+    losses (``uses_losses`` False): a participant is left out only for a non-finite update.
     """
 
+    uses_losses: ClassVar[bool] = False
     normalize: bool = False
     epsilon: float = 0.0
     eta: float = 1.0
@@ -202,7 +258,7 @@ class WeightedUpdates(Aggregator):
         directions = normalise_rows(updates) if self.normalize else updates
         lambda0 = self.prior_weights(ctx)
         if self.epsilon > 0:
-            gram = (directions @ directions.T).double().cpu().numpy()
+            gram = gram_matrix(directions)
             weights = min_norm_weights(gram, self.epsilon, lambda0)
         else:
             weights = lambda0
@@ -214,7 +270,12 @@ class WeightedUpdates(Aggregator):
 @dataclass
 class QFedAvg(Aggregator):
     """q-FedAvg (docs/protocol.md §4.5): Delta_i = F_i^q L u_i, h_i = q F_i^(q-1) ||L u_i||^2 + L F_i^q,
-    w <- w + sum Delta_i / sum h_i, with F_i the participant's pre-round loss."""
+    w <- w + sum Delta_i / sum h_i, with F_i the participant's pre-round loss.
+
+    It reads the reported losses F_i: a participant whose F_i is not finite is left out of the
+    round (``uses_losses``). A huge finite update overflows ||L u_i||^2 in float32; h is then
+    recomputed in float64 and the step is that of the float64 values (an update of 1e30 makes
+    sum h_i about 1e60 and the step about 0, as the rule says)."""
 
     q: float = 0.1
     L: float = 1.0
@@ -241,6 +302,10 @@ class QFedAvg(Aggregator):
         deltas = self.L * updates
         h = self.q * losses ** (self.q - 1) * (deltas**2).sum(dim=1) + self.L * losses**self.q
         step = (losses**self.q) @ deltas / h.sum()
+        if not (torch.isfinite(h).all() and torch.isfinite(step).all()):  # float32 overflow: the same in float64
+            losses, deltas = losses.double(), deltas.double()
+            h = self.q * losses ** (self.q - 1) * (deltas**2).sum(dim=1) + self.L * losses**self.q
+            step = ((losses**self.q) @ deltas / h.sum()).to(updates.dtype)
         return w + step, {"eta": float("nan"), "h_sum": float(h.sum())}
 
 
@@ -255,6 +320,9 @@ class AFL(Aggregator):
     sum u_i / n, while lambda moves as above. The q-FFL paper's code runs AFL so (fair_flearn
     afl.py passes (lambda_i, gradient_i) pairs to fedbase.py's ``aggregate``, which with
     sampling 2 sets every weight to 1.0: fedbase.py:L157-159).
+
+    It reads the participants' local losses (lambda ascent): a participant reporting a non-finite
+    loss is left out of the round, its lambda unchanged (``uses_losses``).
     """
 
     gamma_w: float = 1.0

@@ -6,7 +6,11 @@
 - scaling (Figure 2 right): the attacker multiplies its loss by a factor, so its gradients, its
   update and the losses it reports grow by that factor. Normalising aggregators cancel it when
   the client takes a single step (the update's direction is unchanged); with several momentum
-  steps the trajectory changes, so they are robust but not exactly invariant.
+  steps the trajectory changes, so they are robust but not exactly invariant. With a large factor
+  (1e12 and up) the attacker's own float32 training overflows: its reported loss becomes Inf and,
+  with several steps or a deeper model, its update NaN. Such a participant is left out of the
+  round by the one rule for non-finite reports (``fedmgda.simulator.screen_reports``); it never
+  stops the run by itself.
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ A claim names the paper's sentence (``paper``, ``source``), the runs it is judge
     * ``monotone``: ``direction`` increasing | decreasing along ``by``, every step allowed to go the
       wrong way by at most ``tolerance`` (default 0), and the total change first -> last in that
       direction positive (a flat series is no trend), or at least ``margin`` when given.
+- ``spread_of``: ``a`` or ``b`` (``close``, ``at_least``): that row's seed std (as shown: population
+  std over its seeds, in the claim's units) is added to the tolerance (``close``: "A is within the seed spread of B") or to
+  the margin (``at_least``: "A exceeds B by more than B's seed spread"); the row needs two seeds.
 - ``seeds``: ``paired`` (default: the claim is judged per seed -- runs of one seed share the
   initial model and the participants -- on the seeds every row has) or ``mean`` (judged once on
   the means over each row's seeds).
@@ -45,6 +48,7 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import json
 import math
@@ -195,6 +199,8 @@ def _series_rows(cid: str, claim: dict[str, Any], kind: str, reg: Registry) -> d
         raise ClaimError(f"claim {cid}: {kind} compares two rows a and b, not a select")
     if "a" in claim or "b" in claim:
         raise ClaimError(f"claim {cid}: give either select (+ by) or a and b, not both")
+    if "spread_of" in claim:
+        raise ClaimError(f"claim {cid}: spread_of applies to rows a and b, not a select")
     by = claim.get("by")
     if kind == "monotone" and not by:
         raise ClaimError(f"claim {cid}: monotone needs by (a hyper-parameter or attack)")
@@ -227,14 +233,21 @@ def _pair_rows(cid: str, claim: dict[str, Any], kind: str, seeds_mode: str, reg:
     if "a" not in claim or "b" not in claim:
         raise ClaimError(f"claim {cid}: {kind} needs rows a and b")
     a = _pick(reg, cid, "a", claim["a"], claim.get("experiment"))
+    spread_of = claim.get("spread_of")
+    if spread_of is not None and (spread_of not in ("a", "b") or kind not in ("close", "at_least")):
+        raise ClaimError(f"claim {cid}: spread_of must be a or b, with compare close or at_least")
     if isinstance(claim["b"], (int, float)) and not isinstance(claim["b"], bool):
-        return {"a": a, "threshold": float(claim["b"])}
+        if spread_of == "b":
+            raise ClaimError(f"claim {cid}: spread_of b needs a row b, not a number")
+        return {"a": a, "threshold": float(claim["b"]), "spread_of": spread_of}
     b = _pick(reg, cid, "b", claim["b"], claim.get("experiment"))
     if a.key == b.key and a.experiment == b.experiment:
         raise ClaimError(f"claim {cid}: a and b are the same row {a.key!r}")
     if seeds_mode == "paired" and not set(a.seeds) & set(b.seeds):
         raise ClaimError(f"claim {cid}: a and b share no seed; use seeds: mean")
-    return {"a": a, "b": b}
+    if spread_of is not None and len({"a": a, "b": b}[spread_of].seeds) < 2:
+        raise ClaimError(f"claim {cid}: spread_of {spread_of} needs a row with at least two seeds")
+    return {"a": a, "b": b, "spread_of": spread_of}
 
 
 def claim_runs(claims: list[ClaimSpec]) -> list[str]:
@@ -334,12 +347,26 @@ def expected_text(c: ClaimSpec) -> str:
     a, b = c.a.label, _b_label(c)
     if c.b is None:
         b = f"{b}{unit}"
+    spread = f"{'A' if c.spread_of == 'a' else 'B'}'s seed std"
     if c.compare == "at_least":
         m = c.margin or 0.0
+        if c.spread_of:
+            return f"{q}: {a} - {b} >= {spread}" + (f" + {fmt_num(m)}{unit}" if m else "")
         rel = f">= {b}" if m == 0 else f"- {b} >= {fmt_num(m)}{unit}"
         return f"{q}: {a} {rel}"
     word = "identical to" if c.compare == "identical" else "close to"
-    return f"{q}: {a} {word} {b} (difference within ±{fmt_num(c.tolerance)}{unit})"
+    slack = spread + (f" + {fmt_num(c.tolerance)}{unit}" if c.tolerance else "") if c.spread_of else f"{fmt_num(c.tolerance)}{unit}"
+    return f"{q}: {a} {word} {b} (difference within ±{slack})"
+
+
+def with_spread(c: ClaimSpec, a_std: float, b_std: float) -> ClaimSpec:
+    """The claim with ``spread_of``'s seed std added to its tolerance (close) or margin (at_least)."""
+    if c.spread_of is None:
+        return c
+    std = a_std if c.spread_of == "a" else b_std
+    if c.compare == "close":
+        return dataclasses.replace(c, tolerance=c.tolerance + std)
+    return dataclasses.replace(c, margin=(c.margin or 0.0) + std)
 
 
 def evaluate_claim(c: ClaimSpec, runs_dir: str | Path) -> dict[str, Any]:
@@ -379,6 +406,7 @@ def evaluate_claim(c: ClaimSpec, runs_dir: str | Path) -> dict[str, Any]:
             spread = None
     else:
         (am, asd), (bm, bsd) = means
+        c = with_spread(c, asd, bsd)
         diffs = [per_row[0][s] - per_row[1][s] for s in complete]
         rec.update(a=c.a.label, b=_b_label(c), a_mean=am, a_std=asd, b_mean=bm, b_std=bsd)
         if diffs:

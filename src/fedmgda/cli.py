@@ -53,10 +53,13 @@ def train(args: argparse.Namespace) -> int:
         if summary["status"] == "failed":
             print(f"{out}: failed at round {summary['failed_round']}: {summary['error']} (recorded in {out}/summary.json)")
         elif summary["status"] == "diverged":
-            print(f"{out}: diverged at round {summary['diverged_round']} (recorded in {out}/summary.json)")
+            print(f"{out}: diverged at round {summary['diverged_round']} ({summary['diverged_because']}; "
+                  f"recorded in {out}/summary.json)")
         else:
+            dropped = int(result.metrics["dropped"].sum())
+            note = f"; {dropped} participant reports left out as not finite (metrics.csv)" if dropped else ""
             print(f"{out}: done, {summary['rounds_completed']} rounds in {summary['runtime_s']:.1f} s on {summary['device']}; "
-                  f"mean user accuracy {100 * final['mean_acc']:.2f} %")
+                  f"mean user accuracy {100 * final['mean_acc']:.2f} %{note}")
     return 0
 
 

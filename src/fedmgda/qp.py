@@ -111,11 +111,18 @@ def project_to_box_simplex(weights: np.ndarray, lower: np.ndarray, upper: np.nda
 def project_to_simplex(v: np.ndarray) -> np.ndarray:
     """Euclidean projection onto the probability simplex (sort-based; Wang & Carreira-Perpinan 2013).
 
-    AFL's lambda ascent step projects with this, as the authors' Adult code does.
+    AFL's lambda ascent step projects with this, as the authors' Adult code does. ``v`` must be
+    finite. When its entries are so large that the sums lose the 1 of the simplex (a loss of 1e20
+    in the ascent), the projection is taken of v - max(v), the same point in exact arithmetic.
     """
     v = np.asarray(v, dtype=np.float64)
+    if not np.isfinite(v).all():
+        raise FloatingPointError("project_to_simplex needs finite values")
     u = np.sort(v)[::-1]
     cumulative = np.cumsum(u) - 1.0
     ks = np.arange(1, len(v) + 1)
-    rho = np.nonzero(u - cumulative / ks > 0)[0][-1]
+    positive = np.nonzero(u - cumulative / ks > 0)[0]
+    if len(positive) == 0:  # rounding lost the simplex's 1 (huge entries): shift, which leaves the projection
+        return project_to_simplex(v - u[0])
+    rho = positive[-1]
     return np.maximum(v - cumulative[rho] / (rho + 1), 0.0)

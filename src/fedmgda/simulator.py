@@ -126,6 +126,7 @@ class _State:
     elapsed: float = 0.0
     diverged_round: int | None = None
     failure: tuple[int, str] | None = None  # (round, message) of a hook that broke its contract
+    diverged_because: str | None = None  # why: weights or test loss not finite, or no finite report
 
 
 class Simulation:
@@ -279,25 +280,33 @@ class Simulation:
 
     def _round(self, w: torch.Tensor, t: int, state: _State):
         """One round (a generator: it yields for the clients' training, then returns the metrics
-        row and the next global model)."""
+        row and the next global model). Participants whose reports are not finite are left out of
+        the aggregation (``screen_reports``); the run diverges only when the global model (its
+        weights, or its evaluated test losses) is not finite, or when no participant of a round
+        could send a finite report from it."""
         cfg, attack = self.cfg, self.cfg.attack
         users = self.participants(t)
         sizes = [int(self.train_sizes[u]) for u in users]
         pre = (yield from self._losses(w, users)) if self.needs_pre_round_loss else None
         updates, train_losses = yield self._train_request(w, t, users)
-        reports = self._after_training(w, users, updates, train_losses)
         scales = torch.tensor([loss_scale(attack, u) for u in users], device=self.device)
         biases = torch.tensor([loss_bias(attack, u) for u in users], device=self.device)
         reported_total = self.aggregator.reported_loss(pre, sizes) * scales + biases if pre is not None else torch.full((len(users),), float("nan"), device=self.device)
-        ctx = RoundContext(t, cfg.rounds, users, reported_total, train_losses + biases, sizes, reports)
-        row: dict[str, float] = {"round": t + 1, "train_loss": float(train_losses.mean())}
+        reported_losses = [train_losses + biases] + ([reported_total] if pre is not None else [])
+        screened = screen_reports(users, updates, reported_losses, self.aggregator.uses_losses)
+        row: dict[str, float] = {"round": t + 1, "train_loss": finite_mean(train_losses), **screened.columns()}
+        if not screened.kept:  # no participant could report finitely from the global model
+            state.diverged_round, state.diverged_because = t + 1, "no participant sent a finite report"
+            row["eta"] = float("nan")
+            return row, w
+        updates, ctx = self._context(w, t, screened, updates, train_losses, biases, reported_total, sizes)
         try:
             w_next, info = self.hooks.aggregate(w, updates, ctx)
         except (FloatingPointError, ValueError, ArithmeticError):
             w_next, info = w.new_full(w.shape, float("nan")), {"eta": float("nan")}
         row["eta"] = info.get("eta", float("nan"))
-        if not (torch.isfinite(w_next).all() and math.isfinite(row["train_loss"])):
-            state.diverged_round = t + 1
+        if not torch.isfinite(w_next).all():
+            state.diverged_round, state.diverged_because = t + 1, "weights not finite"
             return row, w
         if cfg.track_improvement:
             post = yield from self._losses(w_next, users)
@@ -307,10 +316,25 @@ class Simulation:
         if t % cfg.eval_every == 0 or store_users:
             acc, loss, global_acc = yield EvalRequest(w_next, store_users)
             row.update(accuracy_stats(acc, self.test_sizes))
+            if not np.isfinite(loss).all():  # the global model's own loss: it has diverged
+                state.diverged_round, state.diverged_because = t + 1, "test loss not finite"
+                return row, w
             if store_users:
                 row.update(global_acc)
                 state.per_user_rows.append(pd.DataFrame({"round": t + 1, "user": np.arange(self.num_users), "n_test": self.test_sizes, "accuracy": acc, "loss": loss}))
         return row, w_next
+
+    def _context(self, w: torch.Tensor, t: int, screened: Screened, updates: torch.Tensor, train_losses: torch.Tensor,
+                 biases: torch.Tensor, reported_total: torch.Tensor, sizes: list[int]) -> tuple[torch.Tensor, RoundContext]:
+        """The updates and the RoundContext of the participants the aggregation uses (``screened.kept``),
+        after their ``after_training``; a participant left out keeps its client state."""
+        users, kept = screened.users, screened.kept
+        if len(kept) < len(users):  # only then copies: with every report finite, the round is unchanged
+            at = torch.tensor(kept, dtype=torch.long, device=self.device)
+            users, sizes, updates, reported_total = [users[i] for i in kept], [sizes[i] for i in kept], updates[at], reported_total[at]
+            train_losses, biases = train_losses[at], biases[at]
+        reports = self._after_training(w, users, updates, train_losses)
+        return updates, RoundContext(t, self.cfg.rounds, users, reported_total, train_losses + biases, sizes, reports)
 
     def _client_state(self, user: int, w: torch.Tensor) -> Any:
         if user not in self.client_states:
@@ -338,7 +362,7 @@ class Simulation:
     def _finish(self, w: torch.Tensor, state: _State) -> RunResult:
         cfg = self.cfg
         metrics = pd.DataFrame(state.rows)
-        for column in ("round", "eta", "train_loss", "improved_loss", "improved_acc", *STATISTICS):  # a run failed in round 1 has none
+        for column in ("round", "eta", "train_loss", *NONFINITE_COLUMNS, "improved_loss", "improved_acc", *STATISTICS):  # a run failed in round 1 has none
             if column not in metrics:
                 metrics[column] = np.nan
         per_user = pd.concat(state.per_user_rows, ignore_index=True) if state.per_user_rows else pd.DataFrame(columns=["round", "user", "n_test", "accuracy", "loss"])
@@ -348,6 +372,7 @@ class Simulation:
             "config": cfg.to_dict(),
             "status": "failed" if state.failure else "diverged" if diverged else "ok",
             "diverged_round": state.diverged_round,
+            "diverged_because": state.diverged_because,
             **({"failed_round": state.failure[0], "error": state.failure[1]} if state.failure else {}),
             "rounds_completed": completed,
             "runtime_s": round(state.elapsed, 3),
@@ -400,6 +425,44 @@ class Simulation:
             per_user_rows=payload["per_user_rows"],
             elapsed=payload["elapsed"],
         )
+
+
+NONFINITE_COLUMNS = ("nonfinite_updates", "nonfinite_losses", "nonfinite_users", "dropped")
+
+
+@dataclass
+class Screened:
+    """A round's participants sorted by what they reported (``screen_reports``)."""
+
+    users: list[int]  # the round's participants
+    kept: list[int]  # positions (into ``users``) of those the aggregation uses
+    bad_updates: list[int]  # users whose update has a NaN or Inf entry
+    bad_losses: list[int]  # users who reported a non-finite loss
+
+    def columns(self) -> dict[str, Any]:
+        """The round's metrics.csv columns: how many updates and losses were not finite, whose
+        (space-separated user ids, "" when none), and how many participants were left out."""
+        flagged = sorted(set(self.bad_updates) | set(self.bad_losses))
+        return {"nonfinite_updates": len(self.bad_updates), "nonfinite_losses": len(self.bad_losses),
+                "nonfinite_users": " ".join(map(str, flagged)), "dropped": len(self.users) - len(self.kept)}
+
+
+def screen_reports(users: list[int], updates: torch.Tensor, losses: list[torch.Tensor], uses_losses: bool) -> Screened:
+    """The one rule for non-finite reports, the same for every algorithm (docs/protocol-choices.md):
+    a participant is left out of the round's aggregation when its update has a NaN or Inf entry,
+    or when one of its reported ``losses`` (one tensor per kind of loss, a value per participant)
+    is not finite and the algorithm reads losses (``uses_losses``). Nothing is replaced by zeros."""
+    update_ok = torch.isfinite(updates).all(dim=1).tolist()
+    loss_ok = torch.isfinite(torch.stack(losses)).all(dim=0).tolist()
+    kept = [i for i in range(len(users)) if update_ok[i] and (loss_ok[i] or not uses_losses)]
+    return Screened(list(users), kept, [u for u, ok in zip(users, update_ok) if not ok], [u for u, ok in zip(users, loss_ok) if not ok])
+
+
+def finite_mean(values: torch.Tensor) -> float:
+    """The mean of the finite values (NaN when none is): the round's reported training loss leaves
+    out a participant whose loss is not finite (counted in ``nonfinite_losses``)."""
+    finite = torch.isfinite(values)
+    return float(values.mean() if bool(finite.all()) else values[finite].mean())
 
 
 def protocol_stats(per_user: pd.DataFrame, metrics: pd.DataFrame, per_user_every: int) -> dict[str, float] | None:

@@ -103,6 +103,7 @@ class ClaimSpec:
     params: list[float] = field(default_factory=list)  # their values of ``by`` (empty without by)
     by: str | None = None
     direction: str | None = None  # monotone: increasing | decreasing
+    spread_of: str | None = None  # a | b: that row's seed std widens the tolerance (close) or the margin (at_least)
 
     @property
     def is_series(self) -> bool:

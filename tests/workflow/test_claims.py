@@ -137,6 +137,38 @@ def test_close_and_identical(tmp_path):
     assert v["ident"] == "fails" and v["ident_loose"] == "holds"  # identical: never inconclusive
 
 
+def test_within_and_beyond_a_rows_seed_spread(tmp_path):
+    """spread_of: the tolerance (close) or margin (at_least) grows by that row's seed std (pp)."""
+    b = [0.80, 0.70, 0.90]  # std (ddof 0, as shown) 8.165 pp
+    v = verdict_of(tmp_path, {
+        "within": claim(compare="close", a="fedmgda_plus *", b="fedavg", spread_of="b"),
+        "within_too_far": claim(compare="close", a="fedmgda_plus *", b="fedavg"),
+        "beyond": claim(a="fedavg", b="fedmgda_plus *", spread_of="a"),
+        "beyond_margin": claim(a="fedavg", b="fedmgda_plus *", spread_of="a", margin=10.0),
+    }, {PLUS: [0.78, 0.73, 0.86], "fedavg": b})
+    assert v["within"] == "holds" and v["within_too_far"] == "fails"
+    assert v["beyond"] == "fails" and v["beyond_margin"] == "fails"
+    far = verdict_of(tmp_path / "far", {"beyond": claim(a="fedavg", b="fedmgda_plus *", spread_of="a")},
+                     {PLUS: [0.10, 0.10, 0.10], "fedavg": b})
+    assert far["beyond"] == "holds"
+    _, df, _ = setup(tmp_path / "text", {"w": claim(compare="close", spread_of="b")}, {PLUS: b, "fedavg": b})
+    assert "B's seed std" in df.iloc[0]["expected"]
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ({"spread_of": "c"}, "spread_of must be a or b"),
+    ({"compare": "identical", "spread_of": "a"}, "spread_of must be a or b"),
+    ({"b": 50, "spread_of": "b"}, "needs a row b"),
+])
+def test_spread_of_errors(bad, needle):
+    cfg = base_config({"bad": claim(**bad)})
+    with pytest.raises(ClaimError, match=needle):
+        parse_claims(cfg, expand(cfg))
+    one_seed = base_config({"bad": claim(spread_of="a")}, seeds=(1,))
+    with pytest.raises(ClaimError, match="at least two seeds"):
+        parse_claims(one_seed, expand(one_seed))
+
+
 def test_identical_series_across_attack_values(tmp_path):
     keys = [f"afl gamma_lambda=0.5 gamma_w=0.01 bias={b}" for b in (0, 1, 10)]
     same = {k: [0.7, 0.8, 0.9] for k in keys}
