@@ -62,7 +62,7 @@ def test_the_fairness_profile_runs_on_the_real_files(tmp_path):
     _raw_dir(wd)
     cmd = [sys.executable, "-m", "snakemake", "results/fmnist/tables/fmnist_core.md", "results/fmnist/claims.md",
            "--cores", "2", "--configfile", "config/fmnist.yaml",
-           "--config", "rounds=3", "seeds=[1]", "allow_download=false"]
+           "--config", "rounds=3", "seeds=[1]", "allow_download=false", "only=[fmnist_core]"]
     proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
     table = pd.read_csv(wd / "results/fmnist/tables/fmnist_core.csv")
