@@ -10,7 +10,8 @@ work is the same whichever path trains; the package evaluates each run once afte
 round, which its time includes). The plain loop is what a researcher writes first: one
 ``nn.Module`` per client copied from the global model, ``torch.optim.SGD``, a loop over batches of
 10, the mean of the updates. The package's path is ``fedmgda.scheduler.run_packed`` over K
-``Simulation``s: every round's clients of all K runs trained as one vmap-ed step per minibatch.
+``Simulation``s: every round's clients of all K runs trained as one vmap-ed step per minibatch;
+its reference path (``batched: false``: each run alone, its clients one after another) is timed too.
 It prints run-rounds per second of each and their ratio (the goal of issue 26: at least 2x on 2
 cores). Results go to docs/performance.md with the command. The real files must be in
 ``--raw-dir``/fmnist/ (without them it says so and exits).
@@ -31,9 +32,9 @@ from fedmgda.scheduler import run_packed
 from fedmgda.simulator import Simulation
 
 
-def configs(runs: int, rounds: int, raw_dir: str) -> list[RunConfig]:
+def configs(runs: int, rounds: int, raw_dir: str, batched: bool = True) -> list[RunConfig]:
     base = dict(dataset="fmnist", algorithm="fedavg", partition="shards", raw_dir=raw_dir, batch_size=10,
-                local_lr=0.01, momentum=0.5, participation=0.1, rounds=rounds, device="cpu",
+                local_lr=0.01, momentum=0.5, participation=0.1, rounds=rounds, device="cpu", batched=batched,
                 eval_every=10**6, per_user_every=10**6, track_improvement=False, checkpoint_every=0)
     return [RunConfig.from_dict({**base, "seed": seed}) for seed in range(1, runs + 1)]
 
@@ -83,11 +84,16 @@ def main() -> None:
     start = time.perf_counter()
     run_packed(sims, [None] * len(sims))
     packed = time.perf_counter() - start
+    start = time.perf_counter()
+    for sim in [Simulation(cfg) for cfg in configs(args.runs, args.rounds, args.raw_dir, batched=False)]:
+        run_packed([sim], [None])
+    sequential = time.perf_counter() - start
     print(f"F-MNIST CNN, real files, {args.runs} FedAvg runs x {args.rounds} rounds, {args.threads} thread(s), "
           f"torch {torch.__version__}, training and aggregation only")
     print(f"plain PyTorch loop (nn.Module + torch.optim.SGD, batch 10): {run_rounds / plain:.3f} run-rounds/s ({plain:.1f} s)")
     print(f"package, {args.runs} runs packed (run_packed):             {run_rounds / packed:.3f} run-rounds/s ({packed:.1f} s)")
-    print(f"ratio packed / plain: {plain / packed:.2f}x")
+    print(f"package, one run after another, clients one by one (batched: false): {run_rounds / sequential:.3f} run-rounds/s ({sequential:.1f} s)")
+    print(f"ratio packed / plain: {plain / packed:.2f}x; one by one / plain: {plain / sequential:.2f}x")
 
 
 if __name__ == "__main__":
