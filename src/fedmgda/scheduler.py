@@ -263,9 +263,11 @@ class Scheduler:
             try:
                 states = stack_states([request.states[k] for k in ks])
                 return self.train_together([sim] * len(ks), [request] * len(ks), ks, term=request.local_term, states=states)
-            except (ValueError, TypeError, RuntimeError, NotImplementedError) as error:
+            except (ValueError, TypeError, RuntimeError, NotImplementedError, PluginError) as error:
                 # nothing was changed yet: the reference path trains the same clients from scratch
-                refuse_vmap(sim.cfg.algorithm, f"{type(error).__name__}: {str(error).strip().splitlines()[0]}")
+                # (a term that breaks its contract there too fails its run, fedmgda.contract)
+                cause = error.__cause__ if isinstance(error, PluginError) and error.__cause__ else error
+                refuse_vmap(sim.cfg.algorithm, f"{type(cause).__name__}: {str(cause).strip().splitlines()[0]}")
         return [train_one(sim, request, k) for k in ks]
 
     def train_together(self, sims: list[Simulation], requests: list[TrainRequest], ks: list[int], term=None, states=None) -> list[ClientResult]:
