@@ -14,6 +14,10 @@ import pandas as pd
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+# the real Fashion-MNIST files: Debian's dataset-fashion-mnist, or FEDMGDA_FMNIST_DIR
+FMNIST = Path(os.environ.get("FEDMGDA_FMNIST_DIR", "/usr/share/datasets/fashion-mnist"))
+FMNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
 
 
 def write_run(root: Path, key: str, accs: list[float], *, rounds: int = 10, status: str = "ok",

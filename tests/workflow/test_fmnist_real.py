@@ -10,7 +10,6 @@ README's command runs them (the full 200-round study: docs/fmnist-fairness.md).
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -22,11 +21,9 @@ import torch
 
 from fedmgda.data import load_federated
 
-from .conftest import copy_workflow
+from .conftest import FMNIST, FMNIST_FILES, copy_workflow
 
-FMNIST = Path(os.environ.get("FEDMGDA_FMNIST_DIR", "/usr/share/datasets/fashion-mnist"))
-FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-         "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+FILES = FMNIST_FILES
 MISSING = "" if all((FMNIST / f).is_file() for f in FILES) else (
     f"the real Fashion-MNIST files are not in {FMNIST} (set FEDMGDA_FMNIST_DIR, or "
     "`apt-get install dataset-fashion-mnist` on Debian/Ubuntu)")

@@ -27,13 +27,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from .conftest import REPO, copy_workflow
+from .conftest import FMNIST, FMNIST_FILES, REPO, copy_workflow
 
 ADULT = Path(os.environ.get("FEDMGDA_ADULT_DIR", REPO.parent / "shared/data/adult"))
-FMNIST = Path(os.environ.get("FEDMGDA_FMNIST_DIR", "/usr/share/datasets/fashion-mnist"))
 ADULT_FILES = ("adult.data", "adult.test")
-FMNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-                "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
 ROUNDS = int(os.environ.get("FEDMGDA_QFFL_ROUNDS", "20"))
 FULL = os.environ.get("FEDMGDA_QFFL_FULL") == "1"
 # cells outside the band under the readings of the authors' code (measured 2026-11-23, seeds 1-5);
