@@ -325,7 +325,7 @@ class Simulation:
         users = self.participants(t)
         sizes = [int(self.train_sizes[u]) for u in users]
         pre = (yield from self._losses(w, users)) if self.needs_pre_round_loss else None
-        scales = [loss_scale(attack, u) for u in users]
+        scales = [loss_scale(attack, u) for u in users]  # on the objective it trains and on the loss it reports
         updates, train_losses = yield self._train_request(w, t, users, scales)
         biases = torch.tensor([loss_bias(attack, u) for u in users], device=self.device)
         reported_total = self.aggregator.reported_loss(pre, sizes) * torch.tensor(scales, device=self.device) + biases if pre is not None else torch.full((len(users),), float("nan"), device=self.device)
