@@ -105,7 +105,7 @@ def main() -> None:
             seconds, (sim,) = timed([cfg], data, model_name, reference)
             for column in COLUMNS:
                 times[label][column].append(seconds[column] / args.rounds)
-            paths[label] = "reference (as before: vmap_local_term = False)" if reference else training_path(sim)
+            paths[label] = "reference (as before: vmap_local_term = False)" if reference else training_path(sim.inputs)
     median = {label: {column: statistics.median(values) for column, values in by_column.items()} for label, by_column in times.items()}
     print(f"{'algorithm':16} " + " ".join(f"{column + ' s/round':>20} {'x FedAvg':>8}" for column in COLUMNS) + "  clients' path")
     for label, row in median.items():

@@ -99,7 +99,9 @@ def packed_rounds(setting: Setting, data: FederatedDataset, batched: bool, devic
     """``pack`` runs of the setting (seeds 1..pack), their start models, and a function that
     trains one round of all of them, packed (the real simulator's round, less per-user evaluation)."""
     sims = [Simulation(bench_config(setting, device, batched, seed), data=data, model_name=DATASET_SPECS[setting.dataset].model) for seed in range(1, pack + 1)]
-    scheduler = Scheduler(sims)  # checks that the runs can be packed
+    scheduler = Scheduler([sim.inputs for sim in sims])  # checks that the runs can be packed
+    for sim in sims[1:]:
+        sim.share_samples(sims[0])  # as run_packed: one copy of the samples
     states = [_State() for _ in sims]
     ws = [sim.model.initial_vector().to(sim.device) for sim in sims]
 
@@ -108,7 +110,7 @@ def packed_rounds(setting: Setting, data: FederatedDataset, batched: bool, devic
         pending = {i: next(step) for i, step in enumerate(steps)}
         while pending:  # training and participant-loss requests, until the round's end
             order = list(pending)
-            for i, answer in zip(order, scheduler.serve([sims[i] for i in order], [pending[i] for i in order])):
+            for i, answer in zip(order, scheduler.serve([pending[i] for i in order])):
                 try:
                     pending[i] = steps[i].send(answer)
                 except StopIteration:  # the round's end: metrics row, next model
@@ -132,7 +134,7 @@ def time_rounds(setting: Setting, data: FederatedDataset, batched: bool, rounds:
         sync(sims[0].device)
         times.append(time.perf_counter() - start)
     start = time.perf_counter()
-    sims[0].evaluate_users(ws[0])
+    sims[0].inputs.evaluate_users(ws[0])
     sync(sims[0].device)
     return statistics.median(times), time.perf_counter() - start
 

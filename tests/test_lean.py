@@ -97,8 +97,8 @@ def test_models_that_are_not_linear_softmax_keep_the_autograd_step():
         assert not LinearSoftmaxSteps.eligible(flat)
     assert LinearSoftmaxSteps.eligible(FlatModel(build_model("logreg", (99,), 2)))
     data = make_toy_federated()  # the scheduler chooses the analytic step for a linear model only
-    assert Scheduler([Simulation(toy_config(), data=data, model_name="mlp_digits")]).analytic is None
-    assert Scheduler([Simulation(toy_config(), data=data, model_name="logreg")]).analytic is not None
+    assert Scheduler([Simulation(toy_config(), data=data, model_name="mlp_digits").inputs]).analytic is None
+    assert Scheduler([Simulation(toy_config(), data=data, model_name="logreg").inputs]).analytic is not None
 
 
 @pytest.mark.parametrize("classes,dim", [(2, 10), (3, 10), (2, 3)])  # dim 3, binarised: many equal samples

@@ -148,8 +148,8 @@ def inject(monkeypatch, poison):
     report in round t (0-based)."""
     original = Scheduler.train
 
-    def train(self, sims, requests):
-        answers = original(self, sims, requests)
+    def train(self, requests):
+        answers = original(self, requests)
         spoiled = []
         for request, (updates, losses) in zip(requests, answers):
             if request.t in poison and poison[request.t][0] in request.users:

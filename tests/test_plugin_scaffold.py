@@ -43,7 +43,7 @@ def test_control_variates_follow_option_ii():
     fedavg = Simulation(toy_config(algorithm="fedavg", momentum=0.0, rounds=1, participation=1.0, batch_size=5, batched=False), data=data, model_name="logreg")
     updates = []
     for u in range(4):  # each client's update, trained as in the run (the same minibatch order)
-        updates.append(Scheduler([fedavg]).serve([fedavg], [TrainRequest(start, 0, [u])])[0][0][0])
+        updates.append(Scheduler([fedavg.inputs]).serve([TrainRequest(fedavg.inputs, start, 0, [u], [(fedavg.cfg.seed, 0, u)], [1.0])])[0][0][0])
     assert torch.allclose(states, -torch.stack(updates) / (steps * 0.1), atol=1e-5)
     assert torch.allclose(sim.aggregator.c, states.mean(dim=0), atol=1e-6)
 
@@ -56,10 +56,10 @@ def test_resume_from_a_checkpoint_is_exact(tmp_path):
     uninterrupted = run(cfg, data=data, model_name="logreg")
     out = tmp_path / "run"
     sim = Simulation(cfg, data=data, model_name="logreg")
-    steps, scheduler_ = sim.steps(out), Scheduler([sim])
+    steps, scheduler_ = sim.steps(out), Scheduler([sim.inputs])
     request = next(steps)
     while not (out / CHECKPOINT).exists():
-        request = steps.send(scheduler_.serve([sim], [request])[0])
+        request = steps.send(scheduler_.serve([request])[0])
     steps.close()  # stopped after round 3, its checkpoint on disk
     resumed = run(cfg, out, data=data, model_name="logreg")
     assert torch.equal(resumed.final_weights, uninterrupted.final_weights)
@@ -75,9 +75,9 @@ def test_scaffold_trains_on_the_batched_path_and_no_fallback_is_said(monkeypatch
     data = make_toy_federated()
     sim = Simulation(scaffold(), data=data, model_name="logreg")
     run_packed([sim], [None])
-    assert batched_training(sim) and training_path(sim) == "batched, local_term vmap-ed"
+    assert batched_training(sim.inputs) and training_path(sim.inputs) == "batched, local_term vmap-ed"
     assert "not vmap-ed" not in capsys.readouterr().out
-    assert not batched_training(Simulation(scaffold(batched=False), data=data, model_name="logreg"))
+    assert not batched_training(Simulation(scaffold(batched=False), data=data, model_name="logreg").inputs)
 
 
 def test_scaffold_rejects_momentum():

@@ -99,7 +99,7 @@ def test_the_batched_run_equals_the_reference_run(algorithm, model, monkeypatch)
         assert (state is None and batched.client_states[user] is None) or torch.allclose(state, batched.client_states[user], atol=1e-5)
     assert algorithm["algorithm"] not in ("scaffold", "feddyn") or len(reference.client_states) > 2
     if batched.aggregator.has_local_term():
-        assert training_path(batched) == "batched, local_term vmap-ed"
+        assert training_path(batched.inputs) == "batched, local_term vmap-ed"
         assert any(term is not None for term in calls)
 
 
@@ -141,7 +141,7 @@ def test_a_term_that_cannot_be_vmapped_falls_back_and_says_why(plugin, reason, m
     batched = [run(config(algorithm, seed=seed, participation=1.0), data=data, model_name="mlp_digits") for seed in (1, 2)]
     lines = [line for line in capsys.readouterr().out.splitlines() if "its local_term is not vmap-ed" in line]
     assert len(lines) == 1 and re.search(reason, lines[0]), lines
-    assert training_path(Simulation(config(algorithm), data=data, model_name="mlp_digits")).startswith("reference (")
+    assert training_path(Simulation(config(algorithm), data=data, model_name="mlp_digits").inputs).startswith("reference (")
     reference = run(config(algorithm, seed=2, participation=1.0, batched=False), data=data, model_name="mlp_digits")
     assert torch.equal(batched[1].final_weights, reference.final_weights)
 

@@ -87,11 +87,11 @@ def test_train_mean_f_is_the_mean_per_sample_loss_in_the_reference_and_packed_pa
     expected = torch.stack([F.nll_loss(sim.model(w, data.x[data.train_idx[u]]), data.y[data.train_idx[u]]) for u in users])
     sizes = [len(data.train_idx[u]) for u in users]
     reported = sim.aggregator.reported_loss  # F_i as q-FedAvg reads it from the participants' stats
-    reference = reported(sim.participant_losses(w, users), sizes)
-    packed = reported(Scheduler([sim]).linear_participant_losses([sim], [w], users)[0], sizes)
+    reference = reported(sim.inputs.participant_losses(w, users), sizes)
+    packed = reported(Scheduler([sim.inputs]).linear_participant_losses(sim.inputs, [w], users)[0], sizes)
     assert torch.allclose(reference, expected, atol=1e-6) and torch.allclose(packed, expected, atol=1e-6)
     other = simulation(algorithm="qfedavg", batched=batched, batch_size=5)
-    batch_sum = other.aggregator.reported_loss(other.participant_losses(w, users), sizes)
+    batch_sum = other.aggregator.reported_loss(other.inputs.participant_losses(w, users), sizes)
     assert not torch.allclose(batch_sum, expected)  # users 0 and 4 have several batches of 5
 
 

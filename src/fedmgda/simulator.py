@@ -13,6 +13,10 @@ run is a generator (``Simulation.steps``) that yields a typed request (``TrainRe
 losses evaluated or its model evaluated; it computes nothing of that itself. The scheduler
 (``fedmgda.scheduler``: ``run``, ``run_packed``) drives one or several runs and answers their
 requests, choosing the reference path (``fedmgda.client``) or a fast path (``fedmgda.fastpaths``).
+A request carries all its inputs: the run's ``RunInputs`` (built once: model and local training,
+samples, partition digest, local term) and, for training, each participant's seed key
+(seed, t, i), loss scale (an attack's, computed here only) and client state; the scheduler reads
+nothing else of the run.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +54,6 @@ from fedmgda.models import build_model
 from fedmgda.results import PER_USER, PER_USER_FINAL, protocol_round
 
 CHECKPOINT = "checkpoint.pt"
-
-
-def derived_seed(*keys: int) -> int:
-    """A 63-bit seed determined by ``keys`` (e.g. run seed, round, user)."""
-    return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(2, dtype=np.uint32).astype(np.uint64) @ np.array([1 << 31, 1], dtype=np.uint64))
 
 
 def resolve_device(name: str) -> torch.device:
@@ -84,32 +83,88 @@ class RunResult:
     final_users: pd.DataFrame | None = None  # every user's test accuracy and loss under it (None: diverged)
 
 
-@dataclass
+@dataclass(frozen=True)
+class RunInputs:
+    """What a run's requests are computed from, the same all run long (``Simulation.inputs``, in
+    every request): its model and local training, its samples on its device, how its clients may
+    train. Runs with equal ``partition`` have equal train and test splits: the scheduler computes
+    their participants' losses and their evaluations together."""
+
+    name: str  # dataset/algorithm/seed (messages)
+    algorithm: str  # a local term's fall-back to the reference path holds per algorithm
+    device: torch.device
+    trainer: LocalTrainer  # the model and the local hyper-parameters
+    data: FederatedDataset  # the pooled samples and the users' splits, on the device
+    train_idx_cpu: list[torch.Tensor]  # each user's train indices on the CPU (the batched path plans minibatches there)
+    partition: str  # a digest of the train and test splits
+    test_x: torch.Tensor  # every user's test samples, pooled, and the user owning each
+    test_y: torch.Tensor
+    test_owner: torch.Tensor
+    batched: bool  # the config's ``batched`` and ``cuda_graphs``
+    cuda_graphs: bool
+    local_term: Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor] | None  # term(w, w_start, state): the algorithm's (checked), or None
+    vmap_local_term: bool  # False: the algorithm declares that its term cannot be vmap-ed
+
+    def participant_losses(self, w: torch.Tensor, users: list[int]) -> dict[str, torch.Tensor]:
+        """Loss and accuracy of ``w`` on each participant's train split (eval mode), evaluated
+        in one pass over the participants' pooled samples.
+
+        ``loss``: mean per-sample loss; ``total``: the sum of minibatch means (``participant_stats``)."""
+        idx = [self.data.train_idx[user] for user in users]
+        pooled = torch.cat(idx)
+        per_sample, correct = evaluate_samples(self.trainer.model, w, self.data.x[pooled], self.data.y[pooled])
+        return participant_stats(per_sample, correct, [len(i) for i in idx], self.trainer.hparams.batch_size)
+
+    def evaluate_users(self, w: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """Every user's test accuracy and mean test loss under ``w``."""
+        per_sample, correct = evaluate_samples(self.trainer.model, w, self.test_x, self.test_y)
+        acc = per_owner_mean(correct, self.test_owner, self.data.num_users)
+        loss = per_owner_mean(per_sample, self.test_owner, self.data.num_users)
+        return acc.cpu().numpy(), loss.cpu().numpy()
+
+    def evaluate_global(self, w: torch.Tensor) -> dict[str, float]:
+        out = {}
+        for name, (x, y) in self.data.global_test.items():
+            out[f"test_acc_{name}"] = float(evaluate_samples(self.trainer.model, w, x, y)[1].mean())
+        return out
+
+    def evaluate(self, w: torch.Tensor, with_global: bool) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+        """``evaluate_users`` and, with ``with_global``, ``evaluate_global`` (else {})."""
+        acc, loss = self.evaluate_users(w)
+        return acc, loss, self.evaluate_global(w) if with_global else {}
+
+
+@dataclass(frozen=True)
 class TrainRequest:
     """A run asks for round ``t``'s local training of ``users`` from ``w`` and is sent back their
-    (updates, reported mean local losses). ``local_term``: the term of the local objective,
-    ``term(w, w_start, state)`` (the algorithm's ``local_term``), or None; ``states``: each
-    participant's state (``client_state``), in ``users`` order, when there is a term."""
+    (updates, reported mean local losses). Per participant, in ``users`` order: ``seed_keys``,
+    what its minibatch order and dropout masks derive from (run seed, round, user);
+    ``loss_scales``, the factor on its objective (``fedmgda.attacks.loss_scale``); ``states``, its
+    state (``client_state``) when the run's algorithm has a local term (``run.local_term``), else None."""
 
+    run: RunInputs
     w: torch.Tensor
     t: int
     users: list[int]
-    local_term: Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor] | None = None
+    seed_keys: list[tuple[int, int, int]]
+    loss_scales: list[float]
     states: list[Any] | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class LossRequest:
-    """A run asks for ``participant_losses(w, users)``."""
+    """A run asks for ``run.participant_losses(w, users)``."""
 
+    run: RunInputs
     w: torch.Tensor
     users: list[int]
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvalRequest:
-    """A run asks for ``evaluate(w, with_global)`` (its evaluation rounds)."""
+    """A run asks for ``run.evaluate(w, with_global)`` (its evaluation rounds)."""
 
+    run: RunInputs
     w: torch.Tensor
     with_global: bool
 
@@ -144,7 +199,6 @@ class Simulation:
             data, model_name = load_dataset(cfg)
         if model_name is None:
             raise ConfigError("model_name is required when a dataset is injected")
-        self.train_idx_cpu = [i.cpu() for i in data.train_idx]  # the batched path plans minibatches on the CPU
         self.train_sizes = np.array(data.train_sizes())
         self.data = data.to(self.device)
         self.num_users = data.num_users
@@ -168,15 +222,26 @@ class Simulation:
         self.rounds_started = self.rounds_done = 0  # in this process (for progress lines)
         self.mean_acc = math.nan  # the latest evaluated mean user accuracy
         self._last_losses: tuple | None = None  # (w, its version, users, losses): round t's post is round t+1's pre
-        # runs whose partitions (train and test) match can have their participant losses and
-        # their evaluations computed together
-        self.partition_key = hashlib.sha1(b"".join(i.numpy().tobytes() + b"|" for i in [*self.train_idx_cpu, *(i.cpu() for i in data.test_idx)])).hexdigest()
-
-        test_idx = self.data.test_idx
-        self.test_owner = torch.cat([torch.full((len(i),), u, device=self.device) for u, i in enumerate(test_idx)])
         self.test_sizes = np.array(data.test_sizes())
-        self.test_x = self.data.x[torch.cat(test_idx)]
-        self.test_y = self.data.y[torch.cat(test_idx)]
+        self.inputs = self._run_inputs()
+
+    def _run_inputs(self) -> RunInputs:
+        """What this run's requests carry (``RunInputs``), built once."""
+        cfg, data = self.cfg, self.data
+        train_idx_cpu = [i.cpu() for i in data.train_idx]
+        partition = hashlib.sha1(b"".join(i.numpy().tobytes() + b"|" for i in [*train_idx_cpu, *(i.cpu() for i in data.test_idx)])).hexdigest()
+        test_owner = torch.cat([torch.full((len(i),), u, device=self.device) for u, i in enumerate(data.test_idx)])
+        test_idx = torch.cat(data.test_idx)
+        local_term = self.hooks.local_term if self.aggregator.has_local_term() else None
+        return RunInputs(f"{cfg.dataset}/{cfg.algorithm}/seed{cfg.seed}", cfg.algorithm, self.device, self.trainer, data,
+                         train_idx_cpu, partition, data.x[test_idx], data.y[test_idx], test_owner, cfg.batched,
+                         cfg.cuda_graphs, local_term, type(self.aggregator).vmap_local_term)
+
+    def share_samples(self, lead: Simulation) -> None:
+        """Train and evaluate on ``lead``'s copy of the pooled samples, equal to this run's (a pack,
+        ``fedmgda.scheduler.check_packable``, then holds one copy)."""
+        self.data = replace(self.data, x=lead.data.x, y=lead.data.y)
+        self.inputs = replace(self.inputs, data=self.data)
 
     # ------------------------------------------------------------------ sampling and clients
     def participants(self, t: int) -> list[int]:
@@ -191,50 +256,22 @@ class Simulation:
             chosen = force_attacker(chosen, self.cfg.attack.user)
         return chosen
 
-    def participant_losses(self, w: torch.Tensor, users: list[int]) -> dict[str, torch.Tensor]:
-        """Loss and accuracy of ``w`` on each participant's train split (eval mode), evaluated
-        in one pass over the participants' pooled samples.
-
-        ``loss``: mean per-sample loss; ``total``: the sum of minibatch means (``participant_stats``)."""
-        idx = [self.data.train_idx[user] for user in users]
-        pooled = torch.cat(idx)
-        per_sample, correct = evaluate_samples(self.model, w, self.data.x[pooled], self.data.y[pooled])
-        return participant_stats(per_sample, correct, [len(i) for i in idx], self.local.batch_size)
-
     def _losses(self, w: torch.Tensor, users: list[int]):
         """``participant_losses(w, users)`` asked of the driver (a generator), remembered once:
         with full participation, the post-round losses are the next round's pre-round losses."""
         last = self._last_losses
         if last is not None and last[0] is w and last[1] == w._version and last[2] == users:
             return last[3]
-        losses = yield LossRequest(w, users)
+        losses = yield LossRequest(self.inputs, w, users)
         self._last_losses = (w, w._version, list(users), losses)
         return losses
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate_users(self, w: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        """Every user's test accuracy and mean test loss under ``w``."""
-        per_sample, correct = evaluate_samples(self.model, w, self.test_x, self.test_y)
-        acc = per_owner_mean(correct, self.test_owner, self.num_users)
-        loss = per_owner_mean(per_sample, self.test_owner, self.num_users)
-        return acc.cpu().numpy(), loss.cpu().numpy()
-
-    def evaluate_global(self, w: torch.Tensor) -> dict[str, float]:
-        out = {}
-        for name, (x, y) in self.data.global_test.items():
-            out[f"test_acc_{name}"] = float(evaluate_samples(self.model, w, x, y)[1].mean())
-        return out
-
-    def evaluate(self, w: torch.Tensor, with_global: bool) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
-        """``evaluate_users`` and, with ``with_global``, ``evaluate_global`` (else {})."""
-        acc, loss = self.evaluate_users(w)
-        return acc, loss, self.evaluate_global(w) if with_global else {}
-
     def model_stats(self, w: torch.Tensor) -> tuple[dict[str, float], pd.DataFrame]:
         """The statistics of model ``w`` and its per-user vector (what per_user_final.csv stores)."""
-        acc, loss = self.evaluate_users(w)
+        acc, loss = self.inputs.evaluate_users(w)
         users = pd.DataFrame({"user": np.arange(self.num_users), "n_test": self.test_sizes, "accuracy": acc, "loss": loss})
-        return {**accuracy_stats(acc, self.test_sizes), **self.evaluate_global(w)}, users
+        return {**accuracy_stats(acc, self.test_sizes), **self.inputs.evaluate_global(w)}, users
 
     # ------------------------------------------------------------------ the run
     def steps(self, out_dir: str | Path | None = None):
@@ -288,10 +325,10 @@ class Simulation:
         users = self.participants(t)
         sizes = [int(self.train_sizes[u]) for u in users]
         pre = (yield from self._losses(w, users)) if self.needs_pre_round_loss else None
-        updates, train_losses = yield self._train_request(w, t, users)
-        scales = torch.tensor([loss_scale(attack, u) for u in users], device=self.device)
+        scales = [loss_scale(attack, u) for u in users]  # on the objective it trains and on the loss it reports
+        updates, train_losses = yield self._train_request(w, t, users, scales)
         biases = torch.tensor([loss_bias(attack, u) for u in users], device=self.device)
-        reported_total = self.aggregator.reported_loss(pre, sizes) * scales + biases if pre is not None else torch.full((len(users),), float("nan"), device=self.device)
+        reported_total = self.aggregator.reported_loss(pre, sizes) * torch.tensor(scales, device=self.device) + biases if pre is not None else torch.full((len(users),), float("nan"), device=self.device)
         reported_losses = [train_losses + biases] + ([reported_total] if pre is not None else [])
         screened = screen_reports(users, updates, reported_losses, self.aggregator.uses_losses)
         row: dict[str, float] = {"round": t + 1, "train_loss": finite_mean(train_losses), **screened.columns()}
@@ -314,7 +351,7 @@ class Simulation:
             row["improved_acc"] = improved_fraction(pre["acc"], post["acc"], higher_is_better=True)
         store_users = t % cfg.per_user_every == 0 or t == cfg.rounds - 1
         if t % cfg.eval_every == 0 or store_users:
-            acc, loss, global_acc = yield EvalRequest(w_next, store_users)
+            acc, loss, global_acc = yield EvalRequest(self.inputs, w_next, store_users)
             row.update(accuracy_stats(acc, self.test_sizes))
             if not np.isfinite(loss).all():  # the global model's own loss: it has diverged
                 state.diverged_round, state.diverged_because = t + 1, "test loss not finite"
@@ -341,11 +378,10 @@ class Simulation:
             self.client_states[user] = self.hooks.client_state(user, w)
         return self.client_states[user]
 
-    def _train_request(self, w: torch.Tensor, t: int, users: list[int]) -> TrainRequest:
-        """Round t's training request, with each participant's local term if the algorithm has one."""
-        if not self.aggregator.has_local_term():
-            return TrainRequest(w, t, users)
-        return TrainRequest(w, t, users, self.hooks.local_term, [self._client_state(u, w) for u in users])
+    def _train_request(self, w: torch.Tensor, t: int, users: list[int], loss_scales: list[float]) -> TrainRequest:
+        """Round t's training request, with each participant's state if the algorithm has a local term."""
+        states = [self._client_state(u, w) for u in users] if self.inputs.local_term is not None else None
+        return TrainRequest(self.inputs, w, t, users, [(self.cfg.seed, t, u) for u in users], loss_scales, states)
 
     def _after_training(self, w: torch.Tensor, users: list[int], updates: torch.Tensor, train_losses: torch.Tensor) -> list[Any]:
         """Each participant's ``after_training``: its new state (kept) and its report (returned)."""
