@@ -1,5 +1,4 @@
-"""FedAvg-n: FedAvg on normalised updates with a server step (docs/protocol.md §4.2, §4.5;
-FedMGDA+ paper §6 baseline):
+"""FedAvg-n: FedAvg on normalised updates with a server step (docs/protocol.md §4.2, §4.5):
 
     w <- w + eta_t (1/n) sum_i u_i / ||u_i||,    eta_t = eta * beta^floor(t/100)
 

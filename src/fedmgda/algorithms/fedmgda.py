@@ -1,5 +1,5 @@
 """FedMGDA (vanilla): the min-norm point of the convex hull of the raw updates
-(docs/protocol.md §4.3, §4.5; FedMGDA+ paper eq. (25), Algorithm 1 without normalisation):
+(docs/protocol.md §4.3, §4.5, §8.15; FedMGDA+ paper §6.2.1, eq. (25)):
 
     lambda = argmin ||sum_i lambda_i u_i||^2  over the simplex within epsilon of lambda0
     w <- w + sum_i lambda_i u_i

@@ -1,5 +1,5 @@
-"""MGDA-Prox: FedMGDA+ with FedProx's proximal term in the clients' loss (FedMGDA+ paper §6;
-docs/protocol.md §3.4, §4.5):
+"""MGDA-Prox: FedMGDA+ with FedProx's proximal term in the clients' loss
+(docs/protocol.md §3.4, §4.2, §4.5):
 
     client: minimise F_i(w) + mu ||w - w_t||^2  (no 1/2, ``main/update.py:L87-93``)
     server: FedMGDA+'s rule (``fedmgda.algorithms.fedmgda_plus``): d_i = u_i / ||u_i||,
