@@ -122,7 +122,7 @@ def describe(cls: Any, plugin: str | None = None) -> AlgorithmInfo:
         **{flag: bool(getattr(cls, flag)) for flag in _FLAGS})
 
 
-# The built-in algorithms, in the order tables and docs list them: one module each (docs/plugins.md)
+# The built-in algorithms (in the order config/README.md lists them), one module each (docs/plugins.md §5)
 BUILTIN_CLASSES: tuple[type[Algorithm], ...] = (
     fedavg.FedAvg, fedavg_n.FedAvgN, fedprox.FedProx, qfedavg.QFedAvg, afl.AFL,
     fedmgda.FedMGDA, fedmgda_plus.FedMGDAPlus, mgda_prox.MGDAProx,
