@@ -59,7 +59,7 @@ def test_fedmgda_plus_uses_the_min_norm_weights_of_normalised_updates(updates):
 
 def test_fedmgda_vanilla_uses_raw_updates(updates):
     agg = make_aggregator("fedmgda", {}, 100, 10)
-    assert agg.normalize is False and agg.epsilon == 1.0 and agg.eta == 1.0 and agg.beta == 1.0
+    assert agg.normalised_updates is False and agg.epsilon == 1.0 and agg.eta == 1.0 and agg.beta == 1.0
     new, info = agg.aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5))
     lam = min_norm_weights((updates @ updates.T).numpy(), 1.0)
     assert torch.allclose(new, torch.as_tensor(lam) @ updates)
@@ -67,7 +67,7 @@ def test_fedmgda_vanilla_uses_raw_updates(updates):
 
 def test_mgda_prox_defaults():
     agg = make_aggregator("mgda_prox", {"eta": 1.0, "decay": 0.1}, 2000, 100)
-    assert get_algorithm("mgda_prox").prox_mu({}) == 0.1 and agg.normalize and agg.epsilon == 1.0
+    assert get_algorithm("mgda_prox").prox_mu({}) == 0.1 and agg.normalised_updates and agg.epsilon == 1.0
 
 
 def test_decay_schedule_is_the_papers_total_factor_applied_per_100_rounds():

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from fedmgda import catalog
-from fedmgda.aggregators import Aggregator, make_aggregator
-from fedmgda.catalog import BUILTIN_ALGORITHMS, DATASETS, PARTITIONS, import_object
+from fedmgda.algorithms import Algorithm
+from fedmgda.catalog import BUILTIN_ALGORITHMS, DATASETS, PARTITIONS, make_algorithm
 from fedmgda.schema import SCHEMA_PATH
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,8 +39,8 @@ def test_dataset_registry_is_the_catalog():
 @pytest.mark.parametrize("name", list(BUILTIN_ALGORITHMS))
 def test_every_builtin_builds_and_its_flags_match_its_hparams(name):
     info = BUILTIN_ALGORITHMS[name]
-    assert issubclass(import_object(info.aggregator), Aggregator)
-    make_aggregator(name, {}, rounds=100, num_users=4)  # the declared defaults are valid
+    assert issubclass(info.cls, Algorithm) and info.cls.name == name
+    assert isinstance(make_algorithm(name, {}, rounds=100, num_users=4), info.cls)  # the declared defaults are valid
     assert info.proximal == ("mu" in info.hparams)
     assert info.min_norm_qp == ("epsilon" in info.hparams)
     assert set(info.implied) <= set(info.hparams) and info.display and info.summary

@@ -41,7 +41,7 @@ def test_fedavgm_with_zero_momentum_is_fedavg_and_momentum_changes_it():
     ("examples/nothere.py:X", "no file"),
     (f"{REPO}/examples/fedavgm.py:Nope", "has no Nope"),
     (f"{REPO}/examples/fedavgm.py:HParam", "not a subclass"),
-    ("fedmgda.aggregators:QFedAvg", "declare its name"),
+    ("fedmgda.aggregators:WeightedUpdates", "declare its name"),  # the averaging rules' nameless base
     ("no_such_module_xyz:Thing", "cannot import"),
     ("just-a-name", "expected path/to/file.py:Class"),
 ])

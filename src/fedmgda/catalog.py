@@ -4,59 +4,52 @@ The registry (``fedmgda.experiments``), the config checks, the simulator, the da
 (``fedmgda.data.registry``, which adds loaders and raw files) and the Snakefile's wildcard
 constraints all ask this module. It imports no torch, so the Snakefile parses fast.
 
-Algorithms are the paper's eight (docs/protocol.md §4) plus any plug-in aggregators a config names
-under ``plugins`` (docs/plugins.md): a plug-in is a subclass of ``fedmgda.aggregators.Aggregator``
-that declares the same facts as an :class:`Algorithm` below on itself.
+Algorithms are the paper's eight, one module each in ``fedmgda.algorithms`` (listed in
+``BUILTIN_CLASSES`` below), plus any plug-ins a config names under ``plugins`` (docs/plugins.md).
+Both are subclasses of ``fedmgda.algorithms.Algorithm`` that declare their facts on the class, and
+:func:`describe` reads them into an :class:`AlgorithmInfo` the same way. Reading a class imports
+no torch: the algorithm modules import it only in the methods that compute.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-import math
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from fedmgda.algorithms import (
+    afl,
+    fedavg,
+    fedavg_n,
+    fedmgda,
+    fedmgda_plus,
+    fedprox,
+    mgda_prox,
+    qfedavg,
+)
+from fedmgda.algorithms.base import Algorithm, HParam  # HParam: also imported from here by plug-ins
 from fedmgda.errors import ConfigError
 
 
 @dataclass(frozen=True)
-class HParam:
-    """A server hyper-parameter: its default (None: unset), its range and how the paper writes it."""
+class AlgorithmInfo:
+    """What the registry, the config checks and the simulator need to know about one algorithm:
+    the facts its class declares (``fedmgda.algorithms.Algorithm`` documents each), read by
+    :func:`describe`.
 
-    default: float | None
-    low: float
-    high: float = math.inf
-    low_open: bool = False  # True: the value must be > low
-    symbol: str = ""  # the paper's notation in row labels ("η"); "" = the name
-
-    def check(self, algorithm: str, name: str, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ConfigError(f"{algorithm}: hyper-parameter {name} must be a number, got {value!r}")
-        too_low = value <= self.low if self.low_open else value < self.low
-        if too_low or value > self.high:
-            bracket = "(" if self.low_open else "["
-            raise ConfigError(f"{algorithm}: {name} = {value} is out of range {bracket}{self.low}, {self.high}]")
-        return float(value)
-
-
-@dataclass(frozen=True)
-class Algorithm:
-    """What the registry, the config checks and the simulator need to know about one algorithm.
-
+    cls:       the class: its ``build`` makes the rule of one run (:func:`make_algorithm`), its
+               ``check_run`` checks a run config (one ConfigError; AFL's reading of gamma_w as the
+               clients' learning rate, say).
     implied:   hyper-parameters whose default is part of the algorithm's definition (docs/protocol.md
                §4.2): left out of run paths and row keys when equal to it, so "FedMGDA+ with
                epsilon 1" and "FedMGDA+" are one run.
-    aggregator: ``module:Class`` of its ``fedmgda.aggregators.Aggregator`` (imported when a run is
-               built, so that this module needs no torch).
-    run_options: the run-config options (``fedmgda.config.RunConfig`` fields) its aggregator's
-               ``build`` receives as keywords, e.g. AFL's ``afl_step_weights``.
-    check_run: checks a run config for this algorithm (one ConfigError), e.g. AFL's reading of
-               gamma_w as the clients' learning rate; None: nothing beyond the common checks.
+    run_options: the run-config options (``fedmgda.config.RunConfig`` fields) its ``build``
+               receives as keywords, e.g. AFL's ``afl_step_weights``.
     The flags describe the server rule (docs, tests) and tell the simulator what to compute:
     ``proximal`` (the clients add mu ||w - w_t||^2, no 1/2, mu = hyper-parameter ``mu``),
     ``needs_pre_round_losses`` (F_i of w_t on each participant before it trains) and
@@ -66,7 +59,7 @@ class Algorithm:
     name: str
     display: str
     hparams: Mapping[str, HParam]
-    aggregator: str
+    cls: type[Algorithm]
     implied: tuple[str, ...] = ()
     normalised_updates: bool = False
     min_norm_qp: bool = False
@@ -74,8 +67,7 @@ class Algorithm:
     needs_pre_round_losses: bool = False
     averages_iterates: bool = False
     run_options: tuple[str, ...] = ()
-    check_run: Callable[[Any], None] | None = None
-    summary: str = ""
+    summary: str = ""  # the first line of the class's docstring
     plugin: str | None = None  # the config's ``path.py:Class`` / ``module:Class`` of a plug-in
 
     def resolve(self, hparams: Mapping[str, Any] | None) -> dict[str, float | None]:
@@ -102,63 +94,51 @@ class Algorithm:
         return float((hparams or {}).get("mu", self.hparams["mu"].default))
 
 
-_ETA = HParam(1.0, 0.0, low_open=True, symbol="η")
-_DECAY = HParam(0.0, 0.0, 1.0, symbol="decay")  # the paper's total decay over the run; 0 (or 1) = none
-_BETA = HParam(None, 0.0, 1.0, low_open=True, symbol="β")  # the code's per-100-round factor; overrides decay
-_EPSILON = HParam(1.0, 0.0, 1.0, symbol="ε")
-_STEP = {"eta": _ETA, "decay": _DECAY, "beta": _BETA}
-AVERAGING_RULE = "fedmgda.aggregators:WeightedUpdates"  # the averaging rules' aggregator (FedAvg ... MGDA-Prox)
+_FLAGS = ("normalised_updates", "min_norm_qp", "proximal", "needs_pre_round_losses", "averages_iterates")
 
 
-def _algorithm(name: str, display: str, hparams: dict[str, HParam], aggregator: str = AVERAGING_RULE, **kw) -> Algorithm:
-    if aggregator == AVERAGING_RULE:
-        kw["run_options"] = ("aggregation_weights",)
-    return Algorithm(name, display, MappingProxyType(hparams), aggregator, **kw)
+def describe(cls: Any, plugin: str | None = None) -> AlgorithmInfo:
+    """The facts an algorithm class declares, checked: one ConfigError naming the plug-in
+    (``plugin``, its config path) or the built-in class."""
+    where = f"plug-in {plugin!r}" if plugin else f"algorithm {getattr(cls, '__qualname__', cls)!r}"
+    if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+        raise ConfigError(f"{where} is not a subclass of fedmgda.algorithms.Algorithm (fedmgda.aggregators.Aggregator)")
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ConfigError(f"{where}: declare its name as a class attribute, e.g. name = \"fedavgm\"")
+    hparams = dict(cls.hparams or {})
+    bad = [k for k, v in hparams.items() if not isinstance(v, HParam)]
+    if bad:
+        raise ConfigError(f"{where}: hparams must map names to fedmgda.catalog.HParam ({', '.join(bad)})")
+    implied = tuple(cls.implied or ())
+    if set(implied) - set(hparams):
+        raise ConfigError(f"{where}: implied names unknown hyper-parameters {sorted(set(implied) - set(hparams))}")
+    if cls.proximal and "mu" not in hparams:
+        raise ConfigError(f"{where}: a proximal algorithm declares its coefficient as hyper-parameter mu")
+    return AlgorithmInfo(
+        name, cls.display or name, MappingProxyType(hparams), cls, implied=implied,
+        run_options=tuple(cls.run_options or ()),
+        summary=(cls.__doc__ or "").strip().split("\n")[0], plugin=plugin,
+        **{flag: bool(getattr(cls, flag)) for flag in _FLAGS})
 
 
-def _check_afl_gamma_w(cfg: Any) -> None:
-    """AFL with ``afl_gamma_w: local_lr`` reads gamma_w as the clients' learning rate (the server
-    step is then 1, ``fedmgda.aggregators.AFL.build``): local_lr must equal gamma_w."""
-    if cfg.afl_gamma_w == "local_lr":
-        gamma_w = cfg.hparams.get("gamma_w", 1.0)
-        if not math.isclose(float(gamma_w), float(cfg.local_lr)):
-            raise ConfigError(f"afl_gamma_w: local_lr reads AFL's gamma_w as the clients' learning rate, so local_lr "
-                              f"must equal gamma_w (got local_lr {cfg.local_lr}, gamma_w {gamma_w})")
+# The built-in algorithms (in the order config/README.md lists them), one module each (docs/plugins.md §5)
+BUILTIN_CLASSES: tuple[type[Algorithm], ...] = (
+    fedavg.FedAvg, fedavg_n.FedAvgN, fedprox.FedProx, qfedavg.QFedAvg, afl.AFL,
+    fedmgda.FedMGDA, fedmgda_plus.FedMGDAPlus, mgda_prox.MGDAProx,
+)
+BUILTIN_ALGORITHMS: Mapping[str, AlgorithmInfo] = MappingProxyType({
+    info.name: info for info in map(describe, BUILTIN_CLASSES)})
+
+_PLUGINS: dict[str, AlgorithmInfo] = {}  # name -> plug-in, filled by load_plugins
 
 
-BUILTIN_ALGORITHMS: Mapping[str, Algorithm] = MappingProxyType({a.name: a for a in (
-    _algorithm("fedavg", "FedAvg", {}, summary="mean of the raw updates"),
-    _algorithm("fedavg_n", "FedAvg-n", _STEP, normalised_updates=True,
-               summary="mean of the normalised updates, server step eta_t"),
-    _algorithm("fedprox", "FedProx", {"mu": HParam(0.01, 0.0, symbol="μ")}, proximal=True,
-               summary="FedAvg with a proximal term in the clients' loss"),
-    _algorithm("qfedavg", "q-FedAvg", {"q": HParam(0.1, 0.0, symbol="q"), "L": HParam(1.0, 0.0, low_open=True, symbol="L")},
-               aggregator="fedmgda.aggregators:QFedAvg", needs_pre_round_losses=True, run_options=("qffl_loss",),
-               summary="q-FFL weights from the participants' pre-round losses"),
-    _algorithm("afl", "AFL", {"gamma_w": HParam(1.0, 0.0, low_open=True, symbol="γ_w"),
-                              "gamma_lambda": HParam(0.1, 0.0, symbol="γ_λ")},
-               aggregator="fedmgda.aggregators:AFL", averages_iterates=True,
-               run_options=("afl_step_weights", "afl_gamma_w"), check_run=_check_afl_gamma_w,
-               summary="lambda ascent on the losses; the output is the average iterate"),
-    _algorithm("fedmgda", "FedMGDA", {"epsilon": _EPSILON}, implied=("epsilon",), min_norm_qp=True,
-               summary="min-norm QP weights of the raw updates"),
-    _algorithm("fedmgda_plus", "FedMGDA+", {**_STEP, "epsilon": _EPSILON}, implied=("epsilon",),
-               normalised_updates=True, min_norm_qp=True,
-               summary="min-norm QP weights of the normalised updates, server step eta_t"),
-    _algorithm("mgda_prox", "MGDA-Prox", {**_STEP, "epsilon": _EPSILON, "mu": HParam(0.1, 0.0, symbol="μ")},
-               implied=("epsilon", "mu"), normalised_updates=True, min_norm_qp=True, proximal=True,
-               summary="FedMGDA+ with a proximal term in the clients' loss"),
-)})
-
-_PLUGINS: dict[str, Algorithm] = {}  # name -> plug-in, filled by load_plugins
-
-
-def algorithms() -> dict[str, Algorithm]:
+def algorithms() -> dict[str, AlgorithmInfo]:
     """The built-in algorithms and the plug-ins loaded so far."""
     return {**BUILTIN_ALGORITHMS, **_PLUGINS}
 
 
-def get_algorithm(name: str, plugin: str | None = None) -> Algorithm:
+def get_algorithm(name: str, plugin: str | None = None) -> AlgorithmInfo:
     """The algorithm called ``name``; ``plugin`` (``path.py:Class``) loads it first if needed."""
     if plugin is not None:
         load_plugins([plugin])
@@ -167,6 +147,19 @@ def get_algorithm(name: str, plugin: str | None = None) -> Algorithm:
         raise ConfigError(f"unknown algorithm {name!r}; known: {', '.join(known)} "
                           f"(a new one is a plug-in named under `plugins:`, docs/plugins.md)")
     return known[name]
+
+
+def make_algorithm(name: str, hparams: Mapping[str, Any] | None, rounds: int, num_users: int,
+                   plugin: str | None = None, **options: str) -> Algorithm:
+    """The algorithm ``name`` of a run of ``rounds`` rounds, with validated hyper-parameters.
+    ``options``: values of the run-config options it names (``run_options``), passed to its
+    ``build``; the clients' ``proximal_mu`` is set from a proximal algorithm's ``mu``."""
+    info = get_algorithm(name, plugin)
+    resolved = info.resolve(hparams)
+    rule = info.cls.build(resolved, algorithm=info, rounds=rounds, num_users=num_users, **options)
+    if info.proximal:
+        rule.proximal_mu = info.prox_mu(resolved)
+    return rule
 
 
 def import_object(path: str) -> Any:
@@ -200,49 +193,16 @@ def import_object(path: str) -> Any:
         raise ConfigError(f"plug-in {path!r}: {where} has no {attr}") from None
 
 
-_AGGREGATOR_BASE = "fedmgda.aggregators.Aggregator"
-
-
-def _is_aggregator(cls: Any) -> bool:
-    """Whether ``cls`` subclasses fedmgda.aggregators.Aggregator, checked by name: the
-    aggregators import this module (and torch), so this module never imports them."""
-    return isinstance(cls, type) and any(f"{base.__module__}.{base.__qualname__}" == _AGGREGATOR_BASE
-                                         for base in cls.__mro__[1:])
-
-
-_DECLARED = ("normalised_updates", "min_norm_qp", "proximal", "needs_pre_round_losses", "averages_iterates")
-
-
-def load_plugins(paths: Iterable[str]) -> list[Algorithm]:
-    """Load and register plug-in aggregators; each declares ``name``, ``display``, ``hparams``
-    (name -> HParam), optionally ``implied`` and the flags of :class:`Algorithm`."""
+def load_plugins(paths: Iterable[str]) -> list[AlgorithmInfo]:
+    """Load and register plug-in algorithms; each declares the facts :func:`describe` reads."""
     loaded = []
     for path in paths:
-        cls = import_object(path)
-        if not _is_aggregator(cls):
-            raise ConfigError(f"plug-in {path!r} is not a subclass of {_AGGREGATOR_BASE}")
-        name = getattr(cls, "name", None)
-        if not isinstance(name, str) or not name.isidentifier():
-            raise ConfigError(f"plug-in {path!r}: declare its name as a class attribute, e.g. name = \"fedavgm\"")
-        if name in BUILTIN_ALGORITHMS:
-            raise ConfigError(f"plug-in {path!r}: {name!r} is a built-in algorithm; choose another name")
-        if name in _PLUGINS and _PLUGINS[name].plugin != path:
-            raise ConfigError(f"plug-in {path!r}: {name!r} is already declared by {_PLUGINS[name].plugin}")
-        hparams = dict(getattr(cls, "hparams", {}) or {})
-        bad = [k for k, v in hparams.items() if not isinstance(v, HParam)]
-        if bad:
-            raise ConfigError(f"plug-in {path!r}: hparams must map names to fedmgda.catalog.HParam ({', '.join(bad)})")
-        implied = tuple(getattr(cls, "implied", ()) or ())
-        if set(implied) - set(hparams):
-            raise ConfigError(f"plug-in {path!r}: implied names unknown hyper-parameters {sorted(set(implied) - set(hparams))}")
-        if getattr(cls, "proximal", False) and "mu" not in hparams:
-            raise ConfigError(f"plug-in {path!r}: a proximal algorithm declares its coefficient as hyper-parameter mu")
-        info = Algorithm(
-            name, getattr(cls, "display", "") or name, MappingProxyType(hparams), f"{cls.__module__}:{cls.__qualname__}",
-            implied=implied, summary=(cls.__doc__ or "").strip().split("\n")[0], plugin=path,
-            run_options=tuple(getattr(cls, "run_options", ()) or ()), check_run=getattr(cls, "check_run", None),
-            **{flag: bool(getattr(cls, flag, False)) for flag in _DECLARED})
-        _PLUGINS[name] = info
+        info = describe(import_object(path), plugin=path)
+        if info.name in BUILTIN_ALGORITHMS:
+            raise ConfigError(f"plug-in {path!r}: {info.name!r} is a built-in algorithm; choose another name")
+        if info.name in _PLUGINS and _PLUGINS[info.name].plugin != path:
+            raise ConfigError(f"plug-in {path!r}: {info.name!r} is already declared by {_PLUGINS[info.name].plugin}")
+        _PLUGINS[info.name] = info
         loaded.append(info)
     return loaded
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from fedmgda.catalog import BUILTIN_ALGORITHMS, Algorithm, get_algorithm
+from fedmgda.catalog import BUILTIN_ALGORITHMS, AlgorithmInfo, get_algorithm
 from fedmgda.errors import ConfigError  # also importable from here, as before
 
 # run-config fields with a fixed set of readings, the default first (docs/protocol-choices.md)
@@ -138,8 +138,8 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def _check_algorithm_options(self, info: Algorithm) -> None:
-        """The run options some algorithms read (``Algorithm.run_options``): a scoped one set for
+    def _check_algorithm_options(self, info: AlgorithmInfo) -> None:
+        """The run options some algorithms read (``AlgorithmInfo.run_options``): a scoped one set for
         an algorithm that does not read it is an error; then the algorithm's own ``check_run``."""
         unknown = sorted(set(info.run_options) - {f.name for f in dataclasses.fields(self)})
         if unknown:
@@ -149,8 +149,7 @@ class RunConfig:
             if getattr(self, name) != default and name not in info.run_options:
                 readers = ", ".join(a.name for a in BUILTIN_ALGORITHMS.values() if name in a.run_options)
                 raise ConfigError(f"{name}: {getattr(self, name)} " + why.format(readers=readers, algorithm=self.algorithm, default=default))
-        if info.check_run is not None:
-            info.check_run(self)
+        info.cls.check_run(self)
 
     def validate(self) -> None:
         def positive(name: str, value: float) -> None:

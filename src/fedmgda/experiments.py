@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from fedmgda.catalog import Algorithm, Dataset, get_algorithm, get_dataset, load_plugins
+from fedmgda.catalog import AlgorithmInfo, Dataset, get_algorithm, get_dataset, load_plugins
 from fedmgda.config import RunConfig  # no torch import: the Snakefile parses fast
 from fedmgda.errors import ConfigError
 from fedmgda.schema import def_defaults, with_defaults
@@ -97,7 +97,7 @@ def _fmt_value(v: Any) -> str:
 
 # --------------------------------------------------------------------------- run identity
 def hparam_values(algorithm: str, hparams: dict[str, Any] | None) -> dict[str, float]:
-    """Hyper-parameters as floats, without the implied defaults (``Algorithm.implied``)."""
+    """Hyper-parameters as floats, without the implied defaults (``AlgorithmInfo.implied``)."""
     out = {}
     implied = algorithm_info(algorithm).implied_values
     for k, v in sorted((hparams or {}).items()):
@@ -260,7 +260,7 @@ def dataset_info(name: str) -> Dataset:
         raise RegistryError(str(err)) from None
 
 
-def algorithm_info(algorithm: str) -> Algorithm:
+def algorithm_info(algorithm: str) -> AlgorithmInfo:
     """The catalog's entry of ``algorithm`` (a built-in, or a plug-in the config loaded)."""
     try:
         return get_algorithm(algorithm)

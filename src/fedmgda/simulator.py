@@ -35,9 +35,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fedmgda.aggregators import ClientRound, RoundContext, make_aggregator
+from fedmgda.algorithms import ClientRound, RoundContext
 from fedmgda.attacks import force_attacker, loss_bias, loss_scale
-from fedmgda.catalog import get_algorithm
+from fedmgda.catalog import get_algorithm, make_algorithm
 from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, evaluate_samples
 from fedmgda.config import RunConfig
 from fedmgda.contract import CheckedHooks
@@ -210,7 +210,7 @@ class Simulation:
         self.model = FlatModel(module)
         self.algorithm = get_algorithm(cfg.algorithm, cfg.plugin)  # what the rule needs (fedmgda.catalog)
         options = {name: getattr(cfg, name) for name in self.algorithm.run_options}
-        self.aggregator = make_aggregator(cfg.algorithm, cfg.hparams, cfg.rounds, self.num_users, cfg.plugin, **options)
+        self.aggregator = make_algorithm(cfg.algorithm, cfg.hparams, cfg.rounds, self.num_users, cfg.plugin, **options)
         batch = None if cfg.batch_size == "full" else int(cfg.batch_size)
         self.local = LocalHParams(cfg.local_epochs, batch, cfg.local_lr, cfg.momentum, self.aggregator.proximal_mu)
         self.hooks = CheckedHooks(self.aggregator, cfg.algorithm, cfg.plugin, owner=self)  # what they return, checked
