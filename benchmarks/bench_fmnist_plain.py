@@ -11,10 +11,12 @@ round, which its time includes). The plain loop is what a researcher writes firs
 ``nn.Module`` per client copied from the global model, ``torch.optim.SGD``, a loop over batches of
 10, the mean of the updates. The package's path is ``fedmgda.scheduler.run_packed`` over K
 ``Simulation``s: every round's clients of all K runs trained as one vmap-ed step per minibatch;
-its reference path (``batched: false``: each run alone, its clients one after another) is timed too.
-It prints run-rounds per second of each and their ratio (the goal of issue 26: at least 2x on 2
-cores). Results go to docs/performance.md with the command. The real files must be in
-``--raw-dir``/fmnist/ (without them it says so and exits).
+its reference path (``batched: false``: each run alone, its clients one after another) is timed
+too. Every path's simulations are built before its clock starts. It prints run-rounds per second of each
+(wall clock, and per second of the process's CPU time, steadier on a shared machine) and their
+ratio to the plain loop (the goal of issue 26: at least 2x on 2 cores). Results go to
+docs/performance.md with the command. The real files must be in ``--raw-dir``/fmnist/ (without
+them it says so and exits).
 """
 
 from __future__ import annotations
@@ -56,15 +58,20 @@ def plain_round(model: nn.Module, sim: Simulation, t: int, generator: torch.Gene
     model.load_state_dict({k: global_state[k] + torch.stack([u[k] for u in updates]).mean(0) for k in global_state})
 
 
-def time_plain(sims: list[Simulation], rounds: int) -> float:
-    start = time.perf_counter()
+def timed(work, sims: list[Simulation]) -> tuple[float, float]:
+    """Wall-clock and process CPU seconds of ``work(sims)`` (the simulations built before)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    work(sims)
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def plain_runs(sims: list[Simulation], rounds: int) -> None:
     for sim in sims:
         torch.manual_seed(sim.cfg.seed)
         model = CNNFashion(10)
         generator = torch.Generator().manual_seed(sim.cfg.seed)
         for t in range(rounds):
             plain_round(model, sim, t, generator)
-    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -79,21 +86,24 @@ def main() -> None:
         sims = [Simulation(cfg) for cfg in configs(args.runs, args.rounds, args.raw_dir)]
     except DataError as err:
         raise SystemExit(f"{err}\n(place the four Fashion-MNIST files in {args.raw_dir}/fmnist/)") from None
-    run_rounds = args.runs * args.rounds
-    plain = time_plain(sims, args.rounds)
-    start = time.perf_counter()
-    run_packed(sims, [None] * len(sims))
-    packed = time.perf_counter() - start
-    start = time.perf_counter()
-    for sim in [Simulation(cfg) for cfg in configs(args.runs, args.rounds, args.raw_dir, batched=False)]:
-        run_packed([sim], [None])
-    sequential = time.perf_counter() - start
+
+    def build(batched: bool = True) -> list[Simulation]:
+        return [Simulation(cfg) for cfg in configs(args.runs, args.rounds, args.raw_dir, batched)]
+
+    paths = {  # name: (work, the simulations it runs, built untimed)
+        "plain PyTorch loop (nn.Module + torch.optim.SGD, batch 10)": (lambda s: plain_runs(s, args.rounds), lambda: sims),
+        f"package, {args.runs} runs packed (run_packed)": (lambda s: run_packed(s, [None] * len(s)), build),
+        "package, reference path (batched: false, clients one by one)": (
+            lambda s: [run_packed([sim], [None]) for sim in s], lambda: build(batched=False)),
+    }
+    times = {name: timed(work, make()) for name, (work, make) in paths.items()}
     print(f"F-MNIST CNN, real files, {args.runs} FedAvg runs x {args.rounds} rounds, {args.threads} thread(s), "
           f"torch {torch.__version__}, training and aggregation only")
-    print(f"plain PyTorch loop (nn.Module + torch.optim.SGD, batch 10): {run_rounds / plain:.3f} run-rounds/s ({plain:.1f} s)")
-    print(f"package, {args.runs} runs packed (run_packed):             {run_rounds / packed:.3f} run-rounds/s ({packed:.1f} s)")
-    print(f"package, one run after another, clients one by one (batched: false): {run_rounds / sequential:.3f} run-rounds/s ({sequential:.1f} s)")
-    print(f"ratio packed / plain: {plain / packed:.2f}x; one by one / plain: {plain / sequential:.2f}x")
+    plain_wall, plain_cpu = next(iter(times.values()))
+    run_rounds = args.runs * args.rounds
+    for name, (wall, cpu) in times.items():
+        print(f"{name:66s} {run_rounds / wall:7.3f} run-rounds/s ({wall:6.1f} s, {plain_wall / wall:.2f}x plain); "
+              f"per CPU second {run_rounds / cpu:7.3f} ({cpu:6.1f} s, {plain_cpu / cpu:.2f}x plain)")
 
 
 if __name__ == "__main__":

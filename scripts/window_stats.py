@@ -2,13 +2,15 @@
 
     python scripts/window_stats.py results/fmnist/runs --last 50           # rounds 151-200 of T = 200
     python scripts/window_stats.py results/fmnist/runs --last 50 --per-seed
+    python scripts/window_stats.py results/fmnist/runs --last 200 --stats improved_loss   # Figure 4's share
 
 The tables read one per-user vector (round T - 9, docs/protocol.md §6.3). On a partition whose
 users' local test sets are one class each, one round's statistics swing widely, so
 docs/fmnist-fairness.md also reads them averaged over the evaluations of the last ``--last`` rounds
 (the same aggregation as the claims' ``window: {last: N}``, ``fedmgda.results.metrics_value``).
 Prints, per row (setting / algorithm / hyper-parameters / attack) present under the runs folder,
-the mean ± population std over its seeds of mean_acc, std_acc and worst5_acc, in %.
+the mean ± population std over its seeds of mean_acc, std_acc and worst5_acc (or the metrics.csv
+columns given with ``--stats``), in %.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import numpy as np
 
 from fedmgda.results import metrics_value
 
-STATS = ("mean_acc", "std_acc", "worst5_acc")
+DEFAULT_STATS = ("mean_acc", "std_acc", "worst5_acc")
 
 
 def main() -> None:
@@ -29,20 +31,22 @@ def main() -> None:
     parser.add_argument("runs", type=Path, help="a profile's runs folder, e.g. results/fmnist/runs")
     parser.add_argument("--last", type=int, default=50, help="the window: the evaluations of the last N rounds")
     parser.add_argument("--per-seed", action="store_true", help="also print every seed's values")
+    parser.add_argument("--stats", nargs="+", default=list(DEFAULT_STATS), help="metrics.csv columns to average")
     args = parser.parse_args()
+    stats = args.stats
     rows: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for metrics in sorted(args.runs.glob("*/*/*/*/seed*/metrics.csv")):
         run = metrics.parent
         row = str(run.parent.relative_to(args.runs))
-        for stat in STATS:
+        for stat in stats:
             rows[row][stat].append(100 * metrics_value(run, stat, {"last": args.last}))
         if args.per_seed:
-            print(f"{row} {run.name}: " + ", ".join(f"{s} {rows[row][s][-1]:.2f}" for s in STATS))
+            print(f"{row} {run.name}: " + ", ".join(f"{s} {rows[row][s][-1]:.2f}" for s in stats))
     print(f"\nmean ± std over seeds of the evaluations of the last {args.last} rounds, %")
-    print("| row | seeds | " + " | ".join(STATS) + " |\n|---|---|" + "---|" * len(STATS))
+    print("| row | seeds | " + " | ".join(stats) + " |\n|---|---|" + "---|" * len(stats))
     for row, values in rows.items():
-        cells = " | ".join(f"{np.mean(values[s]):.2f} ± {np.std(values[s]):.2f}" for s in STATS)
-        print(f"| {row} | {len(values[STATS[0]])} | {cells} |")
+        cells = " | ".join(f"{np.mean(values[s]):.2f} ± {np.std(values[s]):.2f}" for s in stats)
+        print(f"| {row} | {len(values[stats[0]])} | {cells} |")
 
 
 if __name__ == "__main__":
