@@ -1,7 +1,7 @@
 """Run the authors' F-MNIST code as released, then compare its per-user accuracies with the package's.
 
     git clone https://github.com/watml/Fed-MGDA /tmp/Fed-MGDA        # outside this repository
-    mkdir -p /tmp/Fed-MGDA/data/fmnist/FashionMNIST/raw && cp resources/raw/fmnist/*.gz "$_"
+    mkdir -p /tmp/Fed-MGDA/data/fmnist/FashionMNIST/raw && cp resources/raw/fmnist/*.gz "$_" && gunzip -kf "$_"/*.gz
     pip install quadprog tensorboardX tqdm                            # the authors' imports
     python scripts/run_authors_fmnist.py run --authors /tmp/Fed-MGDA/main --seed 1 \\
         --out results/fmnist/authors -- --epsilon=0 --normalize=0
@@ -15,10 +15,15 @@ changed from outside, for time only: their per-user evaluation (``LocalUpdate.in
 user's test split after every round, about 100 data loaders a round) runs only in the rounds whose
 vectors their script keeps (``epoch % 10 == 0``: rounds 1, 11, ..., 191); it reads the model and
 draws no random number, so the training is the released code's. Those per-user accuracies are
-written to ``<out>/seed<S>.csv`` (round, user, accuracy) as the package's ``per_user.csv``.
+written to ``<out>/seed<S>.csv`` (round, user, accuracy) as the package's ``per_user.csv``, and
+their per-round training loss (the participants' mean minibatch loss, as the package's
+``metrics.csv`` ``train_loss``) to ``<out>/seed<S>_train_loss.csv``. (torchvision accepts the
+Debian package's F-MNIST files only unpacked: their gzip headers differ from Zalando's, so the
+``.gz`` checksums do not match and torchvision would try to download.)
 
 ``compare`` prints, per seed and over seeds, the mean user accuracy of both codes at round 191 (the
-paper's reading) and averaged over the stored rounds 151-191, and the difference.
+paper's reading) and averaged over the stored rounds 151-191, the mean training loss over rounds
+101-200, and the differences.
 """
 
 from __future__ import annotations
@@ -66,12 +71,22 @@ def run(authors: Path, seed: int, out: Path, extra: list[str]) -> None:
     update.LocalUpdate.update_weights, update.LocalUpdate.inference = update_weights, inference
     sys.argv = ["federated_main.py", *FIGURE3_ON_FMNIST, f"--seed={seed}", *extra]
     start = time.time()
-    runpy.run_path(str(authors / "federated_main.py"), run_name="__main__")
+    finished = runpy.run_path(str(authors / "federated_main.py"), run_name="__main__")
     with open(out / f"seed{seed}.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["round", "user", "accuracy"])
         writer.writerows(rows)
+    write_train_loss(finished["train_loss"], out / f"seed{seed}_train_loss.csv")
     print(f"authors' code, seed {seed}: {time.time() - start:.0f} s; per-user accuracies -> {out}")
+
+
+def write_train_loss(train_loss: list[float], path: Path) -> None:
+    """federated_main.py's ``train_loss``: one value per round, the participants' mean local loss."""
+    pd.DataFrame({"round": range(1, len(train_loss) + 1), "train_loss": [float(v) for v in train_loss]}).to_csv(path, index=False)
+
+
+def mean_train_loss(per_round: pd.DataFrame, first: int, last: int) -> float:
+    return float(per_round[(per_round["round"] >= first) & (per_round["round"] <= last)]["train_loss"].mean())
 
 
 def mean_accuracy(per_user: pd.DataFrame, first: int, last: int) -> float:
@@ -82,26 +97,34 @@ def mean_accuracy(per_user: pd.DataFrame, first: int, last: int) -> float:
 
 def compare(authors_runs: Path, package_runs: Path) -> None:
     rows = []
-    for theirs in sorted(authors_runs.glob("seed*.csv")):
+    for theirs in sorted(authors_runs.glob("seed*[0-9].csv")):
         seed = theirs.stem
         ours = package_runs / seed / "per_user.csv"
         if not ours.exists():
             print(f"{seed}: no package run at {ours}; skipped")
             continue
         a, p = pd.read_csv(theirs), pd.read_csv(ours)
-        rows.append({"seed": seed[4:],
-                     "authors@191": mean_accuracy(a, 191, 191), "package@191": mean_accuracy(p, 191, 191),
-                     "authors 151-191": mean_accuracy(a, 151, 191), "package 151-191": mean_accuracy(p, 151, 191)})
+        row = {"seed": seed[4:],
+               "authors@191": mean_accuracy(a, 191, 191), "package@191": mean_accuracy(p, 191, 191),
+               "authors 151-191": mean_accuracy(a, 151, 191), "package 151-191": mean_accuracy(p, 151, 191)}
+        their_loss = authors_runs / f"{seed}_train_loss.csv"
+        if their_loss.exists():
+            row["authors loss 101-200"] = mean_train_loss(pd.read_csv(their_loss), 101, 200)
+            row["package loss 101-200"] = mean_train_loss(pd.read_csv(ours.with_name("metrics.csv")), 101, 200)
+        rows.append(row)
     table = pd.DataFrame(rows)
     if table.empty:
         raise SystemExit("no seed has both codes' results")
     table["diff@191"] = table["package@191"] - table["authors@191"]
     table["diff 151-191"] = table["package 151-191"] - table["authors 151-191"]
-    print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    if "authors loss 101-200" in table:
+        table["diff loss"] = table["package loss 101-200"] - table["authors loss 101-200"]
+    digits = {k: 3 if "loss" in k else 2 for k in table.columns}  # accuracies in %, losses in nats
+    print(table.to_string(index=False, formatters={k: (lambda v, d=d: f"{v:.{d}f}") for k, d in digits.items() if k != "seed"}))
     means = table.drop(columns="seed").mean()
     spread = table.drop(columns="seed").std(ddof=1) if len(table) > 1 else means * np.nan
-    print("mean over seeds:  " + ", ".join(f"{k} {v:.2f}" for k, v in means.items()))
-    print("std over seeds:   " + ", ".join(f"{k} {v:.2f}" for k, v in spread.items()))
+    print("mean over seeds:  " + ", ".join(f"{k} {v:.{digits[k]}f}" for k, v in means.items()))
+    print("std over seeds:   " + ", ".join(f"{k} {v:.{digits[k]}f}" for k, v in spread.items()))
 
 
 def main() -> None:

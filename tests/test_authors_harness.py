@@ -40,3 +40,18 @@ def test_compare_pairs_seeds_and_prints_differences(harness, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "seed6000: no package run" in out
     assert "diff@191 -3.00" in out  # mean over seeds of -2 and -4 points
+
+
+def test_compare_adds_the_training_loss_when_the_authors_run_wrote_it(harness, tmp_path, capsys):
+    authors, package = tmp_path / "authors", tmp_path / "package"
+    authors.mkdir()
+    (package / "seed1").mkdir(parents=True)
+    per_user(lambda r, u: 0.7).to_csv(authors / "seed1.csv", index=False)
+    per_user(lambda r, u: 0.7).assign(n_test=60).to_csv(package / "seed1" / "per_user.csv", index=False)
+    # the authors' loss is 0.5 in rounds 1-100 (outside the window) and 0.3 after; the package's 0.28
+    harness.write_train_loss([0.5] * 100 + [0.3] * 100, authors / "seed1_train_loss.csv")
+    pd.DataFrame({"round": range(1, 201), "train_loss": 0.28}).to_csv(package / "seed1" / "metrics.csv", index=False)
+    harness.compare(authors, package)
+    out = capsys.readouterr().out
+    assert "authors loss 101-200 0.300" in out and "package loss 101-200 0.280" in out
+    assert "diff loss -0.020" in out
