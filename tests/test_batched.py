@@ -20,6 +20,7 @@ MODELS = [
     ("lstm_shakespeare", (80,), 80),
     ("logreg", (99,), 2),
     ("mlp_digits", (64,), 10),
+    ("mlp_fmnist", (1, 28, 28), 10),
 ]
 
 

@@ -13,6 +13,7 @@ PAPER_MODELS = [
     ("lstm_shakespeare", (80,), 80, 640 + 272_384 + 526_336 + 20_560),
     ("logreg", (60,), 10, 610),
     ("mlp_digits", (64,), 10, None),
+    ("mlp_fmnist", (1, 28, 28), 10, 784 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10),  # 199 210, FedMDFG's MLP
 ]
 
 
@@ -73,3 +74,33 @@ def test_glorot_init_zero_biases_and_the_glorot_bound():
     explicit = build_model("cnn_fmnist", (1, 28, 28), 10, init="torch")
     assert all(torch.equal(a, b) for a, b in zip(default.parameters(), explicit.parameters()))
     assert not torch.equal(default.fc1.bias, model.fc1.bias)
+
+
+def test_the_catalog_names_every_model():
+    """fedmgda.catalog.MODELS (torch-free, what RunConfig.model is checked against) = fedmgda.models.MODELS."""
+    from fedmgda.catalog import MODELS as NAMES
+    from fedmgda.models import MODELS
+
+    assert set(NAMES) == set(MODELS)
+
+
+def test_mlp_fmnist_is_fedmdfgs_mlp():
+    """zibinpan/FedMDFG fedplat/model/MLP.py: Linear 784-200, ReLU, 200-200, ReLU, 200-10, no dropout."""
+    model = build_model("mlp_fmnist", (1, 28, 28), 10)
+    assert [(m.in_features, m.out_features) for m in model.modules() if isinstance(m, nn.Linear)] == [(784, 200), (200, 200), (200, 10)]
+    assert not any(isinstance(m, nn.Dropout) for m in model.modules())
+    x = torch.randn(5, 1, 28, 28)
+    logits = model.fc3(torch.relu(model.fc2(torch.relu(model.fc1(x.flatten(1))))))
+    assert torch.allclose(model.train()(x), torch.log_softmax(logits, dim=1))  # no randomness in training mode
+
+
+def test_a_run_model_replaces_the_datasets(monkeypatch):
+    import fedmgda.data
+    from fedmgda.config import RunConfig
+    from fedmgda.simulator import load_dataset
+
+    monkeypatch.setattr(fedmgda.data, "load_federated", lambda *a, **k: "data")
+    cfg = RunConfig.from_dict({"dataset": "fmnist", "algorithm": "fedavg"})
+    assert load_dataset(cfg) == ("data", "cnn_fmnist")
+    cfg = RunConfig.from_dict({"dataset": "fmnist", "algorithm": "fedavg", "model": "mlp_fmnist"})
+    assert load_dataset(cfg) == ("data", "mlp_fmnist")

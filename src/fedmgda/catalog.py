@@ -17,7 +17,7 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -214,6 +214,8 @@ class Dataset:
     seeded_partitions: the partitions whose result depends on the run seed (others are fixed).
     offline: generated or shipped with a library, so it needs no download.
     raw_files_of: the dataset whose raw files (``<raw_dir>/<that name>/``) it reads; "" = its own.
+    options: its dataset options and their defaults (partition settings included).
+    option_values: for options with a closed set of values, the allowed values.
     """
 
     name: str
@@ -224,6 +226,20 @@ class Dataset:
     offline: bool = False
     description: str = ""
     raw_files_of: str = ""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    option_values: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+
+    def option_error(self, options: Mapping[str, Any] | None) -> str | None:
+        """What is wrong with ``options`` (an unknown name, a value outside its set), or None."""
+        options = dict(options or {})
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            return f"{self.name}: unknown option(s) {unknown}; valid: { dict(self.options) }"
+        out = {**self.options, **options}
+        for key, allowed in self.option_values.items():
+            if out[key] not in allowed:
+                return f"{self.name}: option {key}={out[key]!r} not in {list(allowed)}"
+        return None
 
     @property
     def raw_folder(self) -> str:
@@ -231,27 +247,48 @@ class Dataset:
         return self.raw_files_of or self.name
 
 
+_SORT = {"sort": ("stable", "quicksort")}
+
 DATASETS: Mapping[str, Dataset] = MappingProxyType({d.name: d for d in (
     Dataset("cifar10", "cnn_cifar", "shards", ("shards", "iid"),
-            description="CIFAR-10, 100 users, 500 label-sorted shards of 100, 5 per user"),
+            description="CIFAR-10, 100 users, 500 label-sorted shards of 100, 5 per user",
+            options={"num_users": 100, "num_shards": 500, "shard_size": 100, "sort": "stable"},
+            option_values=_SORT),
     Dataset("fmnist", "cnn_fmnist", "shards", ("shards", "iid"),
             description="Fashion-MNIST, 100 users; code: 300 shards of 200, 3 per user; "
-                        "paper text: 500 shards of 120, 5 per user"),
+                        "paper text: 500 shards of 120, 5 per user; fedmdfg: 200 shards of 300, 2 per user",
+            options={"num_users": 100, "shard_setting": "code", "sort": "stable", "local_test": "own_shard"},
+            option_values={**_SORT, "shard_setting": ("code", "paper", "fedmdfg"),
+                           "local_test": ("own_shard", "global_shards")}),
     Dataset("fmnist3", "logreg", "natural", ("natural",), seeded_partitions=(), raw_files_of="fmnist",
             description="q-FFL's Fashion-MNIST: classes T-shirt/top, pullover, shirt, one user per "
                         "class, pixels standardised over all training images (fair_flearn "
-                        "data/fmnist/create_dataset.py)"),
+                        "data/fmnist/create_dataset.py)",
+            options={"split": "source"}, option_values={"split": ("source",)}),
     Dataset("femnist", "cnn_femnist", "natural", ("natural",), seeded_partitions=(),
-            description="TFF federated EMNIST-62, one user per writer (3 400)"),
+            description="TFF federated EMNIST-62, one user per writer (3 400)",
+            options={"split": "source", "max_users": 0, "shuffle": False},
+            option_values={"split": ("source", "80_10_10"), "shuffle": (False, True)}),
     Dataset("shakespeare", "lstm_shakespeare", "natural", ("natural",), seeded_partitions=(),
-            description="LEAF Shakespeare, 31 roles (q-FFL subsample), next-character prediction"),
+            description="LEAF Shakespeare, 31 roles (q-FFL subsample), next-character prediction",
+            options={"split": "source", "shuffle": False},
+            option_values={"split": ("source", "80_10_10"), "shuffle": (False, True)}),
     Dataset("adult", "logreg", "domain", ("domain", "iid"),
-            description="UCI Adult, 99 binary features; client 0 = PhD, client 1 = non-PhD"),
+            description="UCI Adult, 99 binary features; client 0 = PhD, client 1 = non-PhD",
+            options={"shift_by_one": False, "num_users": 2, "clients": "both", "split": "80_10_10"},
+            option_values={"shift_by_one": (False, True), "clients": ("both", "phd"),
+                           "split": ("80_10_10", "source")}),
     Dataset("synthetic", "logreg", "natural", ("natural",), seeded_partitions=(), offline=True,
-            description="q-FFL Synthetic(alpha, beta), one user per generated device"),
+            description="q-FFL Synthetic(alpha, beta), one user per generated device",
+            options={"alpha": 1.0, "beta": 1.0, "num_users": 30, "data_seed": 0, "max_samples": 500,
+                     "split": "80_10_10", "shuffle": False, "sizes": "script"},
+            option_values={"split": ("80_10_10",), "shuffle": (False, True), "sizes": ("script", "table4")}),
     Dataset("digits", "mlp_digits", "shards", ("shards", "iid"), offline=True,
-            description="scikit-learn digits (1 797 8x8 images), 20 users x 2 label-sorted shards"),
+            description="scikit-learn digits (1 797 8x8 images), 20 users x 2 label-sorted shards",
+            options={"num_users": 20, "shards_per_user": 2, "sort": "stable"}, option_values=_SORT),
 )})
+# the names of fedmgda.models.MODELS (kept here without torch; tests/test_models.py checks they agree)
+MODELS = ("cnn_cifar", "cnn_fmnist", "cnn_femnist", "lstm_shakespeare", "logreg", "mlp_digits", "mlp_fmnist")
 OFFLINE_DATASETS = tuple(name for name, d in DATASETS.items() if d.offline)
 DOWNLOADED_DATASETS = tuple(name for name, d in DATASETS.items() if not d.offline)
 RAW_FOLDERS = tuple(dict.fromkeys(d.raw_folder for d in DATASETS.values() if not d.offline))

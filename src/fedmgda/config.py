@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from fedmgda.catalog import BUILTIN_ALGORITHMS, AlgorithmInfo, get_algorithm
+from fedmgda.catalog import BUILTIN_ALGORITHMS, DATASETS, MODELS, AlgorithmInfo, get_algorithm
 from fedmgda.errors import ConfigError  # also importable from here, as before
 
 # run-config fields with a fixed set of readings, the default first (docs/protocol-choices.md)
@@ -99,6 +99,7 @@ class RunConfig:
     qffl_loss: str = "batch_sum"  # q-FedAvg's F_i: "batch_sum" (main code), "batch_sum_per_sample" (Adult code), "train_mean" (q-FFL code)
     afl_gamma_w: str = "server_step"  # AFL's gamma_w: the server's step ("server_step") or the clients' lr ("local_lr"), docs/protocol.md §8.11
     afl_step_weights: str = "lambda"  # AFL's model step: updates weighted by "lambda" (paper) or a "uniform" mean (q-FFL code)
+    model: str | None = None  # None: the dataset's model (fedmgda.catalog.DATASETS); else a name of fedmgda.models.MODELS
     init: str = "torch"  # initial model: PyTorch's default init, or "glorot" (TensorFlow's, as the q-FFL code)
     final_model: str = "auto"  # "last" iterate, "average" of all iterates, or "auto": average for AFL (its output), else last
     device: str = "auto"
@@ -158,6 +159,10 @@ class RunConfig:
 
         if not isinstance(self.dataset, str) or not self.dataset:
             raise ConfigError("dataset must be a dataset name")
+        if self.dataset in DATASETS:  # (tests inject datasets of their own)
+            error = DATASETS[self.dataset].option_error(self.dataset_options)
+            if error:
+                raise ConfigError(f"dataset_options: {error}")
         info = get_algorithm(self.algorithm, self.plugin)
         info.resolve(self.hparams)
         if self.batch_size != "full":
@@ -182,6 +187,8 @@ class RunConfig:
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
         if not isinstance(self.checkpoint_every, int) or self.checkpoint_every < 0:
             raise ConfigError(f"checkpoint_every must be an integer >= 0, got {self.checkpoint_every!r}")
+        if self.model is not None and self.model not in MODELS:
+            raise ConfigError(f"model must be null (the dataset's model) or one of {', '.join(MODELS)}, got {self.model!r}")
         for name, allowed in CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name} must be {', '.join(allowed[:-1])} or {allowed[-1]}, got {getattr(self, name)!r}")

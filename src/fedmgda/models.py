@@ -152,6 +152,24 @@ class DigitsMLP(nn.Module):
         return F.log_softmax(self.fc2(F.relu(self.fc1(x.flatten(1)))), dim=1)
 
 
+class MLPFashion(nn.Module):
+    """The MLP of FedMDFG's F-MNIST experiments (Pan et al., AAAI 2023; zibinpan/FedMDFG
+    ``fedplat/model/MLP.py`` L14-24): flattened input, FC 784-200-ReLU-200-ReLU-10, no dropout,
+    PyTorch's default initialisation (199 210 parameters). Their forward returns the logits for
+    ``torch.nn.CrossEntropyLoss`` (``fedplat/main.py`` L66); log_softmax + NLL here is the same loss.
+    """
+
+    def __init__(self, in_features: int = 784, num_classes: int = 10, hidden: int = 200):
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, hidden)
+        self.fc2 = nn.Linear(hidden, hidden)
+        self.fc3 = nn.Linear(hidden, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.fc2(F.relu(self.fc1(x.flatten(1)))))
+        return F.log_softmax(self.fc3(x), dim=1)
+
+
 def _flat_features(input_shape: tuple[int, ...]) -> int:
     size = 1
     for dim in input_shape:
@@ -166,6 +184,7 @@ MODELS: dict[str, Callable[[tuple[int, ...], int], nn.Module]] = {
     "lstm_shakespeare": lambda shape, classes: ShakespeareLSTM(classes),
     "logreg": lambda shape, classes: LogisticRegression(_flat_features(shape), classes),
     "mlp_digits": lambda shape, classes: DigitsMLP(_flat_features(shape), classes),
+    "mlp_fmnist": lambda shape, classes: MLPFashion(_flat_features(shape), classes),
 }
 
 

@@ -43,7 +43,7 @@ def pack_group(cfg: Mapping[str, Any]) -> str:
     """The key of the runs that may share a process with this one, readable:
     ``<dataset>[_<options>]_k<epochs>_b<batch>_lr<lr>_m<momentum>[_mu<mu>][_<process fields>]``.
 
-    Same key = same samples (dataset, its options, raw folder), same model (the dataset's), same
+    Same key = same samples (dataset, its options, raw folder), same model (``model``), same
     local training (epochs, batch size, local lr, momentum, proximal mu) and the same device and
     process-wide settings. Algorithms, their other hyper-parameters, attacks, seeds, partitions,
     participation and rounds may differ within a group.
@@ -54,6 +54,8 @@ def pack_group(cfg: Mapping[str, Any]) -> str:
     parts = [cfg["dataset"]]
     for key, value in sorted((cfg.get("dataset_options") or {}).items()):
         parts.append(f"{key}{_fmt_value(value)}")
+    if get("model") is not None:
+        parts.append(f"model{_fmt_value(get('model'))}")
     parts += [f"k{get('local_epochs')}", f"b{get('batch_size')}", f"lr{fmt_num(get('local_lr'))}",
               f"m{fmt_num(get('momentum'))}"]
     mu = prox_mu(cfg)

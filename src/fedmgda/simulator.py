@@ -71,7 +71,7 @@ def load_dataset(cfg: RunConfig) -> tuple[FederatedDataset, str]:
     if cfg.dataset not in DATASET_SPECS:
         raise ConfigError(f"unknown dataset {cfg.dataset!r}; known: {', '.join(sorted(DATASET_SPECS))}")
     data = load_federated(cfg.dataset, cfg.raw_dir, partition=cfg.partition, seed=cfg.seed, options=cfg.dataset_options, partition_file=cfg.partition_file)
-    return data, DATASET_SPECS[cfg.dataset].model
+    return data, cfg.model or DATASET_SPECS[cfg.dataset].model
 
 
 @dataclass

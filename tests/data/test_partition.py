@@ -122,3 +122,84 @@ def test_save_load_roundtrip_and_stale_file_detection(tmp_path):
 def test_too_many_shards_is_a_clear_error():
     with pytest.raises(DataError, match="shards"):
         shard_partition(np.zeros(100), 10, 20, 10, seed=0)
+
+
+# --------------------------------------------------------------------------- FedMDFG's local test split
+FMNIST_TEST = balanced_labels(10, 1000, seed=1)
+FEDMDFG = {"num_users": 100, "shard_setting": "fedmdfg", "sort": "stable"}
+
+
+def _partition_hash(part) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for lists in (part.train, part.val, part.test):
+        for a in lists:
+            h.update(np.asarray(a, dtype=np.int64).tobytes())
+            h.update(b"|")
+    return h.hexdigest()[:16]
+
+
+def _pooled_raw():
+    """fmnist as the loader pools it under local_test global_shards: 60 000 training labels, then
+    the 10 000 test labels at positions 60 000.. (RawData.test_pool)."""
+    import torch
+
+    labels = np.concatenate([FMNIST, FMNIST_TEST])
+    return RawData(name="fmnist", x=torch.zeros(len(labels), 1), y=torch.as_tensor(labels),
+                   test_pool=np.arange(60_000, 70_000))
+
+
+def test_default_fmnist_partitions_are_unchanged_by_the_local_test_option():
+    """The partitions built before local_test existed, hash for hash (computed with that code), and
+    local_test own_shard (the default) is the same partition."""
+    raw = _raw(FMNIST, "fmnist")
+    for setting, digest in (("code", "69f1875a88c050b9"), ("paper", "9cf1d2c4431b5084")):
+        opts = {"num_users": 100, "shard_setting": setting, "sort": "stable"}
+        assert _partition_hash(build_partition(raw, "shards", 1, opts)) == digest
+        assert _partition_hash(build_partition(raw, "shards", 1, {**opts, "local_test": "own_shard"})) == digest
+
+
+def test_fedmdfg_shards_are_200_of_300_two_per_user():
+    part = build_partition(_raw(FMNIST, "fmnist"), "shards", 1, FEDMDFG)
+    users = [part.user_indices(u) for u in range(100)]
+    _assert_disjoint_complete(users, 60_000)
+    assert {len(u) for u in users} == {600}
+    assert max(len(np.unique(FMNIST[u])) for u in users) <= 2
+
+
+def test_global_shards_test_each_user_on_two_global_test_shards_independent_of_its_classes():
+    raw = _pooled_raw()
+    labels = raw.labels
+    part = build_partition(raw, "shards", 1, {**FEDMDFG, "local_test": "global_shards"})
+    own = build_partition(_raw(FMNIST, "fmnist"), "shards", 1, FEDMDFG)
+    # train: all of the user's 600 images, the same shards as without the option; no validation
+    assert all(np.array_equal(a, own.user_indices(u)) for u, a in enumerate(part.train))
+    assert all(len(v) == 0 for v in part.val)
+    # test: 100 images = 2 shards of 50 of the global test set, each shard one class; the 100 users
+    # together hold every test image once (drawn without replacement)
+    assert {len(t) for t in part.test} == {100}
+    allt = np.concatenate(part.test)
+    assert allt.min() >= 60_000 and len(np.unique(allt)) == len(allt) == 10_000
+    for t in part.test:
+        assert np.all(labels[t[:50]] == labels[t[0]]) and np.all(labels[t[50:]] == labels[t[50]])
+    # independent of the training classes: most users are tested on a class they never train on
+    foreign = [not set(labels[t]) <= set(labels[a]) for a, t in zip(part.train, part.test, strict=True)]
+    assert sum(foreign) > 80
+
+
+def test_global_shards_are_deterministic_per_seed():
+    raw = _pooled_raw()
+    opts = {**FEDMDFG, "local_test": "global_shards"}
+    a, b, c = (build_partition(raw, "shards", s, opts) for s in (1, 1, 5000))
+    assert _partition_hash(a) == _partition_hash(b) != _partition_hash(c)
+
+
+def test_global_shards_need_the_pooled_test_set_and_the_shards_partition():
+    opts = {**FEDMDFG, "local_test": "global_shards"}
+    with pytest.raises(DataError, match="needs the global test set pooled"):
+        build_partition(_raw(FMNIST, "fmnist"), "shards", 1, opts)
+    with pytest.raises(DataError, match="needs the shards partition"):
+        build_partition(_pooled_raw(), "iid", 1, opts)
+    with pytest.raises(DataError, match="local_test must be 'own_shard' or 'global_shards'"):
+        build_partition(_pooled_raw(), "shards", 1, {**FEDMDFG, "local_test": "global"})

@@ -190,3 +190,22 @@ def test_a_table_binds_its_columns_to_experiments():
     assert "names experiment 'nope', which the table does not show" in error(
         {**both, "B": {"experiment": "nope", "source": "final.mean_acc"}})
     assert "no column shows experiment(s) tiny_b" in error({"A": both["A"]})
+
+
+def test_fmnist_fedmdfg_runs_are_their_own_and_a_bad_local_test_stops_the_registry():
+    """FedMDFG's F-MNIST setting (config/fmnist.yaml): its readings reach the run configs and their
+    paths; an invalid local_test is one error from validate_runs, before any job."""
+    cfg = yaml.safe_load((REPO / "config/fmnist.yaml").read_text())
+    reg = expand(cfg)
+    validate_runs(reg)
+    runs = {k: s.config for k, s in reg.runs.items() if "fmnist_fedmdfg" in s.experiments}
+    assert len(runs) == 9
+    for key, config in runs.items():
+        assert config["model"] == "mlp_fmnist" and config["batch_size"] == 50 and config["momentum"] == 0
+        assert config["dataset_options"] == {"shard_setting": "fedmdfg", "local_test": "global_shards"}
+        assert "_modelmlp_fmnist_" in key and "_local_testglobal_shards_" in key
+    assert not any("model" in s.config for k, s in reg.runs.items() if k not in runs)  # the others keep the CNN
+    cfg["settings"]["fmnist_fedmdfg"]["dataset_options"] = {"local_test": "test_shards"}
+    cfg["experiments"]["fmnist_fedmdfg"]["variants"].pop("fmnist_local_test")
+    with pytest.raises(RegistryError, match="option local_test='test_shards' not in"):
+        validate_runs(expand(cfg))

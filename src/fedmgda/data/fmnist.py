@@ -62,7 +62,16 @@ def read_all(raw_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
 
 
 def load(raw_dir: Path, options: dict[str, Any]) -> RawData:
+    """The 60 000 training images pooled; the t10k images the global test set. With
+    ``local_test: global_shards`` the t10k images are also pooled after the training images
+    (positions 60 000..69 999, ``RawData.test_pool``), so that users' test shards can index them."""
     x_tr, y_tr, x_te, y_te = read_all(raw_dir)
+    if options.get("local_test", "own_shard") == "global_shards":
+        x = to_tensor(np.concatenate([x_tr, x_te])[:, None], MEAN, STD)
+        y = torch.from_numpy(np.concatenate([y_tr, y_te]).astype(np.int64))
+        n = len(y_tr)
+        return RawData(name="fmnist", x=x, y=y, global_test={"test": (x[n:], y[n:])},
+                       test_pool=np.arange(n, len(y), dtype=np.int64))
     return RawData(
         name="fmnist",
         x=to_tensor(x_tr[:, None], MEAN, STD), y=torch.from_numpy(y_tr.astype(np.int64)),

@@ -6,7 +6,8 @@ as ``np.random.seed(seed)`` + the global functions), the same ``choice`` calls i
 and real Python ``set`` objects wherever the code iterates one (the remaining pool is rebuilt
 from a set difference; a user's shards are concatenated in set-iteration order). The per-user
 split is positional (docs/protocol.md §1.4): first ⌊0.8n⌋ train, next up to ⌊0.9n⌋ validation, rest
-test, so under shards the test split is the tail of the user's last shard.
+test, so under shards the test split is the tail of the user's last shard. The option
+``local_test: global_shards`` (F-MNIST) replaces that cut by FedMDFG's (:func:`global_test_shards`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ class RawData:
 
     x, y:          pooled samples / int64 labels of everything users can own.
     global_test:   named global test sets (x, y).
+    test_pool:     indices into x of a global test set pooled after the users' samples, from which
+                   ``local_test: global_shards`` draws the users' test shards (else None).
     users:         natural user names (writers, roles, devices, domains), if the data has them.
     user_idx:      per natural user, all its indices into x (source order).
     source_split:  per natural user, the (train, test) indices the source itself provides.
@@ -45,6 +48,7 @@ class RawData:
     users: list[str] | None = None
     user_idx: list[np.ndarray] | None = None
     source_split: list[tuple[np.ndarray, np.ndarray]] | None = None
+    test_pool: np.ndarray | None = None
 
     @property
     def labels(self) -> np.ndarray:
@@ -124,8 +128,14 @@ def shard_partition(labels, num_users: int, num_shards: int, shard_size: int, se
         raise DataError(f"{num_shards} shards x {shard_size} > {len(labels)} samples")
     if num_shards < num_users:
         raise DataError(f"{num_shards} shards cannot serve {num_users} users")
-    rng = np.random.RandomState(seed)
-    idxs = sort_by_label(labels, num_shards * shard_size, sort)
+    return _deal_shards(np.random.RandomState(seed), sort_by_label(labels, num_shards * shard_size, sort),
+                        num_users, num_shards, shard_size)
+
+
+def _deal_shards(rng: np.random.RandomState, idxs: np.ndarray, num_users: int, num_shards: int,
+                 shard_size: int) -> list[np.ndarray]:
+    """Cut the label-sorted ``idxs`` into ``num_shards`` shards of ``shard_size`` and give each user
+    ⌊num_shards/num_users⌋ of them, drawn without replacement with ``rng`` (set order)."""
     per_user = num_shards // num_users
     remaining = list(range(num_shards))
     out = []
@@ -134,6 +144,39 @@ def shard_partition(labels, num_users: int, num_shards: int, shard_size: int, se
         remaining = list(set(remaining) - chosen)
         out.append(np.concatenate([idxs[s * shard_size:(s + 1) * shard_size] for s in chosen]))
     return out
+
+
+def global_test_shards(labels, num_users: int, num_shards: int, shard_size: int, seed: int,
+                       sort: str = "stable") -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(train, test) per user under FedMDFG's F-MNIST split (zibinpan/FedMDFG,
+    ``fedplat/dataloaders/DataLoader_fashion.py``), ``labels`` = the pool's labels, users' samples
+    first, then the global test set at positions ``len(labels) - n_test ..``, n_test = the rest.
+
+    train: the user's shards exactly as :func:`shard_partition` deals them, all of them (no
+    validation or test cut): their client trains on its whole local training data
+    (``fedplat/Client.py`` L264-271, ``for step, (batch_x, batch_y) in
+    enumerate(self.local_training_data)``).
+    test: the same ``create_data_pool`` applied to the global test set (DataLoader_fashion.py
+    L119-121): sorted by label (L78), cut into as many shards as the training set
+    (``amount = input_data.shape[0] // split_num``, L83: 10 000 / 200 = 50 images), and each user
+    draws ⌊num_shards/num_users⌋ of them (``pick_num``, L97-100) without replacement across users
+    (``split_data_indices_list.remove``, L100). The test draws continue the RNG stream of the
+    training draws (as theirs continue Python's ``random`` stream after the training pool,
+    L119 then L121), so they are deterministic per seed and independent of the user's training
+    classes. Not replicated: their last shard of each set is one image short (L89-90 cut at
+    ``shape[0] - 1``), and their stream is Python's ``random``, not numpy's.
+    """
+    labels = np.asarray(labels)
+    n_train = num_shards * shard_size
+    test_labels = labels[n_train:]
+    n_test = len(test_labels)
+    if n_test < num_shards:
+        raise DataError(f"local_test global_shards: {n_test} global test images cannot make {num_shards} shards")
+    rng = np.random.RandomState(seed)
+    train = _deal_shards(rng, sort_by_label(labels, n_train, sort), num_users, num_shards, shard_size)
+    test = _deal_shards(rng, n_train + sort_by_label(test_labels, n_test, sort), num_users, num_shards,
+                        n_test // num_shards)
+    return train, test
 
 
 def adult_domain_clients(is_phd: np.ndarray, shift_by_one: bool = False) -> list[np.ndarray]:
@@ -172,7 +215,21 @@ def build_partition(raw: RawData, scheme: str, seed: int, options: dict[str, Any
         val.append(b)
         test.append(c)
 
-    if scheme == "shards":
+    local_test = options.get("local_test", "own_shard")
+    if local_test not in ("own_shard", "global_shards"):
+        raise DataError(f"local_test must be 'own_shard' or 'global_shards', not {local_test!r}")
+    if local_test == "global_shards" and scheme != "shards":
+        raise DataError(f"{raw.name}: local_test 'global_shards' needs the shards partition, not {scheme!r}")
+    if local_test == "global_shards":
+        num_users = int(options["num_users"])
+        num_shards, shard_size = shard_geometry(raw.name, options, n)
+        if raw.test_pool is None or len(raw.test_pool) != n - num_shards * shard_size:
+            raise DataError(f"{raw.name}: local_test 'global_shards' needs the global test set pooled "
+                            f"right after the {num_shards} x {shard_size} training images")
+        train, test = global_test_shards(raw.labels, num_users, num_shards, shard_size, seed,
+                                         options.get("sort", "stable"))
+        val = [np.zeros(0, dtype=np.int64) for _ in train]
+    elif scheme == "shards":
         num_users = int(options["num_users"])
         num_shards, shard_size = shard_geometry(raw.name, options, n)
         for idxs in shard_partition(raw.labels, num_users, num_shards, shard_size, seed,
@@ -236,7 +293,9 @@ def shard_geometry(name: str, options: dict[str, Any], n: int) -> tuple[int, int
     """(num_shards, shard_size) from a dataset's options."""
     if "shard_setting" in options:  # fmnist: authors' code vs paper text
         setting = options["shard_setting"]
-        table = {"code": (300, 200), "paper": (500, 120)}
+        # fedmdfg: zibinpan/FedMDFG fedplat/main.py L33-34 (--SN 200, --PN 2) and
+        # DataLoader_fashion.py L83 (60 000 // 200 = 300 images a shard), 2 per user
+        table = {"code": (300, 200), "paper": (500, 120), "fedmdfg": (200, 300)}
         if setting not in table:
             raise DataError(f"shard_setting must be one of {sorted(table)}, not {setting!r}")
         return table[setting]
