@@ -10,7 +10,7 @@ docs/fmnist-fairness.md also reads them averaged over the evaluations of the las
 (the same aggregation as the claims' ``window: {last: N}``, ``fedmgda.results.metrics_value``).
 Prints, per row (setting / algorithm / hyper-parameters / attack) present under the runs folder,
 the mean ± population std over its seeds of mean_acc, std_acc and worst5_acc (or the metrics.csv
-columns given with ``--stats``), in %.
+columns given with ``--stats``); accuracies and shares in %, losses as they are.
 """
 
 from __future__ import annotations
@@ -26,6 +26,15 @@ from fedmgda.results import metrics_value
 DEFAULT_STATS = ("mean_acc", "std_acc", "worst5_acc")
 
 
+def scale(stat: str) -> float:
+    """metrics.csv keeps accuracies and shares as fractions; losses are printed unscaled."""
+    return 1.0 if "loss" in stat and not stat.startswith("improved") else 100.0
+
+
+def digits(stat: str) -> int:
+    return 3 if scale(stat) == 1 else 2
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", type=Path, help="a profile's runs folder, e.g. results/fmnist/runs")
@@ -39,13 +48,13 @@ def main() -> None:
         run = metrics.parent
         row = str(run.parent.relative_to(args.runs))
         for stat in stats:
-            rows[row][stat].append(100 * metrics_value(run, stat, {"last": args.last}))
+            rows[row][stat].append(scale(stat) * metrics_value(run, stat, {"last": args.last}))
         if args.per_seed:
-            print(f"{row} {run.name}: " + ", ".join(f"{s} {rows[row][s][-1]:.2f}" for s in stats))
-    print(f"\nmean ± std over seeds of the evaluations of the last {args.last} rounds, %")
+            print(f"{row} {run.name}: " + ", ".join(f"{s} {rows[row][s][-1]:.{digits(s)}f}" for s in stats))
+    print(f"\nmean ± std over seeds of the evaluations of the last {args.last} rounds (accuracies and shares in %)")
     print("| row | seeds | " + " | ".join(stats) + " |\n|---|---|" + "---|" * len(stats))
     for row, values in rows.items():
-        cells = " | ".join(f"{np.mean(values[s]):.2f} ± {np.std(values[s]):.2f}" for s in stats)
+        cells = " | ".join(f"{np.mean(values[s]):.{digits(s)}f} ± {np.std(values[s]):.{digits(s)}f}" for s in stats)
         print(f"| {row} | {len(values[stats[0]])} | {cells} |")
 
 
