@@ -204,7 +204,13 @@ def test_fmnist_fedmdfg_runs_are_their_own_and_a_bad_local_test_stops_the_regist
         assert config["model"] == "mlp_fmnist" and config["batch_size"] == 50 and config["momentum"] == 0
         assert config["dataset_options"] == {"shard_setting": "fedmdfg", "local_test": "global_shards"}
         assert "_modelmlp_fmnist_" in key and "_local_testglobal_shards_" in key
-    assert not any("model" in s.config for k, s in reg.runs.items() if k not in runs)  # the others keep the CNN
+    own_test = {k: s.config for k, s in reg.runs.items() if "fmnist_fedmdfg_own_test" in s.experiments}
+    assert len(own_test) == 9 and not set(own_test) & set(runs)
+    for key, config in own_test.items():  # the same setting with this study's test split (the default)
+        assert config["model"] == "mlp_fmnist" and config["dataset_options"] == {"shard_setting": "fedmdfg"}
+        assert "_local_test" not in key
+    others = [s.config for k, s in reg.runs.items() if k not in runs and k not in own_test]
+    assert others and not any("model" in config for config in others)  # the others keep the CNN
     cfg["settings"]["fmnist_fedmdfg"]["dataset_options"] = {"local_test": "test_shards"}
     cfg["experiments"]["fmnist_fedmdfg"]["variants"].pop("fmnist_local_test")
     with pytest.raises(RegistryError, match="option local_test='test_shards' not in"):
