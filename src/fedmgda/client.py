@@ -50,8 +50,15 @@ class FlatModel:
         chunks = torch.split(flat, self.sizes)
         return {name: chunk.view(shape) for name, chunk, shape in zip(self.names, chunks, self.shapes)}
 
-    def __call__(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        return functional_call(self.module, self.unflatten(flat), (x,))
+    @property
+    def dropout_sites(self) -> tuple[tuple[float, tuple[int, ...]], ...]:
+        """The module's dropout sites (rate, per-sample mask shape), () without dropout (``fedmgda.models``)."""
+        return getattr(self.module, "dropout_sites", ())
+
+    def __call__(self, flat: torch.Tensor, x: torch.Tensor, keep: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
+        """The module's output for ``x`` under the weights ``flat``; ``keep``: its dropout masks, one
+        per site, or None (eval mode: none; train mode: ``F.dropout``'s own draws)."""
+        return functional_call(self.module, self.unflatten(flat), (x,) if keep is None else (x, keep))
 
 
 @dataclass(frozen=True)
@@ -83,12 +90,13 @@ class LocalTrainer:
     def __init__(self, model: FlatModel, hparams: LocalHParams, dropout: bool = True):
         self.model = model
         self.hparams = hparams
-        self.dropout = dropout  # False: train in eval mode (tests comparing the two paths exactly)
+        self.dropout = dropout  # False: train in eval mode, without dropout
+        self.sites = model.dropout_sites if dropout else ()
         self._grad_and_loss = grad_and_value(self._objective)
-        self._batched_step = vmap(self.step, in_dims=(0, 0, 0, 0, 0, 0, None, 0), randomness="different")
+        self._batched_steps: dict[tuple[bool, bool], Any] = {}  # (with masks, with states) -> the step vmap-ed
 
-    def _objective(self, w, w_start, x, y, scale, mask=None, state=None, term=None):
-        nll = F.nll_loss(self.model(w, x), y, reduction="none")
+    def _objective(self, w, w_start, x, y, scale, mask=None, keep=None, state=None, term=None):
+        nll = F.nll_loss(self.model(w, x, keep), y, reduction="none")
         data_loss = nll.mean() if mask is None else (nll * mask).sum() / mask.sum().clamp(min=1)
         loss = scale * data_loss
         if self.hparams.mu:
@@ -97,12 +105,13 @@ class LocalTrainer:
             loss = loss + term(w, w_start, state)
         return loss
 
-    def step(self, w, buf, w_start, x, y, scale, first: bool, mask=None, state=None, term=None):
+    def step(self, w, buf, w_start, x, y, scale, first: bool, mask=None, keep=None, state=None, term=None):
         """One SGD-with-momentum step; pure, so that it is vmap-ed over clients by the batched
         path (there ``mask`` marks the real samples of a minibatch padded to a common width, and
-        ``state`` is the client's slice of the stacked states). ``term(w, w_start, state)``: an
-        algorithm's extra term of the objective (its ``local_term``), or None."""
-        grad, loss = self._grad_and_loss(w, w_start, x, y, scale, mask, state, term)
+        ``state`` is the client's slice of the stacked states). ``keep``: the minibatch's dropout
+        masks (``dropout_masks``), or None. ``term(w, w_start, state)``: an algorithm's extra term
+        of the objective (its ``local_term``), or None."""
+        grad, loss = self._grad_and_loss(w, w_start, x, y, scale, mask, keep, state, term)
         buf = grad if first else self.hparams.momentum * buf + grad
         return w - self.hparams.lr * buf, buf, loss
 
@@ -115,16 +124,30 @@ class LocalTrainer:
             batches.extend(torch.randperm(n, generator=generator).split(self.hparams.batch_size))
         return batches
 
-    def train(self, w_start: torch.Tensor, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator, scale: float = 1.0, term=None, state=None) -> ClientResult:
+    def dropout_masks(self, steps: int, width: int, generator: torch.Generator | None, device: torch.device) -> tuple[torch.Tensor, ...] | None:
+        """A client's dropout masks for ``steps`` minibatches of up to ``width`` samples: per site
+        of the model, (steps, width, *mask shape) booleans, True = kept (probability 1 - p), drawn
+        from ``generator`` (the client's own: the scheduler seeds it from the run seed, round and
+        user, so a client's masks do not depend on which clients train beside it; None: torch's
+        default generator of ``device``). None for a model without dropout or ``dropout=False``."""
+        if not self.sites:
+            return None
+        return tuple(torch.rand((steps, width, *shape), generator=generator, device=device) >= p for p, shape in self.sites)
+
+    def train(self, w_start: torch.Tensor, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator, scale: float = 1.0, term=None, state=None, dropout_generator: torch.Generator | None = None) -> ClientResult:
         """The client update: local SGD from ``w_start`` on (x, y); returns u and the mean loss.
-        ``term(w, w_start, state)``: a term added to the objective (an algorithm's ``local_term``),
-        given the client's ``state``."""
+        ``generator`` draws the minibatch order, ``dropout_generator`` the dropout masks
+        (``dropout_masks``). ``term(w, w_start, state)``: a term added to the objective (an
+        algorithm's ``local_term``), given the client's ``state``."""
         self.model.module.train(self.dropout)
         w, buf = w_start, None
         losses = []
-        for position in self.batch_order(len(y), generator):
+        order = self.batch_order(len(y), generator)
+        keep = self.dropout_masks(len(order), len(order[0]) if order else 0, dropout_generator, x.device)
+        for s, position in enumerate(order):
             position = position.to(x.device)
-            w, buf, loss = self.step(w, buf, w_start, x[position], y[position], scale, first=buf is None, state=state, term=term)
+            masks = None if keep is None else tuple(site[s, : len(position)] for site in keep)
+            w, buf, loss = self.step(w, buf, w_start, x[position], y[position], scale, first=buf is None, keep=masks, state=state, term=term)
             losses.append(loss)
         return ClientResult(update=(w - w_start).detach(), train_loss=torch.stack(losses).mean().detach())
 
@@ -154,11 +177,13 @@ class LocalTrainer:
                 distinct.append(self.padded_batches(idx.cpu(), g))
         return distinct, [plans[id(idx), id(g)] for idx, g in zip(client_idx, generators)]
 
-    def train_batched(self, w_start: torch.Tensor, data_x: torch.Tensor, data_y: torch.Tensor, client_idx: list[torch.Tensor], generators: list[torch.Generator], scales: torch.Tensor, graphs=None, term=None, states=None) -> list[ClientResult]:
+    def train_batched(self, w_start: torch.Tensor, data_x: torch.Tensor, data_y: torch.Tensor, client_idx: list[torch.Tensor], generators: list[torch.Generator], scales: torch.Tensor, graphs=None, term=None, states=None, dropout_generators: list[torch.Generator] | None = None) -> list[ClientResult]:
         """The client update of several clients at once: their weights stacked, one vmap-ed
         forward/backward per local step. Clients with fewer or smaller minibatches are padded and
-        masked, so each client follows exactly the trajectory of ``train`` (the minibatch orders
-        come from the same generators); only dropout masks differ (drawn per client by vmap).
+        masked, so each client follows the trajectory of ``train`` (up to float rounding): the
+        minibatch orders come from the same ``generators``, the dropout masks from the same
+        ``dropout_generators`` (one per client, ``dropout_masks``; None: torch's default
+        generator, client after client).
         Clients are ordered by their number of steps, so that once a client is done the step runs
         on the still-active prefix only (Adult: 33 steps for one client, 2 572 for the other).
 
@@ -180,16 +205,17 @@ class LocalTrainer:
         positions = torch.full((len(batches), len(batches[order[0]]), width), -1, dtype=torch.long)
         for row, i in enumerate(order):
             positions[row, : batches[i].shape[0], : batches[i].shape[1]] = batches[i]
+        keep = self._padded_masks(batches, order, positions.shape, dropout_generators, device)
         steps = torch.tensor([len(b) for b in batches])
         active = tuple((steps[:, None] > torch.arange(positions.shape[1])).sum(dim=0).tolist())
         if w_start.dim() == 2:  # one start per client: in the rows' order, like the positions
             w_start = w_start[torch.tensor(order, device=w_start.device)]
         if states is not None:  # likewise
             states = tree_map(lambda leaf: leaf[torch.tensor(order, device=leaf.device)], states)
-        inputs = (w_start, positions.to(device), scales.to(device=device, dtype=w_start.dtype)[order])
+        inputs = (w_start, positions.to(device), scales.to(device=device, dtype=w_start.dtype)[order], *(keep or ()))
 
-        def local_steps(w_start, positions, scales):
-            return self._local_steps(w_start, data_x, data_y, positions, scales, active, term, states)
+        def local_steps(w_start, positions, scales, *keep):
+            return self._local_steps(w_start, data_x, data_y, positions, scales, keep or None, active, term, states)
 
         if graphs is None or term is not None:
             updates, mean_loss = local_steps(*inputs)
@@ -201,9 +227,36 @@ class LocalTrainer:
             results[i] = ClientResult(update=updates[row], train_loss=mean_loss[row])
         return results
 
-    def _local_steps(self, w_start, data_x, data_y, positions, scales, active: tuple[int, ...], term=None, states=None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _padded_masks(self, batches: list[torch.Tensor], order: list[int], shape: torch.Size, generators: list[torch.Generator] | None, device: torch.device) -> tuple[torch.Tensor, ...] | None:
+        """Each client's ``dropout_masks`` (drawn from its own generator, for its own steps and
+        width, as ``train`` draws them), padded to (clients, steps, width, *mask shape) in the
+        rows' ``order``; None without dropout."""
+        if not self.sites:
+            return None
+        clients, steps, width = shape
+        padded = tuple(torch.zeros((clients, steps, width, *site_shape), dtype=torch.bool, device=device) for _, site_shape in self.sites)
+        row_of = {i: row for row, i in enumerate(order)}
+        for i, plan in enumerate(batches):  # client after client (the order of draws without generators)
+            row = row_of[i]
+            drawn = self.dropout_masks(*plan.shape, None if generators is None else generators[i], device)
+            for site, masks in zip(padded, drawn):
+                site[row, : masks.shape[0], : masks.shape[1]] = masks
+        return padded
+
+    def _vmapped_step(self, with_keep: bool, with_states: bool, term=None):
+        """``step`` vmap-ed over clients: masks and states sliced like the weights when given. No
+        random draw may happen inside (``randomness="error"``): the masks come in, drawn per client."""
+        in_dims = (0, 0, 0, 0, 0, 0, None, 0, 0 if with_keep else None, 0 if with_states else None)
+        if term is not None:  # a term may read its algorithm's attributes: vmap-ed afresh each time
+            return vmap(partial(self.step, term=term), in_dims=in_dims, randomness="error")
+        if (with_keep, with_states) not in self._batched_steps:
+            self._batched_steps[with_keep, with_states] = vmap(self.step, in_dims=in_dims, randomness="error")
+        return self._batched_steps[with_keep, with_states]
+
+    def _local_steps(self, w_start, data_x, data_y, positions, scales, keep, active: tuple[int, ...], term=None, states=None) -> tuple[torch.Tensor, torch.Tensor]:
         """The local SGD of ``train_batched`` on device tensors only (no host sync, fixed shapes:
         capturable as a CUDA graph). positions: (clients, steps, width) sample indices, -1 = pad;
+        keep: per dropout site, (clients, steps, width, *mask shape) masks, or None;
         active[s]: how many clients (a prefix of the rows) still have a minibatch at step s;
         term, states: an algorithm's local term and the clients' stacked states, or None."""
         n = positions.shape[0]
@@ -214,13 +267,12 @@ class LocalTrainer:
         starts = w.clone()
         buf = torch.zeros_like(w)
         loss_sum = torch.zeros(n, device=w.device, dtype=w.dtype)
-        step, state_of = self._batched_step, {}
-        if term is not None:  # the state is one more vmap-ed argument, sliced like the weights
-            step = vmap(partial(self.step, term=term), in_dims=(0, 0, 0, 0, 0, 0, None, 0, None if states is None else 0), randomness="different")
-            state_of = {k: (None if states is None else tree_map(lambda leaf, k=k: leaf[:k], states),) for k in set(active)}
+        step = self._vmapped_step(keep is not None, states is not None, term)
+        state_of = {k: None if states is None else tree_map(lambda leaf, k=k: leaf[:k], states) for k in set(active)}
         for s, k in enumerate(active):
             pos = positions[:k, s]
-            w_k, buf_k, loss = step(w[:k], buf[:k], starts[:k], data_x[pos], data_y[pos], scales[:k], s == 0, mask[:k, s], *state_of.get(k, ()))
+            masks = None if keep is None else tuple(site[:k, s] for site in keep)
+            w_k, buf_k, loss = step(w[:k], buf[:k], starts[:k], data_x[pos], data_y[pos], scales[:k], s == 0, mask[:k, s], masks, state_of[k])
             if k == n:
                 w, buf, loss_sum = w_k, buf_k, loss_sum + loss
             else:

@@ -270,8 +270,8 @@ class CudaGraphs:
     CPU's time to launch them; a graph launches them all at once. A key (shapes and everything
     else the function depends on) is captured the second time it is seen: the first call runs
     eagerly, so keys seen only once (FEMNIST's changing client groups) cost no capture. Replays
-    give the eager results bit for bit; random draws inside (dropout) follow the CUDA generator's
-    state at replay time. At most ``capacity`` graphs are kept, least recently used evicted; a key
+    give the eager results bit for bit; nothing random is drawn inside (the dropout masks are
+    inputs, drawn per client beforehand: ``LocalTrainer.dropout_masks``). At most ``capacity`` graphs are kept, least recently used evicted; a key
     whose capture fails (an operation that cannot be captured) runs eagerly, with a warning.
     """
 

@@ -1,6 +1,9 @@
 """The paper's models (Tables 2-4), the Adult logistic regression, the Shakespeare LSTM, and two
 small models for the offline datasets.
 
+A model with dropout names its ``dropout_sites`` (rate, per-sample mask shape) and takes the masks
+as an argument (``keep``), so that the trainer draws them from each client's own generator
+(``fedmgda.client``): a client's masks do not depend on which clients share its computation.
 Every classifier returns log-probabilities; the loss everywhere is the mean negative
 log-likelihood (= cross-entropy), as in the authors' code. No model has buffers (no BatchNorm),
 so a model's state is exactly its parameters: the simulator keeps the global model as one flat
@@ -40,11 +43,28 @@ class CNNCifar(nn.Module):
         return F.log_softmax(self.fc3(x), dim=1)
 
 
+def dropout(x: torch.Tensor, model: nn.Module, site: int, keep: tuple[torch.Tensor, ...] | None) -> torch.Tensor:
+    """Dropout at ``model.dropout_sites[site]`` (rate p, per-sample mask shape): with ``keep``,
+    the trainer's masks (``fedmgda.client.LocalTrainer.dropout_masks``: True = kept, drawn from
+    the client's own generator), the kept values scaled by 1 / (1 - p) as ``F.dropout`` does; without,
+    ``F.dropout`` on torch's global generator when the model is in training mode (a module used on
+    its own), nothing in eval mode. Whole channels where the mask's trailing sizes are 1 (Dropout2d)."""
+    p, shape = model.dropout_sites[site]
+    if keep is not None:
+        return x * keep[site] / (1 - p)
+    if not model.training:
+        return x
+    return F.dropout2d(x, p, True) if len(shape) == 3 and shape[1:] == (1, 1) else F.dropout(x, p, True)
+
+
 class CNNFashion(nn.Module):
     """F-MNIST CNN, paper Table 3 / the code's ``CNNMnist`` (21 840 parameters).
 
     conv5x5(1->10)-pool-ReLU, conv5x5(10->20)-Dropout2d(0.5)-pool-ReLU, FC 320-50-ReLU-dropout-10.
     """
+
+    # Dropout2d keeps or drops conv2's 20 channels whole; dropout after fc1 its 50 units
+    dropout_sites = ((0.5, (20, 1, 1)), (0.5, (50,)))
 
     def __init__(self, num_classes: int = 10, in_channels: int = 1):
         super().__init__()
@@ -53,11 +73,10 @@ class CNNFashion(nn.Module):
         self.fc1 = nn.Linear(320, 50)
         self.fc2 = nn.Linear(50, num_classes)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, keep: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
         x = F.relu(F.max_pool2d(self.conv1(x), 2))
-        x = F.relu(F.max_pool2d(F.dropout2d(self.conv2(x), 0.5, self.training), 2))
-        x = x.flatten(1)
-        x = F.dropout(F.relu(self.fc1(x)), 0.5, self.training)
+        x = F.relu(F.max_pool2d(dropout(self.conv2(x), self, 0, keep), 2))
+        x = dropout(F.relu(self.fc1(x.flatten(1))), self, 1, keep)
         return F.log_softmax(self.fc2(x), dim=1)
 
 
@@ -76,10 +95,12 @@ class CNNFemnist(nn.Module):
         self.fc1 = nn.Linear(9216, 128)
         self.fc2 = nn.Linear(128, num_classes)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    dropout_sites = ((0.25, (64, 12, 12)), (0.5, (128,)))  # the pooled feature map, then fc1's units
+
+    def forward(self, x: torch.Tensor, keep: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
         x = F.relu(self.conv2(F.relu(self.conv1(x))))
-        x = F.dropout(F.max_pool2d(x, 2), 0.25, self.training).flatten(1)
-        x = F.dropout(F.relu(self.fc1(x)), 0.5, self.training)
+        x = dropout(F.max_pool2d(x, 2), self, 0, keep).flatten(1)
+        x = dropout(F.relu(self.fc1(x)), self, 1, keep)
         return F.log_softmax(self.fc2(x), dim=1)
 
 

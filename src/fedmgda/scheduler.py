@@ -10,7 +10,7 @@ A request carries what answering it takes (``fedmgda.simulator``): its run's ``R
 and local training, samples on the device, a digest of the partition, the algorithm's local term)
 and, for training, each participant's seed key, loss scale and state. The scheduler reads nothing
 else of a run: it groups several runs' requests by what they carry (partition, participants,
-sizes) and turns seed keys into generators and dropout seeds (``derived_seed``). Per kind:
+sizes) and turns seed keys into generators (``derived_seed``, ``dropout_generator``). Per kind:
 
 - ``TrainRequest``: the sequential reference path (``LocalTrainer.train``) for runs with
   ``batched: false``; else clients of similar size trained together (``LocalTrainer.train_batched``,
@@ -68,8 +68,8 @@ def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None], progre
     together (``Scheduler.train``); a finished, diverged or failed run leaves the pack (a run
     fails when its algorithm's hook breaks its contract, ``fedmgda.contract``: raised inside the
     run, or, from a client's local term, here, where it is thrown into the run). The runs share
-    one copy of the samples (``Simulation.share_samples``). Models without dropout get the
-    updates of unpacked runs (up to float rounding); with dropout, the masks differ.
+    one copy of the samples (``Simulation.share_samples``). A run gets the updates it gets
+    unpacked: every client's minibatch order and dropout masks come from its own seed key.
     ``progress_every`` (seconds): print progress lines (``Progress``); None: none."""
     if len(sims) != len(out_dirs):
         raise ValueError("run_packed needs one output folder (or None) per run")
@@ -213,8 +213,8 @@ class Scheduler:
         updates (rows, in ``users`` order) and reported mean local losses.
 
         Client k of a request draws its minibatch order from its seed key. Batched training groups
-        clients of similar size, of every run (one vmap-ed step per local step; their dropout masks
-        are drawn per client from the group's seed); a client without a partner of similar size
+        clients of similar size, of every run (one vmap-ed step per local step; each client's dropout masks
+        drawn from its own generator, ``dropout_generator``); a client without a partner of similar size
         takes the sequential path, which is cheaper, unless CUDA graphs make the batched path (a
         group of one) cheaper still. Linear + log_softmax models train all clients in one group,
         with the analytic step. A run with a local term trains its own clients by size, the term
@@ -283,7 +283,6 @@ class Scheduler:
         """Clients ks[i] of requests[i] trained as one batched computation; with a local ``term``
         (one run's clients), vmap-ed with the step, given their stacked ``states``."""
         keys = [request.seed_keys[k] for request, k in zip(requests, ks)]
-        torch.manual_seed(derived_seed(*(key for client in keys for key in client)))  # dropout, per client by vmap
         # clients of one seed, user and partition draw one minibatch plan: the same samples and
         # generator; full batches are not shuffled, so there one user and partition is one plan
         lead = requests[0].run
@@ -297,11 +296,12 @@ class Scheduler:
         inputs = (torch.stack([request.w for request in requests]), lead.data.x, lead.data.y,
                   [idx for idx, _ in shared], [generator for _, generator in shared],
                   torch.tensor([request.loss_scales[k] for request, k in zip(requests, ks)]))
+        masks = [dropout_generator(key, self.device) for key in keys] if lead.trainer.sites else None
         if term is not None:
-            return lead.trainer.train_batched(*inputs, term=term, states=states)
-        if self.analytic is not None:
+            return lead.trainer.train_batched(*inputs, term=term, states=states, dropout_generators=masks)
+        if self.analytic is not None:  # linear models: no dropout
             return self.analytic.train(lead.trainer, *inputs)
-        return lead.trainer.train_batched(*inputs, graphs=self.graphs)
+        return lead.trainer.train_batched(*inputs, graphs=self.graphs, dropout_generators=masks)
 
 
 def batched_training(run: RunInputs) -> bool:
@@ -352,14 +352,27 @@ def derived_seed(*keys: int) -> int:
     return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(2, dtype=np.uint32).astype(np.uint64) @ np.array([1 << 31, 1], dtype=np.uint64))
 
 
+DROPOUT_STREAM = 1  # appended to a client's seed key: its dropout masks' stream, apart from its minibatch order's
+
+
+def dropout_generator(key: tuple[int, ...], device: torch.device) -> torch.Generator:
+    """The generator of a client's dropout masks (``LocalTrainer.dropout_masks``), on the run's
+    device, seeded from the client's seed key (run seed, round, user) alone: the same masks
+    whichever path trains the client and whoever trains beside it (a pack's other runs, a resumed
+    run's partners at other rounds)."""
+    return torch.Generator(device=device).manual_seed(derived_seed(*key, DROPOUT_STREAM))
+
+
 def train_one(request: TrainRequest, k: int) -> ClientResult:
     """Client k of ``request`` trained alone, on the sequential (reference) path."""
     run, user = request.run, request.users[k]
     seed = derived_seed(*request.seed_keys[k])
-    torch.manual_seed(seed)  # dropout masks
+    torch.manual_seed(seed)  # any draw of an algorithm's local term on this path, per client
     idx = run.data.train_idx[user]
     state = request.states[k] if request.states is not None else None
-    return run.trainer.train(request.w, run.data.x[idx], run.data.y[idx], torch.Generator().manual_seed(seed), request.loss_scales[k], term=run.local_term, state=state)
+    masks = dropout_generator(request.seed_keys[k], run.device) if run.trainer.sites else None
+    return run.trainer.train(request.w, run.data.x[idx], run.data.y[idx], torch.Generator().manual_seed(seed), request.loss_scales[k],
+                             term=run.local_term, state=state, dropout_generator=masks)
 
 
 def by_group(keys: list, serve) -> list:

@@ -2,7 +2,8 @@
 
 Randomness is derived, not carried: the model is initialised from ``seed``; round t's participants
 come from a generator seeded by (seed, t), and client i's minibatch order and dropout masks in
-round t from (seed, t, i). Hence every algorithm run with the same seed sees the same initial model
+round t from (seed, t, i), each from its own generator (``fedmgda.scheduler.dropout_generator``):
+the same whichever path trains the client and whichever runs share its pack. Hence every algorithm run with the same seed sees the same initial model
 and the same participants (paired comparisons, docs/protocol.md §6.1), and a run resumed from a
 checkpoint continues exactly as if it had never stopped, without saving any RNG state.
 
