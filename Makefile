@@ -37,7 +37,7 @@ PY := .venv/bin/python
 SETUP_STAMP := .venv/.setup-stamp
 endif
 
-.PHONY: setup quick paper target report test test-fast lint dry-run benchmark config-docs paper-reference clean
+.PHONY: setup quick paper target report test test-fast lint dry-run benchmark device-check config-docs paper-reference clean
 
 setup: $(SETUP_STAMP)
 
@@ -77,6 +77,15 @@ lint: setup
 
 benchmark: setup
 	$(PY) benchmarks/bench_rounds.py $(BENCH_ARGS)
+
+# the one-shot GPU check (docs/performance.md, "Device check"): OUT=DIR (default $OUT, else
+# results/device-check), DEVICE_CHECK_ARGS="--dry" for the same parts on the CPU. No setup step: on a
+# GPU machine the package runs from src/ under the Python found there (DEVICE_PY).
+DEVICE_CHECK_ARGS ?=
+DEVICE_PY ?= $(if $(VIRTUAL_ENV)$(CONDA_PREFIX),python,$(if $(wildcard .venv/bin/python),.venv/bin/python,python3))
+
+device-check:
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(DEVICE_PY) scripts/device_check.py $(if $(OUT),--out $(OUT)) $(DEVICE_CHECK_ARGS)
 
 # config/README.md's key tables from src/fedmgda/config.schema.yaml (fedmgda.schema)
 config-docs: setup

@@ -1,0 +1,670 @@
+"""One-shot GPU check of the package on a machine with one CUDA GPU (issue 32): four parts, each
+a subprocess under its own time limit, each part's output written to --out as it comes and
+printed as well.
+
+    python scripts/device_check.py --out DIR            # on the GPU machine (make device-check OUT=DIR)
+    python scripts/device_check.py --dry --out DIR      # the same parts on the CPU, tiny (< 1 min)
+    python scripts/device_check.py --parts fairness --resume DIR/fairness_runs.tar.gz   # go on
+
+Parts, in order (files under --out, at most 6, all at its top level):
+
+0. ``env``: GPU, driver, torch / CUDA / cuDNN versions, which modules import (``env.txt``).
+1. ``pytest_cuda``: the tests that exercise CUDA (``-k "cuda or dropout"`` in the test files that
+   test for a CUDA device: batched/sequential updates, CUDA graphs with the F-MNIST CNN's dropout,
+   CNN reproducibility, local terms, a whole run); a CUDA test that skips on a CUDA machine fails
+   the part (``pytest_cuda.txt``).
+2. ``bench_rounds``: ``benchmarks/bench_rounds.py --device cuda --pack 8`` over the paper's
+   settings, with the projected wall time of the whole paper DAG; on a time-out the projection is
+   made from the settings measured so far (``bench_rounds.txt``).
+3. ``fairness``: the F-MNIST fairness core (``fmnist_core`` of config/fmnist.yaml: FedAvg,
+   FedMGDA+, FedAvg-n, FedMGDA on real F-MNIST shards) at the paper's 2 000 rounds, seeds in the
+   paper's order (1, 5000, 6000, 9000), packed on the GPU, as many seeds per pack as the measured
+   F-MNIST round time lets finish, packs until the time is up. The runs come from the experiment
+   registry and are trained by the workflow's own commands (``fedmgda partition``, then
+   ``fedmgda train --config run.yaml ... --out DIR ...``), so each run folder is what the workflow
+   writes under results/fmnist/runs/ (run.yaml, metrics.csv, per_user.csv, per_user_final.csv,
+   summary.json, train.log). A run stopped by the deadline keeps its checkpoint.pt (every 50
+   rounds) and gets a metrics_partial.csv; ``--resume TAR`` continues it. ``fairness.txt`` says
+   which runs finished and where the others stopped; ``fairness_runs.tar.gz`` holds the run
+   folders (members ``runs/<run key>/...``: ``tar xzf fairness_runs.tar.gz -C results/fmnist``).
+
+``summary.md`` (rewritten after every part) lists every part with its status (ok, partial,
+failed, timeout, skipped), wall time, limit and a one-line note. The real mode refuses to start
+without a CUDA device; ``--dry`` runs the same parts on the CPU with tiny sizes (1 seed, 2 rounds,
+one setting of the benchmark (Adult, 1% of its samples); the real F-MNIST files if --raw-dir has them,
+else the offline digits data in their place). --raw-dir, --work and --config are relative to the
+repository root, --out and --resume to the current folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PARTS = ("env", "pytest_cuda", "bench_rounds", "fairness")
+STATUSES = ("ok", "partial", "failed", "timeout", "skipped")  # partial: the deadline stopped runs (resumable)
+PAPER_SEEDS = (1, 5000, 6000, 9000)  # Tables 8-11, Figures 3-4 (docs/protocol.md §6.1)
+FMNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+# what each part imports beyond the standard library (the GPU image lacks cvxopt: carry its wheel)
+NEEDS = {"pytest_cuda": ("torch", "numpy", "pandas", "yaml", "cvxopt", "pytest"),
+         "bench_rounds": ("torch", "numpy", "pandas", "yaml", "cvxopt"),
+         "fairness": ("torch", "numpy", "pandas", "yaml", "cvxopt")}
+OPTIONAL = ("matplotlib", "seaborn", "sklearn", "h5py", "scipy", "snakemake", "jsonschema", "tabulate", "papermill")
+BENCH_LINE = re.compile(r"^(?P<name>\S+)\s+(?P<clients>\d+)\s+(all|\S+ \(x1/f\))\s+(?P<seq>[\d.]+)\s+(?P<bat>[\d.]+)\s+"
+                        r"[\d.]+x\s+[\d.]+\s+(?P<eval>[\d.]+)\s*$")
+PACK_LINE = re.compile(r"^\s+(?P<k>\d+) runs packed: (?P<s>[\d.]+) s per round")
+
+
+# --------------------------------------------------------------------------- running a part
+@dataclass
+class Part:
+    name: str
+    status: str = "skipped"
+    wall: float = 0.0
+    limit: float = 0.0
+    files: list[str] = field(default_factory=list)
+    note: str = ""
+
+
+def run_logged(argv: list[str], limit: float, log: Path, env: dict[str, str] | None = None,
+               header: str = "") -> tuple[int | None, float, str]:
+    """Run ``argv`` in its own process group, every output line written to ``log`` (flushed) and
+    to stdout; after ``limit`` seconds the whole group gets SIGTERM, then SIGKILL. Returns (exit
+    code, None on a time-out; seconds; the output)."""
+    start = time.monotonic()
+    lines: list[str] = []
+    with open(log, "a") as fh:
+        if header:
+            fh.write(header + "\n")
+        fh.write("$ " + " ".join(argv) + "\n")
+        fh.flush()
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, errors="replace", start_new_session=True)
+
+        def copy() -> None:
+            for line in proc.stdout:
+                lines.append(line)
+                fh.write(line)
+                fh.flush()
+                sys.stdout.write(line)
+                sys.stdout.flush()
+
+        reader = threading.Thread(target=copy, daemon=True)
+        reader.start()
+        try:
+            rc: int | None = proc.wait(timeout=max(1.0, limit))
+        except subprocess.TimeoutExpired:
+            rc = None
+            for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+                try:
+                    os.killpg(proc.pid, sig)
+                    proc.wait(timeout=wait)
+                    break
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    continue
+        reader.join(timeout=10)
+        wall = time.monotonic() - start
+        fh.write(f"[device_check] {'timed out after' if rc is None else f'exit {rc} after'} {wall:.1f} s (limit {limit:.0f} s)\n")
+    return rc, wall, "".join(lines)
+
+
+def child_env() -> dict[str, str]:
+    """The parts' environment: the package from src/ (it need not be installed), unbuffered."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def child(name: str, *extra: str) -> list[str]:
+    """This script as a part's subprocess (``--child NAME``)."""
+    return [sys.executable, str(Path(__file__).resolve()), "--child", name, *extra]
+
+
+# --------------------------------------------------------------------------- part 0: environment
+def child_env_part() -> int:
+    import importlib
+    import importlib.util
+    import platform
+
+    print(f"date (UTC): {datetime.now(timezone.utc):%Y-%m-%d %H:%M}")
+    print(f"python {platform.python_version()} ({sys.executable}); {platform.platform()}; {os.cpu_count()} CPUs")
+    if shutil.which("nvidia-smi"):
+        try:
+            smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,mig.mode.current",
+                                  "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+            print(f"nvidia-smi: {smi.stdout.strip() or smi.stderr.strip()}")
+        except (OSError, subprocess.SubprocessError) as err:
+            print(f"nvidia-smi: {err}")
+    versions = {}
+    for module in sorted({m for ms in NEEDS.values() for m in ms}):  # imported: they must work
+        try:
+            versions[module] = getattr(importlib.import_module(module), "__version__", "present")
+        except Exception as err:  # noqa: BLE001 - any import failure is what we report
+            versions[module] = f"MISSING ({type(err).__name__}: {err})"
+    for module in OPTIONAL:  # only looked for (importing them takes seconds): no part needs them
+        versions[module] = "present (not needed)" if importlib.util.find_spec(module) else "absent (not needed)"
+    for module, version in versions.items():
+        print(f"  {module:12} {version}")
+    missing = {part: [m for m in mods if versions[m].startswith("MISSING")] for part, mods in NEEDS.items()}
+    for part, mods in missing.items():
+        if mods:
+            print(f"MISSING for part {part}: {', '.join(mods)}")
+    import torch
+
+    print(f"torch {torch.__version__}; CUDA {torch.version.cuda}; cuDNN {torch.backends.cudnn.version()}; "
+          f"CUDA available: {torch.cuda.is_available()}")
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        x = torch.ones(1024, device="cuda")
+        torch.cuda.synchronize()
+        print(f"GPU: {p.name}, {p.total_memory / 2**30:.1f} GiB, compute capability {p.major}.{p.minor}, "
+              f"{p.multi_processor_count} SMs; {torch.cuda.device_count()} device(s); a kernel ran: {float(x.sum()) == 1024}")
+    import fedmgda
+
+    print(f"fedmgda {fedmgda.__version__} from {Path(fedmgda.__file__).parent}")
+    return 1 if any(missing.values()) else 0
+
+
+def env_note(text: str) -> str:
+    gpu = re.search(r"^GPU: ([^,]+)", text, re.M)
+    torch_line = re.search(r"^torch (\S+); CUDA (\S+);", text, re.M)
+    missing = re.findall(r"^MISSING for part (\S+): (.*)$", text, re.M)
+    bits = [gpu.group(1) if gpu else "no GPU"]
+    if torch_line:
+        bits.append(f"torch {torch_line.group(1)}, CUDA {torch_line.group(2)}")
+    bits += [f"missing for {part}: {mods}" for part, mods in missing]
+    return "; ".join(bits)
+
+
+# --------------------------------------------------------------------------- part 1: CUDA tests
+def cuda_test_files() -> list[str]:
+    """Test files (tests/*.py) that test for a CUDA device: where the CUDA tests are (this
+    script's own test aside)."""
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py")
+                  if "torch.cuda.is_available()" in p.read_text() and p.name != "test_device_check.py")
+
+
+def pytest_report(junit: Path, dry: bool) -> tuple[str, str]:
+    """(status, note) from pytest's JUnit XML: no selected test failed, and, on a CUDA machine,
+    the tests with 'cuda' in their names ran (none skipped); in the dry mode they were collected."""
+    import xml.etree.ElementTree as ET
+
+    if not junit.exists():
+        return "failed", "no pytest report (collection failed?)"
+    cases = ET.parse(junit).getroot().iter("testcase")
+    passed, failed, skipped = [], [], []
+    for case in cases:
+        name = f"{case.get('classname', '')}::{case.get('name', '')}"
+        kinds = {child.tag for child in case}
+        (failed if kinds & {"failure", "error"} else skipped if "skipped" in kinds else passed).append(name)
+    cuda_ran = [n for n in passed + failed if "cuda" in n]
+    cuda_skipped = [n for n in skipped if "cuda" in n]
+    note = f"{len(passed)} passed, {len(failed)} failed, {len(skipped)} skipped; {len(cuda_ran)} CUDA tests ran"
+    if failed:
+        return "failed", note + "; failed: " + ", ".join(n.split("::")[-1] for n in failed[:5])
+    if dry:  # on the CPU the CUDA tests skip: they must at least be there
+        return ("ok", note + f" (dry: {len(cuda_skipped)} CUDA tests collected, skipped on the CPU)") if cuda_skipped else \
+               ("failed", note + "; no CUDA test collected")
+    if cuda_skipped or not cuda_ran:
+        return "failed", note + f"; {len(cuda_skipped)} CUDA tests skipped on a CUDA machine"
+    return "ok", note
+
+
+# --------------------------------------------------------------------------- part 2: benchmark
+def bench_measurements(text: str) -> dict[str, dict[str, float]]:
+    """Per setting of bench_rounds' table: batched s/round, eval s, and ``pack``: {K: s/round}."""
+    measured: dict[str, dict[str, float]] = {}
+    last = None
+    for line in text.splitlines():
+        if m := BENCH_LINE.match(line):
+            last = m["name"]
+            measured[last] = {"batched": float(m["bat"]), "eval": float(m["eval"]), "pack": {}}
+        elif (m := PACK_LINE.match(line)) and last:
+            measured[last]["pack"][int(m["k"])] = float(m["s"])
+    return measured
+
+
+def child_project(measured_json: str) -> int:
+    """The paper DAG's projection (bench_rounds.project_paper) from settings measured so far."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_rounds", ROOT / "benchmarks" / "bench_rounds.py")
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["bench_rounds"] = bench  # its dataclasses look their module up
+    spec.loader.exec_module(bench)
+    measured = {k: (v["batched"], v["eval"]) for k, v in json.loads(measured_json).items()}
+    seconds, runs, approximated = bench.project_paper(measured)
+    print(f"projected wall time of the paper DAG ({runs} training runs, batched path, one device, runs back to back; "
+          f"from the {len(measured)} settings measured before the time-out): {sum(seconds.values()) / 3600:.1f} h")
+    print("  by dataset: " + ", ".join(f"{name} {s / 3600:.1f} h" for name, s in sorted(seconds.items(), key=lambda kv: -kv[1])))
+    for line in approximated:
+        print(f"  approximated: {line}")
+    return 0
+
+
+# --------------------------------------------------------------------------- part 3: fairness
+def fmnist_files_present(raw_dir: str) -> bool:
+    folder = Path(raw_dir) if Path(raw_dir).is_absolute() else ROOT / raw_dir
+    return all((folder / "fmnist" / name).is_file() for name in FMNIST_FILES)
+
+
+def fairness_registry(args: argparse.Namespace):
+    """The experiment's runs from the registry (config, rounds, seeds, device, raw folder set as
+    ``snakemake --config`` would), as ``{seed: [run key, ...]}`` in the paper's seed order and the
+    grid's algorithm order, with the registry and a note on the data used."""
+    from fedmgda.experiments import expand, load_config, validate_runs
+
+    config = load_config(str(ROOT / args.config))
+    if args.experiment not in config["experiments"]:
+        raise SystemExit(f"device_check: {args.config} has no experiment {args.experiment}")
+    config["experiments"] = {args.experiment: config["experiments"][args.experiment]}  # its runs are the same
+    config.update(rounds=args.rounds, seeds=args.seeds, only=[args.experiment], device=args.device,
+                  raw_dir=args.raw_dir, allow_download=False)
+    if fmnist_files_present(args.raw_dir):
+        note = f"real F-MNIST files in {args.raw_dir}/fmnist"
+        if args.dry:  # a tiny version of the same runs: 2 clients a round (their keys say p0.02)
+            config["run_overrides"] = {**(config.get("run_overrides") or {}), "participation": 0.02}
+            note += "; dry mode: 2 clients a round (participation 0.02)"
+    elif args.dry:  # the offline digits data in their place
+        config["settings"][config["experiments"][args.experiment]["setting"]]["dataset"] = "digits"
+        note = f"no F-MNIST files in {args.raw_dir}/fmnist: the offline digits data in their place (dry mode)"
+    else:
+        raise SystemExit(f"device_check: the F-MNIST files are not in {args.raw_dir}/fmnist ({', '.join(FMNIST_FILES)}); "
+                         f"carry resources/raw/fmnist or pass --raw-dir")
+    registry = expand(config)
+    validate_runs(registry)
+    by_seed = {seed: [row.runs[i] for row in registry.rows[args.experiment]] for i, seed in enumerate(args.seeds)}
+    return registry, by_seed, note
+
+
+def round_estimate(bench_text: str, runs: int, rounds: int) -> float | None:
+    """Seconds for ``runs`` F-MNIST runs packed over ``rounds`` rounds, from part 2's F-MNIST
+    rows (1 run and K runs packed, linear in between and beyond; evaluation every 10 rounds; 1.5x
+    for what the benchmark leaves out: per-user statistics, metrics, checkpoints); None without them."""
+    row = bench_measurements(bench_text).get("fmnist_b10_p0.1")
+    if not row:
+        return None
+    one = row["batched"]
+    slope = 0.0
+    if row["pack"]:
+        k, packed = max(row["pack"].items())
+        slope = max(0.0, (packed - one) / (k - 1))
+    per_round = one + slope * (runs - 1) + runs * row["eval"] / 10
+    return 1.5 * rounds * per_round + 30.0
+
+
+def repo_path(path: Path) -> str:
+    """A path relative to the repository root where it lies inside (run.yaml's partition file, as
+    the workflow writes it; a checkpoint then resumes in another copy of the tree)."""
+    path = Path(path).resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def train_pack(keys: list[str], registry, work: Path, deadline: float, threads: int, log: Path) -> tuple[int | None, float]:
+    """One pack through the workflow's trainer: run.yaml per run (the text of the train rule:
+    registry config + partition file), ``python -m fedmgda train --config ... --out ...``, its
+    output to the pack log, stdout and each run's train.log (as fedmgda.packs.train_pack; appended
+    to, so a resumed run keeps its earlier log). Stopped (SIGTERM to its process group) at
+    ``deadline``. Returns (exit code or None, seconds)."""
+    import yaml
+
+    configs, outs = [], []
+    for key in keys:
+        spec = registry.runs[key]
+        cfg = dict(spec.config)
+        if spec.partition is not None:
+            cfg["partition_file"] = repo_path(work / "partitions" / f"{spec.partition}.npz")
+        out = work / "runs" / key
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "run.yaml").write_text(yaml.safe_dump(cfg, sort_keys=True, allow_unicode=True))
+        (out / "metrics_partial.csv").unlink(missing_ok=True)  # a resumed run writes its own again
+        configs.append(repo_path(out / "run.yaml"))
+        outs.append(repo_path(out))
+    argv = [sys.executable, "-m", "fedmgda", "train", "--config", *configs, "--out", *outs, "--progress-every", "20"]
+    env = dict(child_env(), OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    rc, wall, _ = run_logged(argv, deadline - time.time(), log, env, header=f"pack of {len(keys)} runs")
+    text = log.read_text()
+    for out in outs:
+        with open(ROOT / out / "train.log", "a") as fh:
+            fh.write(text)
+    return rc, wall
+
+
+def child_fairness(args: argparse.Namespace) -> int:
+    """Part 3 (a subprocess): partitions, then packs of seeds until ``args.deadline``."""
+    from fedmgda.packs import pack_resources
+    from fedmgda.workflow_cli import main as workflow
+
+    work = Path(args.work)
+    registry, by_seed, note = fairness_registry(args)
+    plan = [{"seed": seed, "run": key} for seed, keys in by_seed.items() for key in keys]
+    (work / "logs").mkdir(parents=True, exist_ok=True)
+    (work / "plan.json").write_text(json.dumps({"experiment": args.experiment, "rounds": args.rounds, "note": note,
+                                                "runs": plan}, indent=1))
+    print(f"{args.experiment}: {len(plan)} runs ({len(by_seed[args.seeds[0]])} algorithms x seeds {args.seeds}), "
+          f"{args.rounds} rounds, device {args.device}; {note}", flush=True)
+    bench_text = Path(args.bench_log).read_text() if args.bench_log and Path(args.bench_log).exists() else ""
+    todo = [seed for seed in args.seeds if not all((work / "runs" / k / "summary.json").exists() for k in by_seed[seed])]
+    done_before = [seed for seed in args.seeds if seed not in todo]
+    if done_before:
+        print(f"seeds finished before (resumed folders): {done_before}", flush=True)
+    pack_no, rate = 0, None  # rate: measured seconds per run-round of the last pack
+    while todo:
+        left = args.deadline - time.time()
+        if left < 45:
+            print(f"[fairness] {left:.0f} s left: seeds {todo} not started", flush=True)
+            break
+        size = 1
+        for n in range(len(todo), 0, -1):  # the most seeds whose pack should finish in the time left
+            runs = len(by_seed[todo[0]]) * n
+            estimate = (rate * runs * args.rounds + 30) if rate else round_estimate(bench_text, runs, args.rounds)
+            if estimate is not None and estimate <= left:
+                size = n
+                break
+        seeds, todo = todo[:size], todo[size:]
+        keys = [k for seed in seeds for k in by_seed[seed] if not (work / "runs" / k / "summary.json").exists()]
+        pack_no += 1
+        for key in keys:  # the workflow's partition job: fedmgda partition ... --out <key>.npz
+            spec = registry.runs[key]
+            if spec.partition is not None and not (work / "partitions" / f"{spec.partition}.npz").exists():
+                info = registry.partitions[spec.partition]
+                workflow(["partition", "--dataset", info["dataset"], "--partition", info["partition"] or "",
+                          "--seed", str(info["seed"]), "--options", json.dumps(info["options"]), "--raw-dir", info["raw_dir"],
+                          "--out", str(work / "partitions" / f"{spec.partition}.npz")])
+        threads = pack_resources([registry.runs[k] for k in keys])["threads"]
+        print(f"[fairness] pack {pack_no}: seeds {seeds}, {len(keys)} runs, {left:.0f} s left", flush=True)
+        log = work / "logs" / f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}_pack{pack_no}.log"
+        rc, wall = train_pack(keys, registry, work, args.deadline, threads, log)
+        if rc is None:
+            print(f"[fairness] pack {pack_no} stopped at the deadline after {wall:.0f} s (checkpoints every 50 rounds)", flush=True)
+            break
+        if rc != 0:
+            print(f"[fairness] pack {pack_no} failed (exit {rc})", flush=True)
+            return rc
+        rate = wall / (len(keys) * args.rounds)
+    return 0
+
+
+def scan_runs(work: Path) -> tuple[list[dict], str]:
+    """Every planned run's state from its folder: finished (summary.json), stopped at a checkpoint
+    (its rows written to metrics_partial.csv), started without a checkpoint, or not started."""
+    plan_file = work / "plan.json"
+    if not plan_file.exists():
+        return [], ""
+    plan = json.loads(plan_file.read_text())
+    states = []
+    for item in plan["runs"]:
+        folder = work / "runs" / item["run"]
+        _, algorithm, hparams, *_ = item["run"].split("/")
+        state = {"run": item["run"], "seed": item["seed"], "algorithm": algorithm + ("" if hparams == "default" else f" {hparams}")}
+        if (folder / "summary.json").exists():  # finished: status ok, diverged or failed
+            summary = json.loads((folder / "summary.json").read_text())
+            protocol = summary.get("protocol") or {}
+            state.update(state=f"finished, {summary.get('status')}", rounds=summary.get("rounds_completed"),
+                         runtime_s=summary.get("runtime_s"), mean_acc=protocol.get("mean_acc"),
+                         std_acc=protocol.get("std_acc"), worst5_acc=protocol.get("worst5_acc"))
+        elif (folder / "checkpoint.pt").exists():
+            import pandas as pd
+            import torch
+
+            payload = torch.load(folder / "checkpoint.pt", map_location="cpu", weights_only=False)
+            pd.DataFrame(payload["rows"]).to_csv(folder / "metrics_partial.csv", index=False)
+            state.update(state="stopped", rounds=payload["next_round"], runtime_s=payload["elapsed"])
+        elif (folder / "run.yaml").exists():
+            state.update(state="started, no checkpoint yet", rounds=0)
+        else:
+            state.update(state="not started", rounds=0)
+        states.append(state)
+    return states, plan.get("note", "")
+
+
+def fairness_table(states: list[dict], rounds: int) -> str:
+    def pct(x):  # the statistics are fractions
+        return "-" if x is None else f"{100 * x:.2f}"
+
+    lines = [f"| seed | algorithm | state | rounds of {rounds} | run time s | mean acc % | std | worst 5% |",
+             "|---|---|---|---|---|---|---|---|"]
+    for s in states:
+        runtime = "-" if s.get("runtime_s") is None else f"{s['runtime_s']:.0f}"
+        lines.append(f"| {s['seed']} | {s['algorithm']} | {s['state']} | {s['rounds']} | {runtime} | "
+                     f"{pct(s.get('mean_acc'))} | {pct(s.get('std_acc'))} | {pct(s.get('worst5_acc'))} |")
+    return "\n".join(lines)
+
+
+def pack_runs(work: Path, tar_path: Path) -> int:
+    """runs/ and logs/ of the work folder as one tar.gz (members runs/<key>/..., logs/...)."""
+    with tarfile.open(tar_path, "w:gz") as tar:
+        for sub in ("runs", "logs"):
+            if (work / sub).exists():
+                tar.add(work / sub, arcname=sub)
+        if (work / "plan.json").exists():
+            tar.add(work / "plan.json", arcname="plan.json")
+    return tar_path.stat().st_size
+
+
+# --------------------------------------------------------------------------- the driver
+class Summary:
+    """summary.md under --out, rewritten after every part."""
+
+    def __init__(self, out: Path, mode: str):
+        self.path, self.mode, self.parts = out / "summary.md", mode, {name: Part(name) for name in PARTS}
+        self.header = ""
+
+    def write(self) -> None:
+        lines = [f"# Device check ({self.mode})", "", self.header, "",
+                 "| part | status | wall s | limit s | files | note |", "|---|---|---|---|---|---|"]
+        for i, p in enumerate(self.parts.values()):
+            lines.append(f"| {i} {p.name} | {p.status} | {p.wall:.0f} | {p.limit:.0f} | {', '.join(p.files)} | {p.note} |")
+        self.path.write_text("\n".join(lines) + "\n")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=os.environ.get("OUT") or "results/device-check",
+                        help="output folder (default: $OUT when set, else results/device-check)")
+    parser.add_argument("--dry", action="store_true", help="the same parts on the CPU, tiny (a check that the script works)")
+    parser.add_argument("--budget", type=float, help="seconds for all parts (default 450; dry: 150)")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
+    parser.add_argument("--raw-dir", default="resources/raw", help="raw data folder holding fmnist/ (the four F-MNIST .gz files)")
+    parser.add_argument("--work", default="results/device-check/work",
+                        help="where part 3 trains (partitions/, runs/, logs/; checkpoints for a later --resume)")
+    parser.add_argument("--resume", help="a fairness_runs.tar.gz of an earlier check: unpacked into --work first")
+    parser.add_argument("--seeds", type=int, nargs="+", help="part 3's seeds (default: the experiment's, then the paper's 1 5000 6000 9000)")
+    parser.add_argument("--rounds", type=int, help="part 3's rounds (default 2000; dry: 2)")
+    parser.add_argument("--config", default="config/fmnist.yaml")
+    parser.add_argument("--experiment", default="fmnist_core")
+    parser.add_argument("--pytest-k", help='pytest -k expression (default "cuda or dropout"; dry: "cuda", which all skip)')
+    parser.add_argument("--bench-args", help="bench_rounds.py's arguments (default: --device cuda --rounds 2 --pack 8 "
+                                             "--fraction-of shakespeare_b10=0.01)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--device", help=argparse.SUPPRESS)
+    parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--bench-log", help=argparse.SUPPRESS)
+    parser.add_argument("--measured", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def default_seeds(config: str, experiment: str) -> list[int]:
+    import yaml
+
+    seeds = (yaml.safe_load((ROOT / config).read_text())["experiments"][experiment].get("seeds") or [1])
+    return [int(s) for s in seeds] + [s for s in PAPER_SEEDS if s not in seeds]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child == "env":
+        return child_env_part()
+    if args.child == "project":
+        return child_project(args.measured)
+    if args.child == "fairness":
+        return child_fairness(args)
+
+    out = Path(args.out).resolve()  # the paths given on the command line; the others are the repository's
+    resume = Path(args.resume).resolve() if args.resume else None
+    os.chdir(ROOT)
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        print(f"device_check: unknown part(s) {', '.join(unknown)}; known: {', '.join(PARTS)}", file=sys.stderr)
+        return 2
+    if not args.dry:
+        try:
+            import torch
+        except ImportError as err:
+            print(f"device_check: cannot import torch ({err})", file=sys.stderr)
+            return 2
+        if not torch.cuda.is_available():
+            print("device_check: no CUDA device here (torch.cuda.is_available() is False); use --dry for the CPU check",
+                  file=sys.stderr)
+            return 2
+    dry = args.dry
+    budget = args.budget or (150.0 if dry else 450.0)
+    limits = {"env": 30.0 if dry else 60.0, "pytest_cuda": 60.0 if dry else 150.0,
+              "bench_rounds": 60.0 if dry else 150.0}
+    rounds = args.rounds or (2 if dry else 2000)
+    seeds = args.seeds or ([1] if dry else default_seeds(args.config, args.experiment))
+    work = Path(args.work).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    deadline_wall = time.time() + budget
+    summary = Summary(out, "dry: CPU, tiny sizes" if dry else "CUDA")
+    summary.header = (f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; budget {budget:.0f} s; commit "
+                      f"{git_commit()}; `{' '.join(['python', 'scripts/device_check.py', *(argv if argv is not None else sys.argv[1:])])}`")
+    summary.write()
+    env = child_env()
+
+    def begin(name: str, limit: float) -> Part:
+        part = summary.parts[name]
+        part.limit = limit
+        print(f"\n===== part {PARTS.index(name)}: {name} (limit {limit:.0f} s; {time.monotonic() - start:.0f} s used of {budget:.0f}) =====",
+              flush=True)
+        return part
+
+    def remaining() -> float:
+        return budget - (time.monotonic() - start)
+
+    # part 0: environment
+    if "env" in parts:
+        part = begin("env", min(limits["env"], remaining()))
+        log = out / "env.txt"
+        log.unlink(missing_ok=True)
+        rc, part.wall, text = run_logged(child("env"), part.limit, log, env)
+        part.files, part.note = [log.name], env_note(text)
+        part.status = "timeout" if rc is None else "ok" if rc == 0 else "failed"
+        summary.write()
+
+    # part 1: the CUDA tests
+    if "pytest_cuda" in parts:
+        part = begin("pytest_cuda", min(limits["pytest_cuda"], remaining()))
+        log = out / "pytest_cuda.txt"
+        log.unlink(missing_ok=True)
+        junit = work / "pytest_cuda.xml"
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        junit.unlink(missing_ok=True)
+        k = args.pytest_k or ("cuda" if dry else "cuda or dropout")
+        argv_ = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--durations=10",
+                 f"--junitxml={junit}", "-k", k, *cuda_test_files()]
+        rc, part.wall, _ = run_logged(argv_, part.limit, log, env)
+        part.files = [log.name]
+        if rc is None:
+            part.status, part.note = "timeout", "see pytest_cuda.txt for the tests run before the time-out"
+        else:
+            part.status, part.note = pytest_report(junit, dry)
+            if rc != 0 and part.status == "ok":
+                part.status, part.note = "failed", f"pytest exit {rc}; " + part.note
+        summary.write()
+
+    # part 2: round times and the paper DAG's projection
+    bench_log = out / "bench_rounds.txt"
+    if "bench_rounds" in parts:
+        part = begin("bench_rounds", min(limits["bench_rounds"], remaining()))
+        bench_log.unlink(missing_ok=True)
+        bench_args = args.bench_args or ("--device cpu --rounds 1 --pack 2 --only adult_b10 --fraction 0.01" if dry else
+                                         "--device cuda --rounds 2 --pack 8 --fraction-of shakespeare_b10=0.01")
+        rc, part.wall, text = run_logged([sys.executable, "benchmarks/bench_rounds.py", *bench_args.split()], part.limit, bench_log, env)
+        part.files = [bench_log.name]
+        part.status = "timeout" if rc is None else "ok" if rc == 0 else "failed"
+        measured = bench_measurements(text)
+        if "projected wall time" not in text and measured:  # a time-out: project from what was measured
+            _, _, more = run_logged(child("project", "--measured", json.dumps(measured)), 60, bench_log, env)
+            text += more
+        projection = re.search(r"projected wall time of the paper DAG \((\d+) training runs.*?: ([\d.]+) h", text)
+        part.note = f"{len(measured)} settings measured" + (f"; paper DAG ({projection.group(1)} runs) projected {projection.group(2)} h"
+                                                          if projection else "; no projection")
+        fm = measured.get("fmnist_b10_p0.1")
+        if fm:
+            packed = "".join(f", {k} packed {s:.3f}" for k, s in fm["pack"].items())
+            part.note += f"; F-MNIST s/round: 1 run {fm['batched']:.3f}{packed}"
+        summary.write()
+
+    # part 3: the F-MNIST fairness core
+    if "fairness" in parts:
+        part = begin("fairness", max(0.0, remaining() - 15))
+        log = out / "fairness.txt"
+        log.unlink(missing_ok=True)
+        if resume:
+            with tarfile.open(resume) as tar:
+                tar.extractall(work, filter="data")
+            print(f"unpacked {resume} into {work}: finished runs are kept, stopped ones resume", flush=True)
+        if part.limit < 60:
+            part.status, part.note = "skipped", f"{part.limit:.0f} s left: not started"
+        else:
+            argv_ = child("fairness", "--work", str(work), "--raw-dir", args.raw_dir, "--rounds", str(rounds),
+                          "--seeds", *map(str, seeds), "--config", args.config, "--experiment", args.experiment,
+                          "--device", "cpu" if dry else "cuda", "--deadline", str(min(deadline_wall - 25, time.time() + part.limit - 10)),
+                          "--bench-log", str(bench_log), *(["--dry"] if dry else []))
+            rc, part.wall, _ = run_logged(argv_, part.limit, log, env)
+            states, note = scan_runs(work)
+            finished = [s for s in states if s["state"].startswith("finished")]
+            table = fairness_table(states, rounds)
+            with open(log, "a") as fh:
+                fh.write(f"\n{note}\n{table}\n")
+            print(f"\n{table}")
+            tar = out / "fairness_runs.tar.gz"
+            size = pack_runs(work, tar) if (work / "runs").exists() else 0
+            part.files = [log.name] + ([tar.name] if size else [])
+            stopped = [f"seed {s['seed']} {s['algorithm']} at round {s['rounds']}" for s in states if s not in finished]
+            seeds_done = sorted({s["seed"] for s in finished} - {s["seed"] for s in states if s not in finished})
+            part.note = (f"{len(finished)} of {len(states)} runs finished (seeds {seeds_done or 'none'})"
+                         + (f"; not finished: {'; '.join(stopped[:6])}{' ...' if len(stopped) > 6 else ''}" if stopped else "")
+                         + (f"; tar {size / 2**20:.1f} MiB" if size else ""))
+            if size > 16 * 2**20:
+                part.note += " (over 16 MiB: will not come back from the device)"
+            if rc is None:
+                part.status = "timeout"
+            elif rc != 0:
+                part.status = "failed"
+            else:
+                part.status = "ok" if states and len(finished) == len(states) else "partial"
+        summary.write()
+
+    print("\n" + summary.path.read_text())
+    print(f"device_check: {time.monotonic() - start:.0f} s; outputs in {out}")
+    return 0 if all(p.status in ("ok", "partial", "skipped") for p in summary.parts.values() if p.name in parts) else 1
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

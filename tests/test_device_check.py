@@ -1,0 +1,56 @@
+"""scripts/device_check.py (make device-check): its dry mode runs every part on the CPU, so the
+one-shot GPU check cannot rot between the rare sessions that have a GPU."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "device_check.py"
+PARTS = ("env", "pytest_cuda", "bench_rounds", "fairness")
+
+
+@pytest.mark.slow
+def test_the_dry_mode_runs_every_part(tmp_path):
+    """Every part listed in summary.md with a status, all ok; the fairness runs packed as the
+    workflow's run folders. An empty --raw-dir: the offline digits data stand in for F-MNIST (the
+    same wherever the test runs, and quick)."""
+    out, raw = tmp_path / "out", tmp_path / "raw"
+    raw.mkdir()
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--dry", "--out", str(out), "--work", str(tmp_path / "work"),
+                           "--raw-dir", str(raw)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    summary = (out / "summary.md").read_text()
+    status = {}
+    for part in PARTS:
+        row = re.search(rf"^\| \d {part} \| (\w+) \|", summary, re.M)
+        assert row, f"summary.md lacks part {part}:\n{summary}"
+        status[part] = row.group(1)
+    assert status == dict.fromkeys(PARTS, "ok"), f"{summary}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0
+    files = sorted(p.name for p in out.iterdir())
+    assert len(files) <= 8 and all(re.fullmatch(r"[\w.-]+", f) for f in files), files  # what the device gives back
+    with tarfile.open(out / "fairness_runs.tar.gz") as tar:
+        names = tar.getnames()
+    plan = json.loads((tmp_path / "work" / "plan.json").read_text())
+    assert len(plan["runs"]) == 4  # fmnist_core's four algorithms, one seed
+    for run in plan["runs"]:
+        for name in ("run.yaml", "metrics.csv", "per_user.csv", "per_user_final.csv", "summary.json", "train.log"):
+            assert f"runs/{run['run']}/{name}" in names
+
+
+def test_the_real_mode_refuses_a_machine_without_a_gpu(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "out")], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "no CUDA device" in proc.stderr
+    assert not (tmp_path / "out").exists()
