@@ -482,7 +482,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--raw-dir", default="resources/raw", help="raw data folder holding fmnist/ (the four F-MNIST .gz files)")
     parser.add_argument("--work", default="results/device-check/work",
                         help="where part 3 trains (partitions/, runs/, logs/; checkpoints for a later --resume)")
-    parser.add_argument("--resume", help="a fairness_runs.tar.gz of an earlier check: unpacked into --work first")
+    parser.add_argument("--resume", help="a fairness_runs.tar.gz of an earlier check: unpacked into --work first "
+                        "(keep --work inside the repository, as its default is: the checkpoints name their partition file by it)")
+    parser.add_argument("--report", metavar="TAR", help="no GPU needed: the experiment's table and claims from the finished "
+                        "runs of a fairness_runs.tar.gz (with --rounds and --seeds as the check ran them), written to --out")
     parser.add_argument("--seeds", type=int, nargs="+", help="part 3's seeds (default: the experiment's, then the paper's 1 5000 6000 9000)")
     parser.add_argument("--rounds", type=int, help="part 3's rounds (default 2000; dry: 2)")
     parser.add_argument("--config", default="config/fmnist.yaml")
@@ -496,6 +499,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--bench-log", help=argparse.SUPPRESS)
     parser.add_argument("--measured", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
+
+
+def report_runs(args: argparse.Namespace) -> int:
+    """``--report TAR``: the experiment's tables and claims (``fedmgda.tables``, ``fedmgda.claims``:
+    the workflow's table and claims rules) on the runs of a check's ``fairness_runs.tar.gz``, unpacked
+    into --out/runs; the registry is config/fmnist.yaml with ``rounds``, ``seeds`` and ``only`` set as
+    ``snakemake --config`` would set them. Writes <table>.md/.csv and claims.md/.csv to --out."""
+    from fedmgda.claims import parse_claims, write_claims
+    from fedmgda.experiments import expand, item_spec, load_config
+    from fedmgda.tables import write_table
+
+    if not args.rounds or not args.seeds:
+        print("device_check: --report needs --rounds and --seeds (those the check ran)", file=sys.stderr)
+        return 2
+    out = Path(args.out).resolve()
+    with tarfile.open(args.report) as tar:
+        tar.extractall(out, filter="data")
+    config = load_config(str(ROOT / args.config))
+    config.update(rounds=args.rounds, seeds=args.seeds, only=[args.experiment], device="cuda")
+    registry = expand(config)
+    for name, spec in registry.tables.items():
+        write_table(item_spec(registry, spec), out / "runs", out / f"{name}.csv", out / f"{name}.md")
+        print((out / f"{name}.md").read_text())
+    claims = parse_claims(config, registry)
+    if claims:
+        write_claims(claims, out / "runs", out / "claims.csv", out / "claims.md", f"{registry.profile}, {args.experiment} on the GPU")
+        print((out / "claims.md").read_text())
+    return 0
 
 
 def default_seeds(config: str, experiment: str) -> list[int]:
@@ -513,6 +544,8 @@ def main(argv: list[str] | None = None) -> int:
         return child_project(args.measured)
     if args.child == "fairness":
         return child_fairness(args)
+    if args.report:
+        return report_runs(args)
 
     out = Path(args.out).resolve()  # the paths given on the command line; the others are the repository's
     resume = Path(args.resume).resolve() if args.resume else None
@@ -539,6 +572,10 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.rounds or (2 if dry else 2000)
     seeds = args.seeds or ([1] if dry else default_seeds(args.config, args.experiment))
     work = Path(args.work).resolve()
+    if resume and not work.is_relative_to(ROOT):
+        print(f"device_check: --resume needs --work inside the repository (default results/device-check/work), not {work}: "
+              f"the checkpoints name their partition file by its path there", file=sys.stderr)
+        return 2
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     deadline_wall = time.time() + budget
@@ -659,11 +696,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def git_commit() -> str:
+    """HEAD, and whether the tree differs from it (a copied working tree may carry a stale .git)."""
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                               timeout=10).stdout.strip() or "unknown"
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                                 text=True, timeout=30).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+    return f"{head} + changes to {len(changed.splitlines())} tracked file(s)" if changed else head
 
 
 if __name__ == "__main__":
