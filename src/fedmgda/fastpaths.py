@@ -331,7 +331,7 @@ class ConvNetSteps:
         """``trainer.train_batched`` (same arguments, same results up to float rounding) with the
         written-out step, chunk of clients after chunk."""
         trainer.model.module.train(trainer.dropout)
-        order, positions, keep, active = trainer.padded_plan(client_idx, generators, dropout_generators, data_x.device)
+        order, positions, keep, _ = trainer.padded_plan(client_idx, generators, dropout_generators, data_x.device)
         n, steps, width = positions.shape
         dtype = w_start.dtype
         real = positions >= 0
@@ -377,6 +377,8 @@ class ConvNetSteps:
                     layer = _Dropout(shape, width, site, *self.sites[site])
                     site += 1
                 if op in ("conv", "linear"):
+                    if self.shapes[param][1] != (shape[0] if op == "conv" else math.prod(shape)):  # input channels / features
+                        raise ValueError(f"layer_ops: {op} {param // 2} gets inputs of shape {shape}, its weight is {self.shapes[param]}")
                     layer.params = (param, param + 1)
                     param += 2
                 layers.append(layer)
