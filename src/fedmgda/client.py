@@ -198,16 +198,7 @@ class LocalTrainer:
         """
         self.model.module.train(self.dropout)
         device = data_x.device
-        distinct, plan_of = self.plans(client_idx, generators)
-        batches = [distinct[i] for i in plan_of]
-        order = sorted(range(len(batches)), key=lambda i: -len(batches[i]))  # most steps first
-        width = max(b.shape[1] for b in batches)
-        positions = torch.full((len(batches), len(batches[order[0]]), width), -1, dtype=torch.long)
-        for row, i in enumerate(order):
-            positions[row, : batches[i].shape[0], : batches[i].shape[1]] = batches[i]
-        keep = self._padded_masks(batches, order, positions.shape, dropout_generators, device)
-        steps = torch.tensor([len(b) for b in batches])
-        active = tuple((steps[:, None] > torch.arange(positions.shape[1])).sum(dim=0).tolist())
+        order, positions, keep, active = self.padded_plan(client_idx, generators, dropout_generators, device)
         if w_start.dim() == 2:  # one start per client: in the rows' order, like the positions
             w_start = w_start[torch.tensor(order, device=w_start.device)]
         if states is not None:  # likewise
@@ -226,6 +217,24 @@ class LocalTrainer:
         for row, i in enumerate(order):
             results[i] = ClientResult(update=updates[row], train_loss=mean_loss[row])
         return results
+
+    def padded_plan(self, client_idx: list[torch.Tensor], generators: list[torch.Generator], dropout_generators: list[torch.Generator] | None, device: torch.device) -> tuple[list[int], torch.Tensor, tuple[torch.Tensor, ...] | None, tuple[int, ...]]:
+        """The local steps of several clients padded to common shapes (``train_batched`` and the
+        fast paths that train as it does): (order: the clients as rows, most steps first;
+        positions: (clients, steps, width) sample indices on the CPU, -1 = pad, rows in ``order``;
+        keep: the padded dropout masks (``_padded_masks``) or None; active[s]: how many rows, a
+        prefix, still have a minibatch at step s)."""
+        distinct, plan_of = self.plans(client_idx, generators)
+        batches = [distinct[i] for i in plan_of]
+        order = sorted(range(len(batches)), key=lambda i: -len(batches[i]))  # most steps first
+        width = max(b.shape[1] for b in batches)
+        positions = torch.full((len(batches), len(batches[order[0]]), width), -1, dtype=torch.long)
+        for row, i in enumerate(order):
+            positions[row, : batches[i].shape[0], : batches[i].shape[1]] = batches[i]
+        keep = self._padded_masks(batches, order, positions.shape, dropout_generators, device)
+        steps = torch.tensor([len(b) for b in batches])
+        active = tuple((steps[:, None] > torch.arange(positions.shape[1])).sum(dim=0).tolist())
+        return order, positions, keep, active
 
     def _padded_masks(self, batches: list[torch.Tensor], order: list[int], shape: torch.Size, generators: list[torch.Generator] | None, device: torch.device) -> tuple[torch.Tensor, ...] | None:
         """Each client's ``dropout_masks`` (drawn from its own generator, for its own steps and

@@ -65,6 +65,9 @@ class CNNFashion(nn.Module):
 
     # Dropout2d keeps or drops conv2's 20 channels whole; dropout after fc1 its 50 units
     dropout_sites = ((0.5, (20, 1, 1)), (0.5, (50,)))
+    # ``forward`` as a sequence of layer operations, for the CPU fast path (fedmgda.fastpaths.ConvNetSteps):
+    # each conv and linear takes the next (weight, bias), each dropout the next site; log_softmax last
+    layer_ops = ("conv", "pool", "relu", "conv", "dropout", "pool", "relu", "linear", "relu", "dropout", "linear")
 
     def __init__(self, num_classes: int = 10, in_channels: int = 1):
         super().__init__()
@@ -96,6 +99,7 @@ class CNNFemnist(nn.Module):
         self.fc2 = nn.Linear(128, num_classes)
 
     dropout_sites = ((0.25, (64, 12, 12)), (0.5, (128,)))  # the pooled feature map, then fc1's units
+    layer_ops = ("conv", "relu", "conv", "relu", "pool", "dropout", "linear", "relu", "dropout", "linear")  # as CNNFashion's
 
     def forward(self, x: torch.Tensor, keep: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
         x = F.relu(self.conv2(F.relu(self.conv1(x))))

@@ -15,7 +15,9 @@ sizes) and turns seed keys into generators (``derived_seed``, ``dropout_generato
 - ``TrainRequest``: the sequential reference path (``LocalTrainer.train``) for runs with
   ``batched: false``; else clients of similar size trained together (``LocalTrainer.train_batched``,
   replayed as CUDA graphs on a GPU: ``fastpaths.CudaGraphs``), or, for linear + log_softmax
-  models, all clients with the analytic step (``fastpaths.LinearSoftmaxSteps``). An algorithm
+  models, all clients with the analytic step (``fastpaths.LinearSoftmaxSteps``), or, for the small
+  CNNs on the CPU, clients of similar size with the written-out step (``fastpaths.ConvNetSteps``,
+  ``written_out_cnn``; a client alone too, so that it gets the numbers it gets in a group). An algorithm
   with a ``local_term`` trains each run's clients by size on ``train_batched``, the term vmap-ed
   with the step and the clients' states stacked; a term that cannot be vmap-ed sends its clients
   to the reference path (said once in the log);
@@ -38,6 +40,7 @@ from fedmgda.config import RunConfig
 from fedmgda.data.base import FederatedDataset
 from fedmgda.errors import ConfigError, PluginError
 from fedmgda.fastpaths import (
+    ConvNetSteps,
     CudaGraphs,
     DistinctSamples,
     LinearSoftmaxSteps,
@@ -123,6 +126,8 @@ class Scheduler:
         self.distinct_evaluation = self.linear and lead.batched
         self.analytic = LinearSoftmaxSteps(lead.trainer.model, lead.trainer.hparams) if self.distinct_evaluation else None
         self.graphs = CudaGraphs() if lead.batched and lead.cuda_graphs and lead.device.type == "cuda" else None
+        # small CNNs on the CPU: the written-out step (a run with a local term stays on train_batched)
+        self.conv = ConvNetSteps(lead.trainer.model, lead.trainer.hparams) if written_out_cnn(lead) else None
         self._distinct_train: dict[str, tuple[list[int], DistinctSamples]] = {}  # partition -> the latest participants'
         self._distinct_test: dict[str, DistinctSamples] = {}
         self._distinct_pool: DistinctSamples | None = None  # the pairs of all the pack's samples
@@ -259,8 +264,8 @@ class Scheduler:
             return self.train_with_term(requests[j], [k for _, k in members])  # may outlive its fall-back
         if not batched_training(run):
             return [train_one(requests[j], k)]
-        if len(members) == 1 and self.graphs is None and self.analytic is None:
-            return [train_one(requests[j], k)]
+        if len(members) == 1 and self.graphs is None and self.analytic is None and self.conv is None:
+            return [train_one(requests[j], k)]  # (the fast paths: a client alone gets what it gets in a group)
         return self.train_together([requests[j] for j, _ in members], [k for _, k in members])
 
     def train_with_term(self, request: TrainRequest, ks: list[int]) -> list[ClientResult]:
@@ -301,6 +306,8 @@ class Scheduler:
             return lead.trainer.train_batched(*inputs, term=term, states=states, dropout_generators=masks)
         if self.analytic is not None:  # linear models: no dropout
             return self.analytic.train(lead.trainer, *inputs)
+        if self.conv is not None:
+            return self.conv.train(lead.trainer, *inputs, dropout_generators=masks)
         return lead.trainer.train_batched(*inputs, graphs=self.graphs, dropout_generators=masks)
 
 
@@ -308,6 +315,12 @@ def batched_training(run: RunInputs) -> bool:
     """Whether a run's clients may train on a batched path: ``batched``, and no local term or
     one that is vmap-ed (``reference_reason``)."""
     return run.batched and reference_reason(run) is None
+
+
+def written_out_cnn(run: RunInputs) -> bool:
+    """Whether a run's clients without a local term train with ``fastpaths.ConvNetSteps``: batched,
+    on the CPU (on a GPU the vmap-ed step replayed as CUDA graphs is faster), a model it covers."""
+    return run.batched and run.device.type == "cpu" and ConvNetSteps.eligible(run.trainer.model)
 
 
 def reference_reason(run: RunInputs) -> str | None:
@@ -344,7 +357,9 @@ def training_path(run: RunInputs) -> str:
         return f"reference ({reason})"
     if run.local_term is not None:
         return "batched, local_term vmap-ed"
-    return "analytic" if LinearSoftmaxSteps.eligible(run.trainer.model) else "batched"
+    if LinearSoftmaxSteps.eligible(run.trainer.model):
+        return "analytic"
+    return "written-out CNN step" if written_out_cnn(run) else "batched"
 
 
 def derived_seed(*keys: int) -> int:
