@@ -6,13 +6,13 @@ clients together, so a run's numbers depended on its pack partners.)"""
 import pandas as pd
 import pytest
 import torch
-from toy_federated import toy_config
+from toy_federated import killed_at, toy_config
 
 from fedmgda.client import FlatModel, LocalHParams, LocalTrainer
 from fedmgda.data.base import FederatedDataset
 from fedmgda.models import build_model, dropout
 from fedmgda.scheduler import DROPOUT_STREAM, derived_seed, dropout_generator, run_packed
-from fedmgda.simulator import CHECKPOINT, Simulation
+from fedmgda.simulator import Simulation
 
 OUTPUTS = ("metrics.csv", "per_user.csv")
 
@@ -44,22 +44,6 @@ def outputs(out) -> dict[str, str]:
     return {name: (out / name).read_text() for name in OUTPUTS}
 
 
-def killed_at(cfg: dict, out, t: int, monkeypatch) -> None:
-    """``cfg`` trained into ``out`` and killed when round ``t`` (0-based) starts: its checkpoint is of round t."""
-    original = Simulation._round
-
-    def crash(self, w, round_, state):
-        if round_ == t:
-            raise KeyboardInterrupt("killed")
-        return (yield from original(self, w, round_, state))
-
-    monkeypatch.setattr(Simulation, "_round", crash)
-    with pytest.raises(KeyboardInterrupt):
-        train([cfg], [out])
-    monkeypatch.setattr(Simulation, "_round", original)
-    assert (out / CHECKPOINT).exists() and not (out / "summary.json").exists()
-
-
 def test_a_dropout_run_does_not_depend_on_its_pack_partners_or_on_resuming(tmp_path, monkeypatch):
     """One F-MNIST CNN run (dropout on) alone, packed with either partner, and resumed from a round-2
     checkpoint beside a partner resumed from round 4: identical metrics.csv and per_user.csv."""
@@ -68,8 +52,8 @@ def test_a_dropout_run_does_not_depend_on_its_pack_partners_or_on_resuming(tmp_p
     for i, partner in enumerate(PARTNERS):
         train([partner, ME], [tmp_path / f"partner{i}", tmp_path / f"packed{i}"])
         assert outputs(tmp_path / f"packed{i}") == alone, f"packed with partner {i}"
-    killed_at(ME, tmp_path / "resumed", 2, monkeypatch)
-    killed_at(PARTNERS[0], tmp_path / "partner_resumed", 4, monkeypatch)
+    killed_at(lambda: train([ME], [tmp_path / "resumed"]), tmp_path / "resumed", monkeypatch, 2)
+    killed_at(lambda: train([PARTNERS[0]], [tmp_path / "partner_resumed"]), tmp_path / "partner_resumed", monkeypatch, 4)
     train([PARTNERS[0], ME], [tmp_path / "partner_resumed", tmp_path / "resumed"])
     assert outputs(tmp_path / "resumed") == alone
     assert outputs(tmp_path / "partner_resumed") == outputs(tmp_path / "partner0")

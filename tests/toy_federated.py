@@ -39,9 +39,9 @@ def toy_config(**overrides) -> RunConfig:
     return RunConfig.from_dict(base)
 
 
-def killed_then_resumed(cfg: RunConfig, out, monkeypatch, kill_at: int):
-    """``cfg`` run into ``out``, killed when round ``kill_at`` (0-based) starts, then run again
-    (resuming from its last checkpoint): the second run's result."""
+def killed_at(train, out, monkeypatch, kill_at: int) -> None:
+    """``train()`` (a run into ``out``) killed when round ``kill_at`` (0-based) starts: ``out`` then
+    holds the checkpoint of the rounds before and no outputs."""
     original = Simulation._round
 
     def crash(self, w, t, state):
@@ -51,7 +51,13 @@ def killed_then_resumed(cfg: RunConfig, out, monkeypatch, kill_at: int):
 
     monkeypatch.setattr(Simulation, "_round", crash)
     with pytest.raises(KeyboardInterrupt):
-        run(cfg, out, data=make_toy_federated(), model_name="logreg")
-    assert (out / CHECKPOINT).exists() and not (out / "summary.json").exists()
+        train()
     monkeypatch.setattr(Simulation, "_round", original)
+    assert (out / CHECKPOINT).exists() and not (out / "summary.json").exists()
+
+
+def killed_then_resumed(cfg: RunConfig, out, monkeypatch, kill_at: int):
+    """``cfg`` run into ``out``, killed when round ``kill_at`` (0-based) starts, then run again
+    (resuming from its last checkpoint): the second run's result."""
+    killed_at(lambda: run(cfg, out, data=make_toy_federated(), model_name="logreg"), out, monkeypatch, kill_at)
     return run(cfg, out, data=make_toy_federated(), model_name="logreg")
