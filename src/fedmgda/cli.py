@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from fedmgda.config import RunConfig
-from fedmgda.errors import ConfigError
+from fedmgda.errors import ConfigError, RunFolderError
 
 
 def parse_override(text: str) -> tuple[str, object]:
@@ -86,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.handler(args)
     except ConfigError as err:
         print(f"fedmgda: invalid configuration: {err}", file=sys.stderr)
+        return 2
+    except RunFolderError as err:  # a checkpoint, a lock or a write: the message says what to do
+        print(f"fedmgda: {err}", file=sys.stderr)
         return 2
     except Exception as err:  # data errors etc.: one clear line, not a traceback
         from fedmgda.data import DataError

@@ -1,5 +1,5 @@
-"""The error every configuration check raises, and the one of a broken algorithm hook, in a
-module of its own that imports nothing.
+"""The error every configuration check raises, the one of a broken algorithm hook and the one
+of a run folder the trainer cannot use, in a module of its own that imports nothing.
 
 The catalog (names and hyper-parameter ranges), the run config and the registry all raise
 :class:`ConfigError`; keeping it here lets them depend on each other in one direction only
@@ -20,3 +20,10 @@ class PluginError(Exception):
     def __init__(self, message: str, owner: object = None):
         super().__init__(message)
         self.owner = owner
+
+
+class RunFolderError(Exception):
+    """A run folder the trainer cannot use as it is: an unreadable checkpoint, another trainer
+    writing it, a file it cannot write (a full disk, a read-only folder). The message is one line
+    naming the folder or file, what is wrong and what to do; ``fedmgda train`` prints it and exits
+    with status 2, as for a ConfigError."""

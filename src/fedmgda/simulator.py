@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from fedmgda import checkpoints
 from fedmgda.algorithms import ClientRound, RoundContext
 from fedmgda.attacks import force_attacker, loss_bias, loss_scale
 from fedmgda.catalog import get_algorithm, make_algorithm
@@ -438,7 +439,7 @@ class Simulation:
             "aggregator": self.aggregator.state_dict(),
             "client_states": self.client_states,
             "rows": state.rows,
-            "per_user_rows": state.per_user_rows,
+            "per_user_rows": [checkpoints.frame_columns(frame) for frame in state.per_user_rows],
             "elapsed": state.elapsed,
         }
         tmp = out / (CHECKPOINT + ".tmp")
@@ -449,17 +450,20 @@ class Simulation:
         path = out / CHECKPOINT
         if not path.exists():
             return None
-        payload = torch.load(path, map_location=self.device, weights_only=False)
+        payload = checkpoints.read(path, self.device)  # data only; RunFolderError if it is not a checkpoint
         if payload["config"] != self.cfg.to_dict():
             raise ConfigError(f"{path} belongs to a different run config; delete it to start this run afresh")
+        size = (self.model.num_params,)
+        if payload["w"].shape != size or payload["iterate_sum"].shape != size:
+            raise checkpoints.refuse(path, f"holds a model of {payload['w'].numel()} weights; this run's has {size[0]}")
         self.aggregator.load_state_dict(payload["aggregator"])
-        self.client_states = payload.get("client_states", {})
+        self.client_states = payload["client_states"]
         return _State(
             next_round=payload["next_round"],
             w=payload["w"].to(self.device),
             iterate_sum=payload["iterate_sum"].to(self.device),
             rows=payload["rows"],
-            per_user_rows=payload["per_user_rows"],
+            per_user_rows=[checkpoints.frame(columns) for columns in payload["per_user_rows"]],
             elapsed=payload["elapsed"],
         )
 

@@ -1,0 +1,114 @@
+"""A run folder the trainer cannot use as it is stops the run with one line naming the file and
+what to do (issue 35): an unreadable or crafted checkpoint, another trainer writing the folder,
+a full disk, a folder it cannot write. Nothing runs code from a checkpoint, nothing resumes
+into a different run."""
+
+import pickle
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+
+from fedmgda.cli import main
+from fedmgda.simulator import CHECKPOINT
+
+CONFIG = dict(dataset="synthetic", algorithm="fedavg", rounds=3, device="cpu", checkpoint_every=1)
+
+
+class SideEffect:
+    """Unpickled, it creates the file ``marker`` (what a malicious checkpoint would do, harmlessly)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+def cli(tmp_path, *extra, config=CONFIG):
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return ["--config", str(path), "--out", str(tmp_path / "out"), *extra]
+
+
+def one_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+def a_checkpoint_that(form: str, path, marker) -> None:
+    """Write at ``path`` a file that must not be resumed from."""
+    valid = {"config": {}, "next_round": 1, "w": torch.zeros(5), "iterate_sum": torch.zeros(5), "aggregator": {},
+             "client_states": {}, "rows": [], "per_user_rows": [], "elapsed": 0.0}
+    if form == "is empty":
+        path.write_bytes(b"")
+    elif form == "is random bytes":
+        path.write_bytes(bytes(range(256)) * 8)
+    elif form == "is truncated":
+        torch.save(valid, path)
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif form == "is another torch file":
+        torch.save(torch.nn.Linear(3, 2).state_dict(), path)
+    elif form == "is a tensor":
+        torch.save(torch.zeros(3), path)
+    elif form == "has a wrong type":
+        torch.save({**valid, "w": [0.0] * 5}, path)
+    elif form == "runs code (torch file)":
+        torch.save({**valid, "client_states": {0: SideEffect(marker)}}, path)
+    elif form == "runs code (plain pickle)":
+        path.write_bytes(pickle.dumps(SideEffect(marker), protocol=2))  # torch's legacy format is a pickle
+
+
+FORMS = {  # what the file is -> what the one line says about it
+    "is empty": "is empty",
+    "is random bytes": "is not a readable checkpoint",
+    "is truncated": "is not a readable checkpoint (truncated or corrupt",
+    "is another torch file": "is a torch file but not a fedmgda checkpoint (it holds keys weight, bias)",
+    "is a tensor": "is a torch file but not a fedmgda checkpoint (it holds a Tensor)",
+    "has a wrong type": "wrong type of w",
+    "runs code (torch file)": "holds objects other than tensors and plain data",
+    "runs code (plain pickle)": "holds objects other than tensors and plain data",
+}
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_checkpoint_that_cannot_be_resumed_from_stops_the_run_in_one_line(tmp_path, capsys, form):
+    out, marker = tmp_path / "out", tmp_path / "marker"
+    out.mkdir()
+    a_checkpoint_that(form, out / CHECKPOINT, marker)
+    assert main(["train", *cli(tmp_path)]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert line.startswith(f"fedmgda: {out / CHECKPOINT} ") and FORMS[form] in line, line
+    assert line.endswith(f"delete it to start this run afresh: rm {out / CHECKPOINT}")
+    assert not marker.exists()  # a crafted file ran nothing
+    assert sorted(p.name for p in out.iterdir()) == [CHECKPOINT]  # nothing trained, nothing written
+
+
+def test_a_crafted_checkpoint_runs_no_code_through_the_command_line(tmp_path):
+    out, marker = tmp_path / "out", tmp_path / "marker"
+    out.mkdir()
+    a_checkpoint_that("runs code (torch file)", out / CHECKPOINT, marker)
+    torch.load(out / CHECKPOINT, weights_only=False)  # the file is really harmful when loaded as a pickle ...
+    assert marker.exists()
+    marker.unlink()
+    result = subprocess.run([sys.executable, "-m", "fedmgda", "train", *cli(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "holds objects other than tensors and plain data" in one_line(result.stderr)
+    assert not marker.exists()  # ... and resuming from it ran nothing
+
+
+def test_a_checkpoint_of_another_model_size_is_refused(tmp_path, capsys):
+    """A checkpoint of this very config whose model does not fit (edited, or from older code)."""
+    config = dict(CONFIG, rounds=2)
+    out = tmp_path / "out"
+    assert main(["train", *cli(tmp_path, config=config)]) == 0
+    from fedmgda.config import RunConfig
+
+    state = {"config": RunConfig.from_dict(config).to_dict(), "next_round": 1, "w": torch.zeros(5), "iterate_sum": torch.zeros(5),
+             "aggregator": {}, "client_states": {}, "rows": [], "per_user_rows": [], "elapsed": 0.0}
+    torch.save(state, out / CHECKPOINT)
+    capsys.readouterr()
+    assert main(["train", *cli(tmp_path, config=config)]) == 2
+    assert "holds a model of 5 weights; this run's has" in one_line(capsys.readouterr().err)
