@@ -3,15 +3,18 @@ what to do (issue 35): an unreadable or crafted checkpoint, another trainer writ
 a full disk, a folder it cannot write. Nothing runs code from a checkpoint, nothing resumes
 into a different run."""
 
+import os
 import pickle
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
 import yaml
 
 from fedmgda.cli import main
+from fedmgda.runfolder import LOCK
 from fedmgda.simulator import CHECKPOINT
 
 CONFIG = dict(dataset="synthetic", algorithm="fedavg", rounds=3, device="cpu", checkpoint_every=1)
@@ -112,3 +115,81 @@ def test_a_checkpoint_of_another_model_size_is_refused(tmp_path, capsys):
     capsys.readouterr()
     assert main(["train", *cli(tmp_path, config=config)]) == 2
     assert "holds a model of 5 weights; this run's has" in one_line(capsys.readouterr().err)
+
+
+# ---------------------------------------------------------------------- one writer per run folder
+def wait_for_lock(out, pid, process, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline and process.poll() is None:
+        if (out / LOCK).exists() and (out / LOCK).read_text().strip() == str(pid):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the first trainer never held {out / LOCK}: {process.poll()}")
+
+
+def test_a_second_trainer_on_a_folder_refuses_and_a_killed_ones_lock_is_taken_over(tmp_path, capsys):
+    out = tmp_path / "out"
+    long_run = tmp_path / "long.yaml"
+    long_run.write_text(yaml.safe_dump(dict(CONFIG, rounds=100_000, checkpoint_every=0)))
+    first = subprocess.Popen([sys.executable, "-m", "fedmgda", "train", "--config", str(long_run), "--out", str(out)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_lock(out, first.pid, first)
+        assert main(["train", *cli(tmp_path, config=dict(CONFIG, rounds=1))]) == 2
+        line = one_line(capsys.readouterr().err)
+        assert line == f"fedmgda: {out} is being written by another trainer (process {first.pid}); wait for it to end " \
+                       f"or stop it (kill {first.pid}), then rerun"
+        assert first.poll() is None  # the first goes on, its folder untouched by the second
+    finally:
+        first.kill()
+        first.wait(timeout=60)
+    assert (out / LOCK).read_text().strip() == str(first.pid)  # a killed trainer leaves its lock file ...
+    assert main(["train", *cli(tmp_path, config=dict(CONFIG, rounds=1))]) == 0  # ... which the next one takes over
+    said = capsys.readouterr().out
+    assert f"{out}: took over the lock left by process {first.pid}, which no longer holds it" in said
+    assert (out / "summary.json").exists() and not (out / LOCK).exists()
+
+
+def test_a_stale_lock_file_of_a_dead_process_is_taken_over_and_said(tmp_path, capsys):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / LOCK).write_text(dead.stdout)
+    assert main(["train", *cli(tmp_path, config=dict(CONFIG, rounds=1))]) == 0
+    assert f"took over the lock left by process {dead.stdout.strip()}" in capsys.readouterr().out
+    assert not (out / LOCK).exists()
+
+
+def test_one_folder_twice_in_a_pack_is_refused(tmp_path, capsys):
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(CONFIG))
+    assert main(["train", "--config", str(path), str(path), "--out", str(tmp_path / "a"), str(tmp_path / "a")]) == 2
+    assert "more than once" in one_line(capsys.readouterr().err) and not (tmp_path / "a").exists()
+
+
+def test_a_folder_that_cannot_be_written_fails_before_training(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    assert main(["train", "--config", cli(tmp_path)[1], "--out", str(tmp_path / "file" / "run")]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert line.startswith(f"fedmgda: {tmp_path / 'file' / 'run'}: cannot write the run folder (")
+    assert "[progress]" not in capsys.readouterr().out
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_folder_fails_before_training(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    out.chmod(0o555)
+    try:
+        assert main(["train", *cli(tmp_path)]) == 2
+    finally:
+        out.chmod(0o755)
+    assert "cannot write the run folder (Permission denied)" in one_line(capsys.readouterr().err)
+
+
+def test_a_run_that_fails_before_training_leaves_no_folder(tmp_path, capsys):
+    out = tmp_path / "new" / "run"
+    config = dict(CONFIG, dataset="adult", raw_dir=str(tmp_path / "raw"))
+    assert main(["train", *cli(tmp_path, config=config)[:2], "--out", str(out)]) == 3  # a data error: no raw files
+    assert "adult.data" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()

@@ -37,16 +37,21 @@ def read_run_config(path: str, overrides: list[str], device: str | None) -> RunC
 
 
 def train(args: argparse.Namespace) -> int:
+    from fedmgda.runfolder import holding
     from fedmgda.scheduler import run_packed
     from fedmgda.simulator import CHECKPOINT, Simulation
 
     if len(args.config) != len(args.out):
         raise ConfigError(f"--config names {len(args.config)} run(s) but --out {len(args.out)} folder(s)")
+    twice = sorted({out for out in args.out if args.out.count(out) > 1})
+    if twice:
+        raise ConfigError(f"--out names {', '.join(twice)} more than once; each run needs a folder of its own")
     configs = [read_run_config(path, args.set or [], args.device) for path in args.config]
-    for out in args.out:
-        if (Path(out) / CHECKPOINT).exists():
-            print(f"{out}: resuming from its checkpoint", flush=True)
-    results = run_packed([Simulation(cfg) for cfg in configs], args.out, progress_every=args.progress_every)  # one run, or several packed
+    with holding(args.out):  # one trainer per run folder, before any data is loaded (fedmgda.runfolder)
+        for out in args.out:
+            if (Path(out) / CHECKPOINT).exists():
+                print(f"{out}: resuming from its checkpoint", flush=True)
+        results = run_packed([Simulation(cfg) for cfg in configs], args.out, progress_every=args.progress_every)  # one run, or several packed
     for out, result in zip(args.out, results):
         summary = result.summary
         final = summary["final"] or {}
