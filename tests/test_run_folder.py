@@ -3,6 +3,7 @@ what to do (issue 35): an unreadable or crafted checkpoint, another trainer writ
 a full disk, a folder it cannot write. Nothing runs code from a checkpoint, nothing resumes
 into a different run."""
 
+import errno
 import os
 import pickle
 import subprocess
@@ -193,3 +194,33 @@ def test_a_run_that_fails_before_training_leaves_no_folder(tmp_path, capsys):
     assert main(["train", *cli(tmp_path, config=config)[:2], "--out", str(out)]) == 3  # a data error: no raw files
     assert "adult.data" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
+
+
+# ---------------------------------------------------------------------- a full disk
+def test_a_full_disk_during_a_checkpoint_says_so_and_leaves_no_tmp(tmp_path, monkeypatch):
+    from toy_federated import make_toy_federated, toy_config
+
+    from fedmgda.errors import RunFolderError
+    from fedmgda.scheduler import run
+
+    def full(payload, file):
+        file.write(b"half a checkpoint")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(RunFolderError, match=f"^{tmp_path / CHECKPOINT}: no space left on device; free some space"):
+        run(toy_config(rounds=3, checkpoint_every=1), tmp_path, data=make_toy_federated(), model_name="logreg")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("file,checkpoint_every", [(CHECKPOINT, 1), ("summary.json", 0), ("metrics.csv", 0)])
+def test_a_full_disk_through_the_command_line_is_one_line(tmp_path, capsys, file, checkpoint_every):
+    """``<file>.tmp`` links to /dev/full, where every write fails with ENOSPC: a real full disk."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / f"{file}.tmp").symlink_to("/dev/full")
+    assert main(["train", *cli(tmp_path, config=dict(CONFIG, checkpoint_every=checkpoint_every))]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert line.startswith(f"fedmgda: {out / file}: no space left on device; "), line
+    assert not any(p.name.endswith(".tmp") for p in out.iterdir()) and not (out / "summary.json").exists()

@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -54,6 +53,7 @@ from fedmgda.metrics import (
 )
 from fedmgda.models import build_model
 from fedmgda.results import PER_USER, PER_USER_FINAL, protocol_round
+from fedmgda.runfolder import writing
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -442,9 +442,8 @@ class Simulation:
             "per_user_rows": [checkpoints.frame_columns(frame) for frame in state.per_user_rows],
             "elapsed": state.elapsed,
         }
-        tmp = out / (CHECKPOINT + ".tmp")
-        torch.save(payload, tmp)
-        os.replace(tmp, out / CHECKPOINT)  # atomic: a kill leaves the previous checkpoint intact
+        with writing(out / CHECKPOINT) as tmp, open(tmp, "wb") as file:  # atomic: a kill leaves the previous checkpoint intact
+            torch.save(payload, file)  # to a Python file: a full disk is an OSError (torch's own writer says "iostream error")
 
     def _resume(self, out: Path) -> _State | None:
         path = out / CHECKPOINT
@@ -527,10 +526,10 @@ def write_result(result: RunResult, out: Path) -> None:
     which tables compute its statistics: ``fedmgda.results``), then summary.json (written last:
     its presence marks completion)."""
     out.mkdir(parents=True, exist_ok=True)
-    result.metrics.to_csv(out / "metrics.csv", index=False)
-    result.per_user.to_csv(out / PER_USER, index=False)
-    if result.final_users is not None:
-        result.final_users.to_csv(out / PER_USER_FINAL, index=False)
-    tmp = out / "summary.json.tmp"
-    tmp.write_text(json.dumps(result.summary, indent=2, default=float))
-    os.replace(tmp, out / "summary.json")
+    tables = {"metrics.csv": result.metrics, PER_USER: result.per_user, PER_USER_FINAL: result.final_users}
+    for name, table in tables.items():
+        if table is not None:
+            with writing(out / name) as tmp:  # a full disk: one line naming the file
+                table.to_csv(tmp, index=False)
+    with writing(out / "summary.json") as tmp:
+        tmp.write_text(json.dumps(result.summary, indent=2, default=float))
