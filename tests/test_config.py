@@ -42,6 +42,20 @@ GOOD = dict(dataset="synthetic", algorithm="fedmgda_plus", hparams={"eta": 1.0, 
         ({"algorithm": "qfedavg", "hparams": {}, "aggregation_weights": "samples"}, "aggregation_weights: samples .* qfedavg weights the updates by its own rule"),
         ({"algorithm": "afl", "hparams": {}, "aggregation_weights": "samples"}, "aggregation_weights: samples .*fedmgda_plus, mgda_prox\\); afl"),
         ({"afl_step_weights": "uniform"}, "afl_step_weights: uniform changes AFL's model step only; fedmgda_plus is not AFL"),
+        # dataset options typed and ranged before the partition job (issue 35)
+        ({"dataset_options": {"num_users": "bogus"}}, "synthetic: option num_users must be an integer >= 1, got 'bogus'"),
+        ({"dataset_options": {"num_users": 0}}, "synthetic: option num_users must be an integer >= 1, got 0"),
+        ({"dataset_options": {"num_users": -3}}, "synthetic: option num_users must be an integer >= 1, got -3"),
+        ({"dataset_options": {"num_users": 2.5}}, "synthetic: option num_users must be an integer >= 1, got 2.5"),
+        ({"dataset_options": {"num_users": True}}, "synthetic: option num_users must be an integer >= 1, got True"),
+        ({"dataset_options": {"alpha": float("nan")}}, "synthetic: option alpha must be a finite number >= 0, got nan"),
+        ({"dataset_options": {"max_samples": -1}}, "synthetic: option max_samples must be an integer >= 0"),
+        ({"dataset": "digits", "dataset_options": {"shards_per_user": 0}}, "digits: option shards_per_user must be an integer >= 1, got 0"),
+        ({"dataset": "cifar10", "dataset_options": {"shard_size": "100"}}, "cifar10: option shard_size must be an integer >= 1"),
+        ({"attack": {"kind": "bias", "value": float("nan")}}, "attack.value must be a finite number, got nan"),
+        ({"attack": {"kind": "bias", "value": float("-inf")}}, "attack.value must be a finite number, got -inf"),
+        ({"attack": {"kind": "scaling", "value": float("inf")}}, "attack.value must be a finite number, got inf"),
+        ({"attack": {"kind": "bias", "value": "big"}}, "attack.value must be a finite number, got 'big'"),
     ],
 )
 def test_invalid_run_configs_are_rejected_with_one_clear_message(change, message):
@@ -92,3 +106,16 @@ def test_cli_trains_and_overrides(tmp_path):
     assert result.returncode == 0, result.stderr
     summary = yaml.safe_load((tmp_path / "out" / "summary.json").read_text())
     assert summary["rounds_completed"] == 2 and summary["config"]["hparams"] == {"eta": 0.5}
+
+
+def test_numeric_dataset_options_in_range_are_accepted():
+    RunConfig.from_dict({**GOOD, "dataset_options": {"num_users": 5, "alpha": 0, "beta": 0.5, "max_samples": 0}})
+    RunConfig.from_dict({**GOOD, "dataset": "digits", "dataset_options": {"num_users": 10, "shards_per_user": 3}})
+    RunConfig.from_dict({**GOOD, "attack": {"kind": "bias", "value": -4}})
+
+
+def test_cli_reports_a_bad_dataset_option_before_anything_is_written(tmp_path):
+    result = run_cli(tmp_path, yaml.safe_dump({**GOOD, "dataset_options": {"num_users": "bogus"}}))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == "fedmgda: invalid configuration: dataset_options: synthetic: option num_users must be an integer >= 1, got 'bogus'"
+    assert not (tmp_path / "out").exists()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import math
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -207,6 +208,12 @@ def load_plugins(paths: Iterable[str]) -> list[AlgorithmInfo]:
     return loaded
 
 
+# the least value of each numeric dataset option (its type: its default's); 0 means "all" for
+# max_users and max_samples; alpha and beta are synthetic's standard deviations
+OPTION_MINIMA = {"num_users": 1, "num_shards": 1, "shard_size": 1, "shards_per_user": 1, "max_users": 0,
+                 "max_samples": 0, "data_seed": 0, "alpha": 0, "beta": 0}
+
+
 @dataclass(frozen=True)
 class Dataset:
     """What the registry and the workflow need to know about a dataset (loaders: fedmgda.data).
@@ -239,6 +246,13 @@ class Dataset:
         for key, allowed in self.option_values.items():
             if out[key] not in allowed:
                 return f"{self.name}: option {key}={out[key]!r} not in {list(allowed)}"
+        for key, least in OPTION_MINIMA.items():  # counts and numbers: typed and ranged here, not in a job's traceback
+            if key in options:
+                kind, value = type(self.options[key]), options[key]
+                typed = isinstance(value, int) if kind is int else isinstance(value, (int, float)) and math.isfinite(value)
+                if isinstance(value, bool) or not typed or value < least:
+                    what = "an integer" if kind is int else "a finite number"
+                    return f"{self.name}: option {key} must be {what} >= {least}, got {value!r}"
         return None
 
     @property

@@ -58,6 +58,8 @@ class AttackConfig:
             raise ConfigError(f"attack.kind: unknown attack {self.kind!r}; choose none, bias or scaling")
         if self.user < 0:
             raise ConfigError(f"attack.user must be a user index >= 0, got {self.user}")
+        if isinstance(self.value, bool) or not isinstance(self.value, (int, float)) or not math.isfinite(self.value):
+            raise ConfigError(f"attack.value must be a finite number, got {self.value!r}")
         if self.kind == "scaling" and not self.value > 0:
             raise ConfigError(f"attack.value: a scaling factor must be > 0, got {self.value}")
 

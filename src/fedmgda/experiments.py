@@ -384,6 +384,9 @@ def _run_layers(name: str, exp: dict[str, Any], config: dict[str, Any]):
     if not grid:
         raise RegistryError(f"experiment {name}: empty grid")
     seeds = config["seeds"] or exp.get("seeds") or [1]
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:  # a repeated seed is the same run twice: a row's "n seeds" and its std would count it twice
+        raise RegistryError(f"experiment {name}: seeds {seeds} repeat {', '.join(map(str, repeated))}; give each seed once")
     base = dict(config["run_defaults"])
     base.update(setting)
     base.update(exp.get("run") or {})

@@ -15,7 +15,7 @@ import yaml
 from fedmgda.catalog import BUILTIN_ALGORITHMS
 from fedmgda.claims import parse_claims
 from fedmgda.config import RunConfig
-from fedmgda.experiments import RegistryError, _normalise_attack, expand
+from fedmgda.experiments import RegistryError, _normalise_attack, expand, validate_runs
 from fedmgda.packs import pack_resources, pack_size
 from fedmgda.schema import SCHEMA_PATH, def_defaults, render_readme, with_defaults
 from fedmgda.schema import main as schema_cli
@@ -67,6 +67,9 @@ def _tiny() -> dict:
         (lambda c: c["resources"]["default"].update(pack=2.5), "2.5"),
         (lambda c: c["resources"].update(digits={"pack": "all"}), "all"),
         (lambda c: c["resources"]["default"].update(pack_runtime=0), "0"),
+        (lambda c: c.update(seeds=[1, 1]), "non-unique"),
+        (lambda c: c["settings"]["digits_b10"].update(dataset_options={"num_users": "bogus"}), "bogus"),
+        (lambda c: c["settings"]["digits_b10"].update(dataset_options={"shards_per_user": 0}), "0"),
     ],
 )
 def test_schema_rejects_bad_configs(mutate, needle):
@@ -90,6 +93,20 @@ def test_plugin_names_and_hyperparameters_pass_the_schema():
     cfg["plugins"] = ["plugins/my_agg.py:MyAgg", "mypkg.aggs:Other_1"]
     cfg["grids"]["tiny"].append({"algorithm": "my_agg", "hparams": {"tau": 0.5, "rho": "1/3", "eta": 2}})
     jsonschema.validate(cfg, SCHEMA)
+
+
+@pytest.mark.parametrize("mutate, needle", [
+    (lambda c: c.update(seeds=[1, 2, 1]), r"seeds \[1, 2, 1\] repeat 1; give each seed once"),
+    (lambda c: c["settings"]["digits_b10"].update(dataset_options={"num_users": 0}), "option num_users must be an integer >= 1, got 0"),
+    (lambda c: c["settings"]["digits_b10"].update(dataset_options={"num_users": 2.5}), "option num_users must be an integer >= 1, got 2.5"),
+])
+def test_repeated_seeds_and_bad_dataset_options_are_caught_by_the_registry(mutate, needle):
+    """What reaches the registry without the schema (e.g. ``--config seeds=[1,1]`` overrides) is
+    caught there, before any job: a repeated seed would count one run twice in a row's statistics."""
+    cfg = _tiny()
+    mutate(cfg)
+    with pytest.raises(RegistryError, match=needle):
+        validate_runs(expand(copy.deepcopy(cfg)))  # as workflow/rules/common.smk does
 
 
 @pytest.mark.parametrize("algorithm, hparams, needle", [
