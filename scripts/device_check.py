@@ -421,7 +421,9 @@ def scan_runs(work: Path) -> tuple[list[dict], str]:
             import pandas as pd
             import torch
 
-            payload = torch.load(folder / "checkpoint.pt", map_location="cpu", weights_only=False)
+            from fedmgda.checkpoints import read
+
+            payload = read(folder / "checkpoint.pt", torch.device("cpu"))  # the simulator's own safe reader
             pd.DataFrame(payload["rows"]).to_csv(folder / "metrics_partial.csv", index=False)
             state.update(state="stopped", rounds=payload["next_round"], runtime_s=payload["elapsed"])
         elif (folder / "run.yaml").exists():
