@@ -110,6 +110,9 @@ def test_tiny_config_end_to_end(workdir, tmp_path):
     assert "fairness_worst5" in claims and "improved_participants" in claims
     html = (out / "report/report.html").read_text()
     assert "Tiny table" in html and "Run time" in html and "claims, checked" in html
+    # results, not code: no code cell's source, and the claims summary comes first
+    assert 'class="jp-CodeMirrorEditor' not in html and "import pandas" not in html
+    assert html.index("claims, checked") < html.index("What was run")
 
 
 def _report_json(page: str, name: str):

@@ -1,5 +1,6 @@
 """The report: notebooks/report.ipynb executed by papermill (a shell rule, so the executed
-notebook is a tracked output) into results/<profile>/report/report.ipynb, then nbconvert -> HTML."""
+notebook is a tracked output) into results/<profile>/report/report.ipynb, then nbconvert -> HTML
+without the code cells (--no-input: the HTML shows results; the executed notebook keeps the code)."""
 
 
 localrules:
@@ -73,5 +74,5 @@ rule report_html:
     conda:
         CONDA_ENV
     shell:
-        "\"$FEDMGDA_PYTHON\" -m nbconvert --to html --output-dir $(dirname {output}) "
+        "\"$FEDMGDA_PYTHON\" -m nbconvert --to html --no-input --output-dir $(dirname {output}) "
         "--output $(basename {output} .html) {input} > {log} 2>&1"
