@@ -124,3 +124,78 @@ def test_code_names_existing_docs():
             if not (REPO / name).is_file():
                 missing.add(f"{path.relative_to(REPO)}: {name}")
     assert not missing, sorted(missing)
+
+
+README = REPO / "README.md"
+VERDICT = re.compile(r"\|\s*\*\*(holds|fails|inconclusive|not run)\*\*")
+
+
+def paragraphs(text: str) -> list[str]:
+    """The prose paragraphs of a Markdown text: runs of lines apart from code blocks, tables,
+    headings and blank lines; each list item starts a paragraph of its own."""
+    found, current, in_code = [], [], False
+    for line in text.splitlines() + [""]:
+        if line.startswith("```"):
+            in_code = not in_code
+        item = re.match(r"\s*(?:[-*]|\d+\.) ", line)
+        if in_code or line.startswith(("```", "|", "#")) or not line.strip() or item:
+            if current:
+                found.append(" ".join(current))
+            current = [line] if item and not in_code else []
+        else:
+            current.append(line.strip())
+    return found
+
+
+def test_paragraphs_are_read_as_a_reader_sees_them():
+    text = "# T\n\none two\nthree\n\n- a b\n  c\n- d\n\n```\nnot prose\n```\n| a | b |\nlast"
+    assert [len(p.split()) for p in paragraphs(text)] == [3, 4, 2, 1]
+
+
+@pytest.mark.parametrize("name", ["README.md", "docs/results.md", "docs/running.md"])
+def test_no_paragraph_over_150_words(name):
+    long = [f"{len(p.split())} words: {p[:80]}..." for p in paragraphs((REPO / name).read_text())
+            if len(p.split()) > 150]
+    assert not long, long
+
+
+def test_readme_is_a_map_of_at_most_250_lines():
+    assert len(README.read_text().splitlines()) <= 250
+
+
+def claims_file_verdicts(path: Path) -> dict[str, int]:
+    """How many claims of a committed claims table (fedmgda.claims' Markdown) hold, fail, ..."""
+    verdicts = VERDICT.findall(path.read_text())
+    return {v: verdicts.count(v) for v in ("holds", "fails", "inconclusive", "not run")}
+
+
+def expected_results() -> list[tuple[str, str, list[str]]]:
+    """The README's Expected-results table: (study, verdicts cell, the links of its files cell)."""
+    section = README.read_text().split("## Expected results", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0] not in ("study", "---"):
+            rows.append((cells[0], cells[3], MD_LINK.findall(cells[4])))
+    return rows
+
+
+def test_expected_results_verdicts_are_those_of_their_claims_files():
+    """Each study's held / failed / inconclusive in the README are counted from the claims file it
+    links, so the table cannot drift from the committed results."""
+    rows = expected_results()
+    assert len(rows) >= 10
+    wrong, counted = [], 0
+    for study, stated, links in rows:
+        claims = [link for link in links if "claims" in Path(link).name]
+        if stated == "no claims":
+            assert not claims, f"{study}: links a claims file but states no verdicts"
+            continue
+        assert len(claims) == 1, f"{study}: link exactly one claims file"
+        numbers = re.fullmatch(r"(\d+) / (\d+) / (\d+)", stated)
+        assert numbers, f"{study}: verdicts {stated!r} are not 'held / failed / inconclusive'"
+        found = claims_file_verdicts(REPO / claims[0])
+        counted += 1
+        if found["not run"] or tuple(map(int, numbers.groups())) != (found["holds"], found["fails"], found["inconclusive"]):
+            wrong.append(f"{study}: README {stated}, {claims[0]} {found}")
+    assert counted >= 8 and not wrong, wrong

@@ -16,7 +16,7 @@ from .conftest import copy_workflow, git_clone_copy, unactivated_env
 
 @pytest.mark.slow
 def test_venv_snakemake_builds_a_table_without_activating_the_venv(tmp_path):
-    # as README "What you get" writes it, with this interpreter's environment as the venv
+    # as the README's "More commands" write it, with this interpreter's environment as the venv
     snakemake = Path(sys.executable).parent / "snakemake"
     if not snakemake.is_file():
         pytest.skip(f"no snakemake script beside {sys.executable}")

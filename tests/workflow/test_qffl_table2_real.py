@@ -13,7 +13,7 @@ features: about 10^13 multiply-adds, 19 min on 2 cores (docs/performance.md), so
 runs only with FEDMGDA_QFFL_FULL=1. A band check fails on any cell outside max(paper ±, one test
 sample of the dataset's smallest device) except the misses measured under the code's readings
 and listed below with the variant that explains each (docs/results/qffl_table2_variants.md); it
-also fails when one of those comes within the band, so that the README is updated.
+also fails when one of those comes within the band, so that docs/results.md is updated.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def _check_band(table: pd.DataFrame, columns: tuple[str, ...]) -> None:
     assert not new, ("rows outside max(paper ±, one test sample of the dataset's smallest device: "
                      "Adult 0.56, F-MNIST 0.1):\n" + "\n".join(new))
     fixed = sorted(key for key in KNOWN_MISSES - set(outside) if key[1] in columns)
-    assert not fixed, f"now within the band (update KNOWN_MISSES and the README): {fixed}"
+    assert not fixed, f"now within the band (update KNOWN_MISSES and docs/results.md): {fixed}"
 
 
 @pytest.mark.slow
