@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import math
 import sys
 from collections.abc import Iterable, Mapping
@@ -33,7 +34,7 @@ from fedmgda.algorithms import (
     mgda_prox,
     qfedavg,
 )
-from fedmgda.algorithms.base import Algorithm, HParam  # HParam: also imported from here by plug-ins
+from fedmgda.algorithms.base import Algorithm, HParam
 from fedmgda.errors import ConfigError
 
 
@@ -103,17 +104,20 @@ def describe(cls: Any, plugin: str | None = None) -> AlgorithmInfo:
     (``plugin``, its config path) or the built-in class."""
     where = f"plug-in {plugin!r}" if plugin else f"algorithm {getattr(cls, '__qualname__', cls)!r}"
     if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
-        raise ConfigError(f"{where} is not a subclass of fedmgda.algorithms.Algorithm (fedmgda.aggregators.Aggregator)")
+        raise ConfigError(f"{where} is not a subclass of fedmgda.algorithms.Algorithm")
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not name.isidentifier():
         raise ConfigError(f"{where}: declare its name as a class attribute, e.g. name = \"fedavgm\"")
     hparams = dict(cls.hparams or {})
     bad = [k for k, v in hparams.items() if not isinstance(v, HParam)]
     if bad:
-        raise ConfigError(f"{where}: hparams must map names to fedmgda.catalog.HParam ({', '.join(bad)})")
+        raise ConfigError(f"{where}: hparams must map names to fedmgda.algorithms.HParam ({', '.join(bad)})")
     implied = tuple(cls.implied or ())
     if set(implied) - set(hparams):
         raise ConfigError(f"{where}: implied names unknown hyper-parameters {sorted(set(implied) - set(hparams))}")
+    if "algorithm" in inspect.signature(cls.build).parameters:  # the contract before build lost it
+        raise ConfigError(f"{where}: build no longer receives algorithm= (the facts are the class's own); "
+                          "remove that parameter (docs/plugins.md)")
     if cls.proximal and "mu" not in hparams:
         raise ConfigError(f"{where}: a proximal algorithm declares its coefficient as hyper-parameter mu")
     return AlgorithmInfo(
@@ -157,7 +161,7 @@ def make_algorithm(name: str, hparams: Mapping[str, Any] | None, rounds: int, nu
     ``build``; the clients' ``proximal_mu`` is set from a proximal algorithm's ``mu``."""
     info = get_algorithm(name, plugin)
     resolved = info.resolve(hparams)
-    rule = info.cls.build(resolved, algorithm=info, rounds=rounds, num_users=num_users, **options)
+    rule = info.cls.build(resolved, rounds=rounds, num_users=num_users, **options)
     if info.proximal:
         rule.proximal_mu = info.prox_mu(resolved)
     return rule

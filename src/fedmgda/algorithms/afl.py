@@ -46,7 +46,7 @@ class AFL(Algorithm):
     step_weights: str = "lambda"
 
     @classmethod
-    def build(cls, hparams, *, algorithm, rounds, num_users, afl_step_weights="lambda", afl_gamma_w="server_step"):
+    def build(cls, hparams, *, rounds, num_users, afl_step_weights="lambda", afl_gamma_w="server_step"):
         """With run option ``afl_gamma_w: local_lr`` gamma_w is the clients' learning rate (the
         config checks local_lr equals it) and the server adds the weighted updates with step 1,
         as the authors' example command does (docs/protocol.md §4.5, §8.11)."""

@@ -68,7 +68,7 @@ class WeightedUpdates(Algorithm):
     aggregation_weights: str = "uniform"
 
     @classmethod
-    def build(cls, hparams, *, algorithm, rounds, num_users, aggregation_weights="uniform"):
+    def build(cls, hparams, *, rounds, num_users, aggregation_weights="uniform"):
         return cls(epsilon=hparams.get("epsilon") or 0.0, eta=hparams.get("eta") or 1.0,
                    beta=decay_per_100_rounds(hparams.get("decay"), hparams.get("beta"), rounds),
                    aggregation_weights=aggregation_weights)

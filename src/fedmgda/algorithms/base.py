@@ -107,10 +107,9 @@ class Algorithm(ABC):
     vmap_local_term: ClassVar[bool] = True  # False: the local term cannot be vmap-ed; its clients train on the reference path
 
     @classmethod
-    def build(cls, hparams: dict[str, float | None], *, algorithm: Any, rounds: int, num_users: int) -> Algorithm:
+    def build(cls, hparams: dict[str, float | None], *, rounds: int, num_users: int) -> Algorithm:
         """The rule of one run: by default ``cls(**hparams)`` with the resolved hyper-parameters
-        (and, as keywords, the values of the run options it names in ``run_options``);
-        ``algorithm`` is its ``fedmgda.catalog.AlgorithmInfo``."""
+        (and, as keywords, the values of the run options it names in ``run_options``)."""
         return cls(**hparams)
 
     @classmethod  # noqa: B027 (nothing to check by default)

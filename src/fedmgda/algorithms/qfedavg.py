@@ -36,7 +36,7 @@ class QFedAvg(Algorithm):
     loss: str = "batch_sum"
 
     @classmethod
-    def build(cls, hparams, *, algorithm, rounds, num_users, qffl_loss="batch_sum"):
+    def build(cls, hparams, *, rounds, num_users, qffl_loss="batch_sum"):
         return cls(**hparams, loss=qffl_loss)
 
     def reported_loss(self, stats, sizes):
