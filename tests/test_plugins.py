@@ -73,6 +73,15 @@ def test_a_plugin_written_for_the_old_build_is_one_clear_error(tmp_path, monkeyp
         load_plugins([f"{tmp_path}/old.py:Old"])
 
 
+def test_a_plugin_cannot_own_run_options(tmp_path):
+    (tmp_path / "owner.py").write_text(
+        "from fedmgda.algorithms import Algorithm\n"
+        "class Owner(Algorithm):\n    name = 'owner'\n    own_options = {'sampling': ('size',)}\n"
+        "    def aggregate(self, w, updates, ctx):\n        return w, {}\n")
+    with pytest.raises(ConfigError, match="own_options is for built-ins.*run_options"):
+        load_plugins([f"{tmp_path}/owner.py:Owner"])
+
+
 def _config(**extra):
     return {"profile": "t", "settings": {"s": {"dataset": "digits", "rounds": 3}},
             "experiments": {"e": {"setting": "s", "grid": [{"algorithm": "fedavgm", "hparams": {"beta": 0.5}},
