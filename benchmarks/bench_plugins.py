@@ -67,7 +67,7 @@ def timed(cfgs: list[RunConfig], data, model_name: str, reference_terms: bool = 
     runs ``cfgs`` trained as one pack (one run: alone). ``reference_terms``: local terms on the
     reference path, as before they were vmap-ed (``vmap_local_term = False``)."""
     sims = [Simulation(cfg, data=data, model_name=model_name) for cfg in cfgs]
-    classes = {type(sim.aggregator) for sim in sims if sim.aggregator.has_local_term()} if reference_terms else set()
+    classes = {type(sim.algorithm) for sim in sims if sim.algorithm.has_local_term()} if reference_terms else set()
     for cls in classes:
         cls.vmap_local_term = False
     try:

@@ -1,4 +1,4 @@
-"""A plug-in aggregator: FedAvg with server momentum (FedAvgM; Hsu, Qi and Brown, 2019,
+"""A plug-in algorithm: FedAvg with server momentum (FedAvgM; Hsu, Qi and Brown, 2019,
 "Measuring the effects of non-identical data distribution", arXiv:1909.06335). Not in the paper:
 it shows how a new algorithm is put beside FedMGDA+ (docs/plugins.md).
 
@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import torch
 
-from fedmgda.aggregators import Aggregator, RoundContext
-from fedmgda.catalog import HParam
+from fedmgda.algorithms import Algorithm, HParam, RoundContext
 
 
-class FedAvgM(Aggregator):
+class FedAvgM(Algorithm):
     """FedAvg with server momentum: v <- beta v + mean_i u_i, w <- w + eta v."""
 
     name = "fedavgm"  # as written in grids and run paths

@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import torch
 
-from fedmgda.aggregators import Aggregator, ClientRound, RoundContext
-from fedmgda.catalog import HParam
+from fedmgda.algorithms import Algorithm, ClientRound, HParam, RoundContext
 
 
-class FedDyn(Aggregator):
+class FedDyn(Algorithm):
     """FedDyn: each client's objective is corrected by its dynamic regulariser (Algorithm 1)."""
 
     name = "feddyn"
@@ -38,7 +37,7 @@ class FedDyn(Aggregator):
     hparams = {"alpha": HParam(0.01, 0.0, low_open=True, symbol="α")}
 
     @classmethod
-    def build(cls, hparams, *, algorithm, rounds, num_users):
+    def build(cls, hparams, *, rounds, num_users):
         return cls(hparams["alpha"], num_users)
 
     def __init__(self, alpha: float, num_users: int):

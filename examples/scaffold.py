@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import torch
 
-from fedmgda.aggregators import Aggregator, ClientRound, RoundContext
-from fedmgda.catalog import HParam
+from fedmgda.algorithms import Algorithm, ClientRound, HParam, RoundContext
 from fedmgda.errors import ConfigError
 
 
-class Scaffold(Aggregator):
+class Scaffold(Algorithm):
     """SCAFFOLD: local steps corrected by control variates, c - c_i (option II)."""
 
     name = "scaffold"
@@ -36,7 +35,7 @@ class Scaffold(Aggregator):
     hparams = {"eta_g": HParam(1.0, 0.0, low_open=True, symbol="η_g")}  # the server's step
 
     @classmethod
-    def build(cls, hparams, *, algorithm, rounds, num_users):
+    def build(cls, hparams, *, rounds, num_users):
         return cls(hparams["eta_g"], num_users)
 
     @classmethod

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import torch
 
-from fedmgda.aggregators import Aggregator
-from fedmgda.catalog import HParam
+from fedmgda.algorithms import Algorithm, HParam
 
 
-class ProxTerm(Aggregator):
+class ProxTerm(Algorithm):
     """FedProx with its proximal term written as a plug-in's local term (stateless)."""
 
     name = "prox_term"

@@ -1,6 +1,6 @@
 """One home per algorithm (fedmgda/algorithms/): each built-in is one module declaring one class,
-read by the catalog exactly as a plug-in is; the old names of fedmgda.aggregators still work, and
-today's examples/ plug-ins, written against them, still load and train."""
+read by the catalog exactly as a plug-in is; the examples/ plug-ins, written against
+fedmgda.algorithms, load and train."""
 
 from __future__ import annotations
 
@@ -12,14 +12,12 @@ import pytest
 import torch
 from toy_federated import make_toy_federated, toy_config
 
-import fedmgda.aggregators as aggregators
-from fedmgda.algorithms import Algorithm, averaging, base, linalg
+from fedmgda.algorithms import Algorithm
 from fedmgda.catalog import (
     BUILTIN_ALGORITHMS,
     BUILTIN_CLASSES,
     describe,
     load_plugins,
-    make_algorithm,
 )
 from fedmgda.scheduler import run
 
@@ -38,24 +36,17 @@ def test_each_builtin_is_one_module_with_one_algorithm_that_cites_its_sources(cl
     assert BUILTIN_ALGORITHMS[cls.name] == describe(cls)  # read as a plug-in is read
 
 
-def test_the_old_names_are_the_new_ones():
-    assert aggregators.Aggregator is Algorithm
-    assert (aggregators.RoundContext, aggregators.ClientRound, aggregators.HParam) == (base.RoundContext, base.ClientRound, base.HParam)
-    assert aggregators.WeightedUpdates is averaging.WeightedUpdates and aggregators.make_aggregator is make_algorithm
-    assert (aggregators.normalise_rows, aggregators.gram_matrix) == (linalg.normalise_rows, linalg.gram_matrix)
-
-
 def plugin_classes(path: Path) -> list[str]:
-    """The classes a plug-in file declares on ``Aggregator`` (read from its source)."""
+    """The classes a plug-in file declares on ``Algorithm`` (read from its source)."""
     tree = ast.parse(path.read_text())
     return [node.name for node in tree.body if isinstance(node, ast.ClassDef)
-            and any(getattr(b, "id", None) == "Aggregator" for b in node.bases)]
+            and any(getattr(b, "id", None) == "Algorithm" for b in node.bases)]
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
-def test_todays_examples_load_through_the_old_names_and_train(path):
+def test_examples_import_fedmgda_algorithms_and_train(path):
     source = path.read_text()
-    assert "from fedmgda.aggregators import Aggregator" in source  # written against the old module
+    assert "from fedmgda.algorithms import Algorithm" in source and plugin_classes(path)
     for name in plugin_classes(path):
         [info] = load_plugins([f"{path}:{name}"])
         cfg = toy_config(algorithm=info.name, plugin=f"{path}:{name}", rounds=2, momentum=0.0)

@@ -44,7 +44,7 @@ def test_bias_moves_afls_lambda():
     for value in (0.0, 1.0):
         sims[value] = Simulation(toy_config(attack={"kind": "bias", "user": 0, "value": value}, **cfg), data=data, model_name="logreg")
         run_packed([sims[value]], [None])
-    lam_honest, lam_biased = sims[0.0].aggregator.lam, sims[1.0].aggregator.lam
+    lam_honest, lam_biased = sims[0.0].algorithm.lam, sims[1.0].algorithm.lam
     assert lam_biased[0] > lam_honest[0] + 0.05  # the attacker's weight grows
 
 

@@ -3,6 +3,7 @@ and no other source file writes the lists out again."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -11,17 +12,35 @@ import yaml
 
 from fedmgda import catalog
 from fedmgda.algorithms import Algorithm
-from fedmgda.catalog import BUILTIN_ALGORITHMS, DATASETS, PARTITIONS, make_algorithm
+from fedmgda.algorithms.qfedavg import QFedAvg
+from fedmgda.catalog import (
+    ALGORITHM_OPTIONS,
+    BUILTIN_ALGORITHMS,
+    DATASETS,
+    MODELS,
+    PARTITIONS,
+    make_algorithm,
+)
+from fedmgda.config import CHOICES, RunConfig
 from fedmgda.schema import SCHEMA_PATH
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_schema_enums_are_the_catalog():
+def test_schema_lists_are_the_catalogs():
+    """The schema Snakemake validates the registry with lists exactly the catalog's datasets,
+    partitions and models, and the run options' values (those the algorithms own declared on
+    their classes), with the run config's defaults."""
     schema = yaml.safe_load(SCHEMA_PATH.read_text())
     run = schema["$defs"]["runfields"]["properties"]
     assert run["dataset"]["enum"] == list(DATASETS)
-    assert [p for p in run["partition"]["enum"] if p is not None] == list(PARTITIONS)
+    assert run["partition"]["enum"] == [*PARTITIONS, None]
+    assert run["model"]["enum"] == [None, *MODELS]
+    defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    assert set(ALGORITHM_OPTIONS) <= set(CHOICES) and CHOICES["qffl_loss"] == QFedAvg.own_options["qffl_loss"]
+    for name, values in CHOICES.items():
+        assert run[name]["enum"] == list(values), name
+        assert run[name]["default"] == defaults[name] == values[0], name
 
 
 def test_dataset_registry_is_the_catalog():

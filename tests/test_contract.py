@@ -21,9 +21,9 @@ from fedmgda.simulator import Simulation
 # one plug-in class per way of breaking the contract; each is FedAvg apart from its fault
 PLUGINS = '''
 import torch
-from fedmgda.aggregators import Aggregator
+from fedmgda.algorithms import Algorithm
 
-class Base(Aggregator):
+class Base(Algorithm):
     name = "base"
     def __init_subclass__(cls, **kw):  # each plug-in its own name: the class's, lower case
         super().__init_subclass__(**kw)
@@ -124,7 +124,7 @@ def test_a_broken_hook_fails_its_run_alone_and_the_pack_finishes(cls, plugin_fil
 
 def test_a_builtin_is_checked_too_but_its_own_errors_are_not_wrapped(data):
     w = torch.zeros(5)
-    real = CheckedHooks(_sims(data, [toy_config(algorithm="fedavg")])[0].aggregator, "fedavg", None)
+    real = CheckedHooks(_sims(data, [toy_config(algorithm="fedavg")])[0].algorithm, "fedavg", None)
     assert real.client_state(0, w) is None and real.after_training(SimpleNamespace(state=None)) == (None, None)
     with pytest.raises(AttributeError):  # a built-in's own error is a bug to see, not a plug-in's failure
         real.aggregate(w, torch.zeros(2, 3), None)

@@ -169,13 +169,13 @@ def inject(monkeypatch, poison):
 def spy_aggregate(monkeypatch, sim):
     """Records what ``aggregate`` is given each call: (round, participants, updates)."""
     calls = []
-    original = sim.aggregator.aggregate
+    original = sim.algorithm.aggregate
 
     def aggregate(w, updates, ctx):
         calls.append((ctx.round, list(ctx.participants), updates.clone()))
         return original(w, updates, ctx)
 
-    monkeypatch.setattr(sim.aggregator, "aggregate", aggregate)
+    monkeypatch.setattr(sim.algorithm, "aggregate", aggregate)
     return calls
 
 
@@ -206,8 +206,8 @@ def test_a_non_finite_loss_leaves_out_only_where_the_rule_reads_losses(monkeypat
     metrics = run_packed([sim], [None])[0].metrics
     assert list(metrics["nonfinite_losses"]) == [0, 0, 1, 0, 0, 0]
     assert np.isfinite(metrics["train_loss"]).all()
-    reads_losses = name in LOSS_READERS or name == "fedavgm" and sim.aggregator.uses_losses
-    assert sim.aggregator.uses_losses == reads_losses
+    reads_losses = name in LOSS_READERS or name == "fedavgm" and sim.algorithm.uses_losses
+    assert sim.algorithm.uses_losses == reads_losses
     assert metrics["dropped"].iloc[2] == int(reads_losses)
     assert (0 in calls[2][1]) == (not reads_losses)
 

@@ -98,7 +98,7 @@ def test_the_batched_run_equals_the_reference_run(algorithm, model, monkeypatch)
     for user, state in reference.client_states.items():
         assert (state is None and batched.client_states[user] is None) or torch.allclose(state, batched.client_states[user], atol=1e-5)
     assert algorithm["algorithm"] not in ("scaffold", "feddyn") or len(reference.client_states) > 2
-    if batched.aggregator.has_local_term():
+    if batched.algorithm.has_local_term():
         assert training_path(batched.inputs) == "batched, local_term vmap-ed"
         assert any(term is not None for term in calls)
 
@@ -107,7 +107,7 @@ def test_the_batched_run_equals_the_reference_run(algorithm, model, monkeypatch)
 @pytest.mark.parametrize("algorithm", [SCAFFOLD, FEDDYN], ids=lambda a: a["algorithm"])
 def test_cuda_term_runs_equal_the_reference_run(algorithm):
     """On a GPU the term's clients take the eager vmap-ed step (no CUDA graph: it would freeze the
-    aggregator's attributes the term reads), the built-ins' graphs untouched."""
+    algorithm's attributes the term reads), the built-ins' graphs untouched."""
     data = unequal_clients()
     ref = run(config(algorithm, batched=False, device="cuda"), data=data, model_name="mlp_digits")
     bat = run(config(algorithm, device="cuda"), data=data, model_name="mlp_digits")

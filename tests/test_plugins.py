@@ -1,8 +1,9 @@
-"""Plug-in aggregators (docs/plugins.md): one file with an Aggregator subclass, named in a config,
+"""Plug-in algorithms (docs/plugins.md): one file with an Algorithm subclass, named in a config,
 runs like a built-in -- validated, trained, resumed, labelled."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,7 @@ def test_fedavgm_with_zero_momentum_is_fedavg_and_momentum_changes_it():
     ("examples/nothere.py:X", "no file"),
     (f"{REPO}/examples/fedavgm.py:Nope", "has no Nope"),
     (f"{REPO}/examples/fedavgm.py:HParam", "not a subclass"),
-    ("fedmgda.aggregators:WeightedUpdates", "declare its name"),  # the averaging rules' nameless base
+    ("fedmgda.algorithms.averaging:WeightedUpdates", "declare its name"),  # the averaging rules' nameless base
     ("no_such_module_xyz:Thing", "cannot import"),
     ("just-a-name", "expected path/to/file.py:Class"),
 ])
@@ -52,10 +53,33 @@ def test_bad_plugins_are_one_clear_error(path, message):
 
 def test_a_plugin_cannot_take_a_builtin_name(tmp_path):
     (tmp_path / "clash.py").write_text(
-        "from fedmgda.aggregators import Aggregator\n"
-        "class Clash(Aggregator):\n    name = 'fedavg'\n    def aggregate(self, w, updates, ctx):\n        return w, {}\n")
+        "from fedmgda.algorithms import Algorithm\n"
+        "class Clash(Algorithm):\n    name = 'fedavg'\n    def aggregate(self, w, updates, ctx):\n        return w, {}\n")
     with pytest.raises(ConfigError, match="'fedavg' is a built-in"):
         load_plugins([f"{tmp_path}/clash.py:Clash"])
+
+
+def test_a_plugin_written_for_the_old_build_is_one_clear_error(tmp_path, monkeypatch):
+    """Plug-ins written against fedmgda.aggregators still import (a deprecated alias), but a
+    ``build`` that takes the ``algorithm=`` it no longer receives is named, not a TypeError."""
+    monkeypatch.delitem(sys.modules, "fedmgda.aggregators", raising=False)  # so that its import warns here
+    (tmp_path / "old.py").write_text(
+        "from fedmgda.aggregators import Aggregator\n"
+        "class Old(Aggregator):\n    name = 'old'\n"
+        "    @classmethod\n    def build(cls, hparams, *, algorithm, rounds, num_users):\n        return cls()\n"
+        "    def aggregate(self, w, updates, ctx):\n        return w, {}\n")
+    with pytest.warns(DeprecationWarning, match="fedmgda.algorithms"), \
+            pytest.raises(ConfigError, match="plug-in .*old.py:Old.*build no longer receives algorithm="):
+        load_plugins([f"{tmp_path}/old.py:Old"])
+
+
+def test_a_plugin_cannot_own_run_options(tmp_path):
+    (tmp_path / "owner.py").write_text(
+        "from fedmgda.algorithms import Algorithm\n"
+        "class Owner(Algorithm):\n    name = 'owner'\n    own_options = {'sampling': ('size',)}\n"
+        "    def aggregate(self, w, updates, ctx):\n        return w, {}\n")
+    with pytest.raises(ConfigError, match="own_options is for built-ins.*run_options"):
+        load_plugins([f"{tmp_path}/owner.py:Owner"])
 
 
 def _config(**extra):
@@ -84,13 +108,13 @@ def test_registry_rejects_an_undeclared_algorithm_and_bad_hparams():
 def test_a_plugin_receives_its_run_options_and_checks_the_run(tmp_path):
     """``run_options``: run-config keys passed to ``build``; ``check_run``: one error before the run."""
     (tmp_path / "opts.py").write_text(
-        "from fedmgda.aggregators import Aggregator\n"
+        "from fedmgda.algorithms import Algorithm\n"
         "from fedmgda.errors import ConfigError\n"
-        "class Opts(Aggregator):\n"
+        "class Opts(Algorithm):\n"
         "    name = 'opts'\n"
         "    run_options = ('local_lr', 'sampling')\n"
         "    @classmethod\n"
-        "    def build(cls, hparams, *, algorithm, rounds, num_users, local_lr, sampling):\n"
+        "    def build(cls, hparams, *, rounds, num_users, local_lr, sampling):\n"
         "        rule = cls()\n"
         "        rule.seen = (local_lr, sampling)\n"
         "        return rule\n"
@@ -104,6 +128,6 @@ def test_a_plugin_receives_its_run_options_and_checks_the_run(tmp_path):
     from fedmgda.simulator import Simulation
 
     sim = Simulation(toy_config(algorithm="opts", plugin=plugin, local_lr=0.2, sampling="size"), data=make_toy_federated(), model_name="logreg")
-    assert sim.aggregator.seen == (0.2, "size")
+    assert sim.algorithm.seen == (0.2, "size")
     with pytest.raises(ConfigError, match="opts: at most 50 rounds"):
         toy_config(algorithm="opts", plugin=plugin, rounds=60)

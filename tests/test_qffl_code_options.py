@@ -73,7 +73,7 @@ def test_afl_uniform_step_equals_fedavg_while_lambda_still_moves():
     afl = simulation(algorithm="afl", hparams={"gamma_w": 1.0, "gamma_lambda": 0.5}, afl_step_weights="uniform", **common)
     result = run_packed([afl], [None])[0]
     assert torch.allclose(result.final_weights, fedavg.final_weights, atol=1e-6)
-    assert not np.allclose(afl.aggregator.lam, 1 / len(SIZES))  # lambda ascended on the losses
+    assert not np.allclose(afl.algorithm.lam, 1 / len(SIZES))  # lambda ascended on the losses
     paper = run(toy_config(algorithm="afl", hparams={"gamma_w": 1.0, "gamma_lambda": 0.5}, **common), data=unequal_toy(), model_name="logreg")
     assert not torch.allclose(paper.final_weights, fedavg.final_weights, atol=1e-4)
 
@@ -86,12 +86,12 @@ def test_train_mean_f_is_the_mean_per_sample_loss_in_the_reference_and_packed_pa
     users = [0, 4, 1]
     expected = torch.stack([F.nll_loss(sim.model(w, data.x[data.train_idx[u]]), data.y[data.train_idx[u]]) for u in users])
     sizes = [len(data.train_idx[u]) for u in users]
-    reported = sim.aggregator.reported_loss  # F_i as q-FedAvg reads it from the participants' stats
+    reported = sim.algorithm.reported_loss  # F_i as q-FedAvg reads it from the participants' stats
     reference = reported(sim.inputs.participant_losses(w, users), sizes)
     packed = reported(Scheduler([sim.inputs]).linear_participant_losses(sim.inputs, [w], users)[0], sizes)
     assert torch.allclose(reference, expected, atol=1e-6) and torch.allclose(packed, expected, atol=1e-6)
     other = simulation(algorithm="qfedavg", batched=batched, batch_size=5)
-    batch_sum = other.aggregator.reported_loss(other.inputs.participant_losses(w, users), sizes)
+    batch_sum = other.algorithm.reported_loss(other.inputs.participant_losses(w, users), sizes)
     assert not torch.allclose(batch_sum, expected)  # users 0 and 4 have several batches of 5
 
 

@@ -45,7 +45,7 @@ def one_line(stderr: str) -> str:
 
 def a_checkpoint_that(form: str, path, marker) -> None:
     """Write at ``path`` a file that must not be resumed from."""
-    valid = {"config": {}, "next_round": 1, "w": torch.zeros(5), "iterate_sum": torch.zeros(5), "aggregator": {},
+    valid = {"config": {}, "next_round": 1, "w": torch.zeros(5), "iterate_sum": torch.zeros(5), "algorithm": {},
              "client_states": {}, "rows": [], "per_user_rows": [], "elapsed": 0.0}
     if form == "is empty":
         path.write_bytes(b"")
@@ -111,7 +111,7 @@ def test_a_checkpoint_of_another_model_size_is_refused(tmp_path, capsys):
     from fedmgda.config import RunConfig
 
     state = {"config": RunConfig.from_dict(config).to_dict(), "next_round": 1, "w": torch.zeros(5), "iterate_sum": torch.zeros(5),
-             "aggregator": {}, "client_states": {}, "rows": [], "per_user_rows": [], "elapsed": 0.0}
+             "algorithm": {}, "client_states": {}, "rows": [], "per_user_rows": [], "elapsed": 0.0}
     torch.save(state, out / CHECKPOINT)
     capsys.readouterr()
     assert main(["train", *cli(tmp_path, config=config)]) == 2

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from toy_federated import killed_then_resumed, make_toy_federated, toy_config
+from toy_federated import killed_at, killed_then_resumed, make_toy_federated, toy_config
 
 from fedmgda.config import ConfigError
 from fedmgda.scheduler import run, run_packed
@@ -113,6 +113,21 @@ def test_resume_after_a_crash_gives_identical_results(tmp_path, monkeypatch, cfg
     pd.testing.assert_frame_equal(resumed.metrics, uninterrupted.metrics)
     assert torch.equal(resumed.final_weights, uninterrupted.final_weights)
     assert not (tmp_path / CHECKPOINT).exists()
+
+
+def test_a_checkpoint_with_the_old_key_aggregator_resumes(tmp_path, monkeypatch):
+    """Checkpoints written before the key "algorithm" was named so hold the algorithm's state
+    under "aggregator": they resume to the same result (AFL's lambda is that state)."""
+    cfg = toy_config(algorithm="afl", hparams={"gamma_w": 1.0, "gamma_lambda": 0.3}, rounds=12, checkpoint_every=3)
+    uninterrupted = run(cfg, data=make_toy_federated(), model_name="logreg")
+    killed_at(lambda: run(cfg, tmp_path, data=make_toy_federated(), model_name="logreg"), tmp_path, monkeypatch, kill_at=7)
+    payload = torch.load(tmp_path / CHECKPOINT, weights_only=True)
+    assert "lam" in payload["algorithm"] and "aggregator" not in payload  # written under the new key
+    payload["aggregator"] = payload.pop("algorithm")
+    torch.save(payload, tmp_path / CHECKPOINT)
+    resumed = run(cfg, tmp_path, data=make_toy_federated(), model_name="logreg")
+    pd.testing.assert_frame_equal(resumed.metrics, uninterrupted.metrics)
+    assert torch.equal(resumed.final_weights, uninterrupted.final_weights)
 
 
 def test_checkpoint_of_another_config_is_refused(tmp_path, monkeypatch):

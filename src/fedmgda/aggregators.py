@@ -1,8 +1,9 @@
-"""The old home of the algorithms, kept so that plug-ins written against it keep working
-(``from fedmgda.aggregators import Aggregator, RoundContext``): the algorithms now live one module
-each in ``fedmgda.algorithms`` and ``Aggregator`` is ``fedmgda.algorithms.Algorithm``. New code
-imports from there.
+"""Deprecated: the old names, kept so that plug-ins written against them keep working
+(``from fedmgda.aggregators import Aggregator, RoundContext``). ``Aggregator`` is
+``fedmgda.algorithms.Algorithm``; new code imports from ``fedmgda.algorithms`` (docs/plugins.md).
 """
+
+import warnings
 
 from fedmgda.algorithms.afl import AFL
 from fedmgda.algorithms.averaging import WeightedUpdates, decay_per_100_rounds
@@ -14,3 +15,6 @@ from fedmgda.catalog import make_algorithm as make_aggregator
 
 __all__ = ["AFL", "Aggregator", "ClientRound", "HParam", "QFedAvg", "RoundContext", "WeightedUpdates",
            "decay_per_100_rounds", "gram_matrix", "make_aggregator", "normalise_rows", "unit_rows"]
+
+warnings.warn("fedmgda.aggregators is deprecated: import Algorithm (its Aggregator), HParam, RoundContext "
+              "and ClientRound from fedmgda.algorithms", DeprecationWarning, stacklevel=2)

@@ -1,10 +1,10 @@
 """Attacks on any algorithm: one malicious user, forced into every round (the code's ``--vip``).
 
 - bias (Table 7, Figure 2 left): the attacker adds a constant to the loss values it reports.
-  Gradients, hence updates, are unchanged: only loss-consuming aggregators (q-FedAvg's F_i,
+  Gradients, hence updates, are unchanged: only loss-consuming algorithms (q-FedAvg's F_i,
   AFL's lambda ascent) see it.
 - scaling (Figure 2 right): the attacker multiplies its loss by a factor, so its gradients, its
-  update and the losses it reports grow by that factor. Normalising aggregators cancel it when
+  update and the losses it reports grow by that factor. Normalising algorithms cancel it when
   the client takes a single step (the update's direction is unchanged); with several momentum
   steps the trajectory changes, so they are robust but not exactly invariant. With a large factor
   (1e12 and up) the attacker's own float32 training overflows: its reported loss becomes Inf and,

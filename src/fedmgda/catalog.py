@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import math
 import sys
 from collections.abc import Iterable, Mapping
@@ -33,43 +34,75 @@ from fedmgda.algorithms import (
     mgda_prox,
     qfedavg,
 )
-from fedmgda.algorithms.base import Algorithm, HParam  # HParam: also imported from here by plug-ins
+from fedmgda.algorithms.base import Algorithm, HParam
 from fedmgda.errors import ConfigError
 
 
 @dataclass(frozen=True)
 class AlgorithmInfo:
-    """What the registry, the config checks and the simulator need to know about one algorithm:
-    the facts its class declares (``fedmgda.algorithms.Algorithm`` documents each), read by
-    :func:`describe`.
+    """One algorithm as the registry, the config checks and the simulator see it: its class
+    ``cls``, whose facts (``fedmgda.algorithms.Algorithm`` documents each) it reads, checked by
+    :func:`describe`, and for a plug-in ``plugin``, the config's ``path.py:Class`` / ``module:Class``.
 
-    cls:       the class: its ``build`` makes the rule of one run (:func:`make_algorithm`), its
-               ``check_run`` checks a run config (one ConfigError; AFL's reading of gamma_w as the
-               clients' learning rate, say).
-    implied:   hyper-parameters whose default is part of the algorithm's definition (docs/protocol.md
-               §4.2): left out of run paths and row keys when equal to it, so "FedMGDA+ with
-               epsilon 1" and "FedMGDA+" are one run.
-    run_options: the run-config options (``fedmgda.config.RunConfig`` fields) its ``build``
-               receives as keywords, e.g. AFL's ``afl_step_weights``.
-    The flags describe the server rule (docs, tests) and tell the simulator what to compute:
-    ``proximal`` (the clients add mu ||w - w_t||^2, no 1/2, mu = hyper-parameter ``mu``),
-    ``needs_pre_round_losses`` (F_i of w_t on each participant before it trains) and
-    ``averages_iterates`` (the run's output is the average of all iterates).
+    ``cls.build`` makes the rule of one run (:func:`make_algorithm`), ``cls.check_run`` checks a
+    run config (one ConfigError; AFL's reading of gamma_w as the clients' learning rate, say).
+    ``implied``: hyper-parameters whose default is part of the algorithm's definition
+    (docs/protocol.md §4.2), left out of run paths and row keys when equal to it, so "FedMGDA+ with
+    epsilon 1" and "FedMGDA+" are one run. The flags describe the server rule (docs, tests) and
+    tell the simulator what to compute: ``proximal`` (the clients add mu ||w - w_t||^2, no 1/2,
+    mu = hyper-parameter ``mu``), ``needs_pre_round_losses`` (F_i of w_t on each participant
+    before it trains) and ``averages_iterates`` (the run's output is the average of all iterates).
     """
 
-    name: str
-    display: str
-    hparams: Mapping[str, HParam]
     cls: type[Algorithm]
-    implied: tuple[str, ...] = ()
-    normalised_updates: bool = False
-    min_norm_qp: bool = False
-    proximal: bool = False
-    needs_pre_round_losses: bool = False
-    averages_iterates: bool = False
-    run_options: tuple[str, ...] = ()
-    summary: str = ""  # the first line of the class's docstring
-    plugin: str | None = None  # the config's ``path.py:Class`` / ``module:Class`` of a plug-in
+    plugin: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.cls.name
+
+    @property
+    def display(self) -> str:
+        return self.cls.display or self.cls.name
+
+    @property
+    def hparams(self) -> Mapping[str, HParam]:
+        return MappingProxyType(self.cls.hparams or {})
+
+    @property
+    def implied(self) -> tuple[str, ...]:
+        return tuple(self.cls.implied or ())
+
+    @property
+    def run_options(self) -> tuple[str, ...]:
+        """The run-config options (``fedmgda.config.RunConfig`` fields) its ``build`` receives as
+        keywords: those it names in ``run_options`` and those it owns (``own_options``)."""
+        return tuple(dict.fromkeys((*(self.cls.run_options or ()), *self.cls.own_options)))
+
+    @property
+    def summary(self) -> str:
+        """The first line of the class's docstring."""
+        return (self.cls.__doc__ or "").strip().split("\n")[0]
+
+    @property
+    def proximal(self) -> bool:
+        return bool(self.cls.proximal)
+
+    @property
+    def needs_pre_round_losses(self) -> bool:
+        return bool(self.cls.needs_pre_round_losses)
+
+    @property
+    def averages_iterates(self) -> bool:
+        return bool(self.cls.averages_iterates)
+
+    @property
+    def normalised_updates(self) -> bool:
+        return bool(self.cls.normalised_updates)
+
+    @property
+    def min_norm_qp(self) -> bool:
+        return bool(self.cls.min_norm_qp)
 
     def resolve(self, hparams: Mapping[str, Any] | None) -> dict[str, float | None]:
         """The hyper-parameters with defaults filled in; one clear error if invalid."""
@@ -95,32 +128,31 @@ class AlgorithmInfo:
         return float((hparams or {}).get("mu", self.hparams["mu"].default))
 
 
-_FLAGS = ("normalised_updates", "min_norm_qp", "proximal", "needs_pre_round_losses", "averages_iterates")
-
-
 def describe(cls: Any, plugin: str | None = None) -> AlgorithmInfo:
     """The facts an algorithm class declares, checked: one ConfigError naming the plug-in
     (``plugin``, its config path) or the built-in class."""
     where = f"plug-in {plugin!r}" if plugin else f"algorithm {getattr(cls, '__qualname__', cls)!r}"
     if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
-        raise ConfigError(f"{where} is not a subclass of fedmgda.algorithms.Algorithm (fedmgda.aggregators.Aggregator)")
+        raise ConfigError(f"{where} is not a subclass of fedmgda.algorithms.Algorithm")
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not name.isidentifier():
         raise ConfigError(f"{where}: declare its name as a class attribute, e.g. name = \"fedavgm\"")
     hparams = dict(cls.hparams or {})
     bad = [k for k, v in hparams.items() if not isinstance(v, HParam)]
     if bad:
-        raise ConfigError(f"{where}: hparams must map names to fedmgda.catalog.HParam ({', '.join(bad)})")
+        raise ConfigError(f"{where}: hparams must map names to fedmgda.algorithms.HParam ({', '.join(bad)})")
     implied = tuple(cls.implied or ())
     if set(implied) - set(hparams):
         raise ConfigError(f"{where}: implied names unknown hyper-parameters {sorted(set(implied) - set(hparams))}")
+    if "algorithm" in inspect.signature(cls.build).parameters:  # the contract before build lost it
+        raise ConfigError(f"{where}: build no longer receives algorithm= (the facts are the class's own); "
+                          "remove that parameter (docs/plugins.md)")
+    if plugin and cls.own_options:
+        raise ConfigError(f"{where}: own_options is for built-ins (a new run option is a RunConfig field); "
+                          "name the run-config options it reads in run_options")
     if cls.proximal and "mu" not in hparams:
         raise ConfigError(f"{where}: a proximal algorithm declares its coefficient as hyper-parameter mu")
-    return AlgorithmInfo(
-        name, cls.display or name, MappingProxyType(hparams), cls, implied=implied,
-        run_options=tuple(cls.run_options or ()),
-        summary=(cls.__doc__ or "").strip().split("\n")[0], plugin=plugin,
-        **{flag: bool(getattr(cls, flag)) for flag in _FLAGS})
+    return AlgorithmInfo(cls, plugin)
 
 
 # The built-in algorithms (in the order config/README.md lists them), one module each (docs/plugins.md §5)
@@ -130,6 +162,9 @@ BUILTIN_CLASSES: tuple[type[Algorithm], ...] = (
 )
 BUILTIN_ALGORITHMS: Mapping[str, AlgorithmInfo] = MappingProxyType({
     info.name: info for info in map(describe, BUILTIN_CLASSES)})
+# the run options the built-ins own (``Algorithm.own_options``): name -> its values, the default first
+ALGORITHM_OPTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    name: values for cls in BUILTIN_CLASSES for name, values in cls.own_options.items()})
 
 _PLUGINS: dict[str, AlgorithmInfo] = {}  # name -> plug-in, filled by load_plugins
 
@@ -153,11 +188,13 @@ def get_algorithm(name: str, plugin: str | None = None) -> AlgorithmInfo:
 def make_algorithm(name: str, hparams: Mapping[str, Any] | None, rounds: int, num_users: int,
                    plugin: str | None = None, **options: str) -> Algorithm:
     """The algorithm ``name`` of a run of ``rounds`` rounds, with validated hyper-parameters.
-    ``options``: values of the run-config options it names (``run_options``), passed to its
-    ``build``; the clients' ``proximal_mu`` is set from a proximal algorithm's ``mu``."""
+    ``options``: values of the run-config options it reads (``run_options``), passed to its
+    ``build`` (an own option not given: its default); the clients' ``proximal_mu`` is set from a
+    proximal algorithm's ``mu``."""
     info = get_algorithm(name, plugin)
     resolved = info.resolve(hparams)
-    rule = info.cls.build(resolved, algorithm=info, rounds=rounds, num_users=num_users, **options)
+    options = {**{option: values[0] for option, values in info.cls.own_options.items()}, **options}
+    rule = info.cls.build(resolved, rounds=rounds, num_users=num_users, **options)
     if info.proximal:
         rule.proximal_mu = info.prox_mu(resolved)
     return rule
@@ -261,7 +298,14 @@ class Dataset:
         return self.raw_files_of or self.name
 
 
-_SORT = {"sort": ("stable", "quicksort")}
+# the values of dataset options that several datasets (or their loaders, fedmgda.data) read
+SORTS = ("stable", "quicksort")  # numpy's argsort of the labels; quicksort: the authors' call
+LOCAL_TESTS = ("own_shard", "global_shards")  # fmnist: a user's test samples (docs/datasets.md)
+# fmnist's shard_setting: (num_shards, shard_size), num_shards / num_users shards a user; fedmdfg:
+# zibinpan/FedMDFG fedplat/main.py L33-34 (--SN 200, --PN 2) and DataLoader_fashion.py L83
+# (60 000 // 200 = 300 images a shard), 2 per user
+SHARD_SETTINGS = {"code": (300, 200), "paper": (500, 120), "fedmdfg": (200, 300)}
+_SORT = {"sort": SORTS}
 
 DATASETS: Mapping[str, Dataset] = MappingProxyType({d.name: d for d in (
     Dataset("cifar10", "cnn_cifar", "shards", ("shards", "iid"),
@@ -272,8 +316,7 @@ DATASETS: Mapping[str, Dataset] = MappingProxyType({d.name: d for d in (
             description="Fashion-MNIST, 100 users; code: 300 shards of 200, 3 per user; "
                         "paper text: 500 shards of 120, 5 per user; fedmdfg: 200 shards of 300, 2 per user",
             options={"num_users": 100, "shard_setting": "code", "sort": "stable", "local_test": "own_shard"},
-            option_values={**_SORT, "shard_setting": ("code", "paper", "fedmdfg"),
-                           "local_test": ("own_shard", "global_shards")}),
+            option_values={**_SORT, "shard_setting": tuple(SHARD_SETTINGS), "local_test": LOCAL_TESTS}),
     Dataset("fmnist3", "logreg", "natural", ("natural",), seeded_partitions=(), raw_files_of="fmnist",
             description="q-FFL's Fashion-MNIST: classes T-shirt/top, pullover, shirt, one user per "
                         "class, pixels standardised over all training images (fair_flearn "

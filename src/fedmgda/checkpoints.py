@@ -25,7 +25,7 @@ from fedmgda.errors import RunFolderError
 
 # what a checkpoint holds, and the type of each entry
 FIELDS: dict[str, type | tuple[type, ...]] = {
-    "config": dict, "next_round": int, "w": torch.Tensor, "iterate_sum": torch.Tensor, "aggregator": dict,
+    "config": dict, "next_round": int, "w": torch.Tensor, "iterate_sum": torch.Tensor, "algorithm": dict,
     "client_states": dict, "rows": list, "per_user_rows": list, "elapsed": (int, float),
 }
 
@@ -66,6 +66,8 @@ def read(path: Path, device: torch.device) -> dict[str, Any]:
         raise refuse(path, f"is not a readable checkpoint (corrupt: {_first_line(why)})") from err
     except Exception as err:  # truncated zip, random bytes, end of file: torch raises many kinds
         raise refuse(path, f"is not a readable checkpoint (truncated or corrupt: {type(err).__name__}: {_first_line(err)})") from err
+    if isinstance(payload, dict) and "aggregator" in payload and "algorithm" not in payload:
+        payload["algorithm"] = payload.pop("aggregator")  # its old name, in checkpoints written before: resumed alike
     if not isinstance(payload, dict) or not set(FIELDS) <= set(payload):
         found = f"keys {', '.join(map(str, payload))}"[:200] if isinstance(payload, dict) else f"a {type(payload).__name__}"
         raise refuse(path, f"is a torch file but not a fedmgda checkpoint (it holds {found})")

@@ -14,18 +14,23 @@ from typing import Any
 
 import yaml
 
-from fedmgda.catalog import BUILTIN_ALGORITHMS, DATASETS, MODELS, AlgorithmInfo, get_algorithm
+from fedmgda.catalog import (
+    ALGORITHM_OPTIONS,
+    BUILTIN_ALGORITHMS,
+    DATASETS,
+    MODELS,
+    AlgorithmInfo,
+    get_algorithm,
+)
 from fedmgda.errors import ConfigError  # also importable from here, as before
 
-# run-config fields with a fixed set of readings, the default first (docs/protocol-choices.md)
+# run-config fields with a fixed set of readings, the default first (docs/protocol-choices.md); those
+# an algorithm owns are declared by it (``Algorithm.own_options``: aggregation_weights, qffl_loss, ...)
 CHOICES: dict[str, tuple[str, ...]] = {
     "sampling": ("uniform", "size"),
-    "aggregation_weights": ("uniform", "samples"),
-    "qffl_loss": ("batch_sum", "batch_sum_per_sample", "train_mean"),
-    "afl_gamma_w": ("server_step", "local_lr"),
-    "afl_step_weights": ("lambda", "uniform"),
     "init": ("torch", "glorot"),
     "final_model": ("auto", "last", "average"),
+    **ALGORITHM_OPTIONS,
 }
 
 
@@ -89,7 +94,7 @@ class RunConfig:
     rounds: int = 100
     participation: float = 0.1  # fraction p of users sampled per round: floor(p*m) users, at least 1
     clients_per_round: int | None = None  # overrides participation (FEMNIST: 10 per round)
-    sampling: str = "uniform"  # participants: "uniform", or "size": probability proportional to train size (fair_flearn)
+    sampling: str = CHOICES["sampling"][0]  # participants: "uniform", or "size": probability proportional to train size (fair_flearn)
     attack: AttackConfig = field(default_factory=AttackConfig)
     seed: int = 1
     # evaluation and outputs
@@ -97,13 +102,13 @@ class RunConfig:
     per_user_every: int = 10  # per-user accuracies are stored at rounds t with t % per_user_every == 0
     track_improvement: bool = True  # pre/post-round participant losses (Figures 4, 8, 9)
     # server rule and model: readings of the papers' and codes' choices (docs/protocol-choices.md)
-    aggregation_weights: str = "uniform"  # averaging rules' lambda0: "uniform" 1/n or "samples" n_i / sum n
-    qffl_loss: str = "batch_sum"  # q-FedAvg's F_i: "batch_sum" (main code), "batch_sum_per_sample" (Adult code), "train_mean" (q-FFL code)
-    afl_gamma_w: str = "server_step"  # AFL's gamma_w: the server's step ("server_step") or the clients' lr ("local_lr"), docs/protocol.md §8.11
-    afl_step_weights: str = "lambda"  # AFL's model step: updates weighted by "lambda" (paper) or a "uniform" mean (q-FFL code)
+    aggregation_weights: str = CHOICES["aggregation_weights"][0]  # averaging rules' lambda0: "uniform" 1/n or "samples" n_i / sum n
+    qffl_loss: str = CHOICES["qffl_loss"][0]  # q-FedAvg's F_i: "batch_sum" (main code), "batch_sum_per_sample" (Adult code), "train_mean" (q-FFL code)
+    afl_gamma_w: str = CHOICES["afl_gamma_w"][0]  # AFL's gamma_w: the server's step ("server_step") or the clients' lr ("local_lr"), docs/protocol.md §8.11
+    afl_step_weights: str = CHOICES["afl_step_weights"][0]  # AFL's model step: updates weighted by "lambda" (paper) or a "uniform" mean (q-FFL code)
     model: str | None = None  # None: the dataset's model (fedmgda.catalog.DATASETS); else a name of fedmgda.models.MODELS
-    init: str = "torch"  # initial model: PyTorch's default init, or "glorot" (TensorFlow's, as the q-FFL code)
-    final_model: str = "auto"  # "last" iterate, "average" of all iterates, or "auto": average for AFL (its output), else last
+    init: str = CHOICES["init"][0]  # initial model: PyTorch's default init, or "glorot" (TensorFlow's, as the q-FFL code)
+    final_model: str = CHOICES["final_model"][0]  # "last" iterate, "average" of all iterates, or "auto": average for AFL (its output), else last
     device: str = "auto"
     checkpoint_every: int = 0  # 0: no checkpoints
     batched: bool = True  # train a round's clients as one vmap-ed computation; false: one after another (the reference path)

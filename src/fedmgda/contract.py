@@ -52,13 +52,13 @@ def is_state(value: Any) -> bool:
 
 
 class CheckedHooks:
-    """The hooks of one run's algorithm (``aggregator``), each result checked. ``algorithm`` is its
-    name, ``plugin`` its ``path:Class`` (None: built in), ``owner`` the run (named in the errors
-    raised while the scheduler trains its clients)."""
+    """The hooks of one run's ``algorithm`` (a ``fedmgda.algorithms.Algorithm``), each result
+    checked. ``name`` is its name, ``plugin`` its ``path:Class`` (None: built in), ``owner`` the
+    run (named in the errors raised while the scheduler trains its clients)."""
 
-    def __init__(self, aggregator: Any, algorithm: str, plugin: str | None, owner: object = None):
-        self.aggregator, self.plugin, self.owner = aggregator, plugin, owner
-        self.who = f"plug-in {algorithm!r} ({plugin})" if plugin else f"algorithm {algorithm!r}"
+    def __init__(self, algorithm: Any, name: str, plugin: str | None, owner: object = None):
+        self.algorithm, self.plugin, self.owner = algorithm, plugin, owner
+        self.who = f"plug-in {name!r} ({plugin})" if plugin else f"algorithm {name!r}"
 
     def fail(self, hook: str, problem: str) -> PluginError:
         return PluginError(f"{self.who}, hook {hook}: {problem}", self.owner)
@@ -66,7 +66,7 @@ class CheckedHooks:
     def call(self, hook: str, *args: Any, passes: tuple[type[BaseException], ...] = ()) -> Any:
         """The hook's result; a plug-in's exception (other than ``passes``) as a PluginError."""
         try:
-            return getattr(self.aggregator, hook)(*args)
+            return getattr(self.algorithm, hook)(*args)
         except passes:
             raise
         except Exception as error:

@@ -210,17 +210,17 @@ class Simulation:
         torch.manual_seed(cfg.seed)  # the same initial model for every algorithm of a seed
         module = build_model(model_name, tuple(data.x.shape[1:]), data.num_classes, cfg.init).to(self.device)
         self.model = FlatModel(module)
-        self.algorithm = get_algorithm(cfg.algorithm, cfg.plugin)  # what the rule needs (fedmgda.catalog)
-        options = {name: getattr(cfg, name) for name in self.algorithm.run_options}
-        self.aggregator = make_algorithm(cfg.algorithm, cfg.hparams, cfg.rounds, self.num_users, cfg.plugin, **options)
+        self.algorithm_info = get_algorithm(cfg.algorithm, cfg.plugin)  # its declared facts (fedmgda.catalog)
+        options = {name: getattr(cfg, name) for name in self.algorithm_info.run_options}
+        self.algorithm = make_algorithm(cfg.algorithm, cfg.hparams, cfg.rounds, self.num_users, cfg.plugin, **options)
         batch = None if cfg.batch_size == "full" else int(cfg.batch_size)
-        self.local = LocalHParams(cfg.local_epochs, batch, cfg.local_lr, cfg.momentum, self.aggregator.proximal_mu)
-        self.hooks = CheckedHooks(self.aggregator, cfg.algorithm, cfg.plugin, owner=self)  # what they return, checked
+        self.local = LocalHParams(cfg.local_epochs, batch, cfg.local_lr, cfg.momentum, self.algorithm.proximal_mu)
+        self.hooks = CheckedHooks(self.algorithm, cfg.algorithm, cfg.plugin, owner=self)  # what they return, checked
         self.client_states: dict[int, Any] = {}  # the algorithm's per-client state (kept in checkpoints)
         self.trainer = LocalTrainer(self.model, self.local)
         self.per_round = cfg.clients_per_round or max(1, math.floor(cfg.participation * self.num_users + 1e-9))
         self.per_round = min(self.per_round, self.num_users)
-        self.needs_pre_round_loss = cfg.track_improvement or self.algorithm.needs_pre_round_losses
+        self.needs_pre_round_loss = cfg.track_improvement or self.algorithm_info.needs_pre_round_losses
         self.rounds_started = self.rounds_done = 0  # in this process (for progress lines)
         self.mean_acc = math.nan  # the latest evaluated mean user accuracy
         self._last_losses: tuple | None = None  # (w, its version, users, losses): round t's post is round t+1's pre
@@ -234,10 +234,10 @@ class Simulation:
         partition = hashlib.sha1(b"".join(i.numpy().tobytes() + b"|" for i in [*train_idx_cpu, *(i.cpu() for i in data.test_idx)])).hexdigest()
         test_owner = torch.cat([torch.full((len(i),), u, device=self.device) for u, i in enumerate(data.test_idx)])
         test_idx = torch.cat(data.test_idx)
-        local_term = self.hooks.local_term if self.aggregator.has_local_term() else None
+        local_term = self.hooks.local_term if self.algorithm.has_local_term() else None
         return RunInputs(f"{cfg.dataset}/{cfg.algorithm}/seed{cfg.seed}", cfg.algorithm, self.device, self.trainer, data,
                          train_idx_cpu, partition, data.x[test_idx], data.y[test_idx], test_owner, cfg.batched,
-                         cfg.cuda_graphs, local_term, type(self.aggregator).vmap_local_term)
+                         cfg.cuda_graphs, local_term, type(self.algorithm).vmap_local_term)
 
     def share_samples(self, lead: Simulation) -> None:
         """Train and evaluate on ``lead``'s copy of the pooled samples, equal to this run's (a pack,
@@ -330,9 +330,9 @@ class Simulation:
         scales = [loss_scale(attack, u) for u in users]  # on the objective it trains and on the loss it reports
         updates, train_losses = yield self._train_request(w, t, users, scales)
         biases = torch.tensor([loss_bias(attack, u) for u in users], device=self.device)
-        reported_total = self.aggregator.reported_loss(pre, sizes) * torch.tensor(scales, device=self.device) + biases if pre is not None else torch.full((len(users),), float("nan"), device=self.device)
+        reported_total = self.algorithm.reported_loss(pre, sizes) * torch.tensor(scales, device=self.device) + biases if pre is not None else torch.full((len(users),), float("nan"), device=self.device)
         reported_losses = [train_losses + biases] + ([reported_total] if pre is not None else [])
-        screened = screen_reports(users, updates, reported_losses, self.aggregator.uses_losses)
+        screened = screen_reports(users, updates, reported_losses, self.algorithm.uses_losses)
         row: dict[str, float] = {"round": t + 1, "train_loss": finite_mean(train_losses), **screened.columns()}
         if not screened.kept:  # no participant could report finitely from the global model
             state.diverged_round, state.diverged_because = t + 1, "no participant sent a finite report"
@@ -387,7 +387,7 @@ class Simulation:
 
     def _after_training(self, w: torch.Tensor, users: list[int], updates: torch.Tensor, train_losses: torch.Tensor) -> list[Any]:
         """Each participant's ``after_training``: its new state (kept) and its report (returned)."""
-        if not self.aggregator.has_client_state():
+        if not self.algorithm.has_client_state():
             return [None] * len(users)
         reports = []
         for user, update, loss in zip(users, updates, train_losses):
@@ -419,7 +419,7 @@ class Simulation:
             "final": None,
             "protocol": None,
         }
-        average = cfg.final_model == "average" or (cfg.final_model == "auto" and self.algorithm.averages_iterates)
+        average = cfg.final_model == "average" or (cfg.final_model == "auto" and self.algorithm_info.averages_iterates)
         final_w = state.iterate_sum / cfg.rounds if average else w
         final_users = None
         if not diverged:
@@ -436,7 +436,7 @@ class Simulation:
             "next_round": state.next_round,
             "w": state.w.cpu(),
             "iterate_sum": state.iterate_sum.cpu(),
-            "aggregator": self.aggregator.state_dict(),
+            "algorithm": self.algorithm.state_dict(),
             "client_states": self.client_states,
             "rows": state.rows,
             "per_user_rows": [checkpoints.frame_columns(frame) for frame in state.per_user_rows],
@@ -455,7 +455,7 @@ class Simulation:
         size = (self.model.num_params,)
         if payload["w"].shape != size or payload["iterate_sum"].shape != size:
             raise checkpoints.refuse(path, f"holds a model of {payload['w'].numel()} weights; this run's has {size[0]}")
-        self.aggregator.load_state_dict(payload["aggregator"])
+        self.algorithm.load_state_dict(payload["algorithm"])
         self.client_states = payload["client_states"]
         return _State(
             next_round=payload["next_round"],

@@ -71,8 +71,8 @@ def test_a_broken_plugin_fails_alone_in_its_pack(tmp_path):
     and FedMGDA+: the job succeeds, the plug-in's run is recorded as failed with the one error,
     the other two finish, and the table and figures are built."""
     plugin = tmp_path / "forgetful.py"
-    plugin.write_text("from fedmgda.aggregators import Aggregator\n\n\n"
-                      "class Forgetful(Aggregator):\n    name = 'forgetful'\n\n"
+    plugin.write_text("from fedmgda.algorithms import Algorithm\n\n\n"
+                      "class Forgetful(Algorithm):\n    name = 'forgetful'\n\n"
                       "    def aggregate(self, w, updates, ctx):\n        return w + updates, {'eta': 1.0}\n")
     pack = {"default": {"gpu": 0, "mem_mb": 1000, "runtime": 5, "threads": 1, "pack": 3}}
     wd, _ = _run_with_plugin(tmp_path, "broken", f"{plugin}:Forgetful", {"algorithm": "forgetful"}, resources=pack)

@@ -37,16 +37,17 @@ class AFL(Algorithm):
     hparams = {"gamma_w": HParam(1.0, 0.0, low_open=True, symbol="γ_w"),
                "gamma_lambda": HParam(0.1, 0.0, symbol="γ_λ")}
     averages_iterates = True
-    run_options = ("afl_step_weights", "afl_gamma_w")
+    # the model step's weights (above) and what gamma_w is (``build``)
+    own_options = {"afl_step_weights": ("lambda", "uniform"), "afl_gamma_w": ("server_step", "local_lr")}
 
     gamma_w: float = 1.0
     gamma_lambda: float = 0.1
     num_users: int = 2
     lam: Any = None  # lambda over all users, a float64 array (None: 1/N)
-    step_weights: str = "lambda"
+    step_weights: str = own_options["afl_step_weights"][0]
 
     @classmethod
-    def build(cls, hparams, *, algorithm, rounds, num_users, afl_step_weights="lambda", afl_gamma_w="server_step"):
+    def build(cls, hparams, *, rounds, num_users, afl_step_weights, afl_gamma_w):
         """With run option ``afl_gamma_w: local_lr`` gamma_w is the clients' learning rate (the
         config checks local_lr equals it) and the server adds the weighted updates with step 1,
         as the authors' example command does (docs/protocol.md §4.5, §8.11)."""

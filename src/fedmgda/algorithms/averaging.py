@@ -61,14 +61,14 @@ class WeightedUpdates(Algorithm):
     """
 
     uses_losses: ClassVar[bool] = False
-    run_options: ClassVar[tuple[str, ...]] = ("aggregation_weights",)
+    own_options: ClassVar[dict[str, tuple[str, ...]]] = {"aggregation_weights": ("uniform", "samples")}  # lambda0
     epsilon: float = 0.0
     eta: float = 1.0
     beta: float = 1.0
-    aggregation_weights: str = "uniform"
+    aggregation_weights: str = own_options["aggregation_weights"][0]
 
     @classmethod
-    def build(cls, hparams, *, algorithm, rounds, num_users, aggregation_weights="uniform"):
+    def build(cls, hparams, *, rounds, num_users, aggregation_weights):
         return cls(epsilon=hparams.get("epsilon") or 0.0, eta=hparams.get("eta") or 1.0,
                    beta=decay_per_100_rounds(hparams.get("decay"), hparams.get("beta"), rounds),
                    aggregation_weights=aggregation_weights)

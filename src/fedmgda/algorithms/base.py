@@ -73,7 +73,8 @@ class Algorithm(ABC):
     (docs/plugins.md) alike: ``name`` (as written in grids and run paths), ``display`` (tables,
     figures), ``hparams`` (name -> HParam: default and range), optionally ``implied``,
     ``run_options``, ``check_run`` and the flags ``proximal`` (clients use hyper-parameter ``mu``),
-    ``needs_pre_round_losses``, ``averages_iterates``, ``normalised_updates``, ``min_norm_qp``.
+    ``needs_pre_round_losses``, ``averages_iterates``, ``normalised_updates``, ``min_norm_qp``; a
+    built-in also ``own_options``.
     The first line of its docstring is its summary (config/README.md).
 
     The clients' side (docs/plugins.md §3), all optional: ``proximal_mu`` (set from hyper-parameter
@@ -103,14 +104,17 @@ class Algorithm(ABC):
     # as one with a non-finite update always is. True unless a rule says it ignores them.
     uses_losses: ClassVar[bool] = True
     run_options: ClassVar[tuple[str, ...]] = ()  # RunConfig options its ``build`` receives as keywords
+    # a built-in's own run options (RunConfig fields that only it reads, which its ``build`` also
+    # receives): name -> the values allowed, the default first; fedmgda.config and the schema read them
+    own_options: ClassVar[dict[str, tuple[str, ...]]] = {}
     proximal_mu: float = 0.0  # the clients add proximal_mu * ||w - w_start||^2 (no 1/2) to their objective
     vmap_local_term: ClassVar[bool] = True  # False: the local term cannot be vmap-ed; its clients train on the reference path
 
     @classmethod
-    def build(cls, hparams: dict[str, float | None], *, algorithm: Any, rounds: int, num_users: int) -> Algorithm:
+    def build(cls, hparams: dict[str, float | None], *, rounds: int, num_users: int) -> Algorithm:
         """The rule of one run: by default ``cls(**hparams)`` with the resolved hyper-parameters
-        (and, as keywords, the values of the run options it names in ``run_options``);
-        ``algorithm`` is its ``fedmgda.catalog.AlgorithmInfo``."""
+        (and, as keywords, the values of the run options it names in ``run_options`` and
+        ``own_options``)."""
         return cls(**hparams)
 
     @classmethod  # noqa: B027 (nothing to check by default)

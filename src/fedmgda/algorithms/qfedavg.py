@@ -29,14 +29,14 @@ class QFedAvg(Algorithm):
     display = "q-FedAvg"
     hparams = {"q": HParam(0.1, 0.0, symbol="q"), "L": HParam(1.0, 0.0, low_open=True, symbol="L")}
     needs_pre_round_losses = True
-    run_options = ("qffl_loss",)
+    own_options = {"qffl_loss": ("batch_sum", "batch_sum_per_sample", "train_mean")}  # F_i: ``reported_loss``
 
     q: float = 0.1
     L: float = 1.0
-    loss: str = "batch_sum"
+    loss: str = own_options["qffl_loss"][0]
 
     @classmethod
-    def build(cls, hparams, *, algorithm, rounds, num_users, qffl_loss="batch_sum"):
+    def build(cls, hparams, *, rounds, num_users, qffl_loss):
         return cls(**hparams, loss=qffl_loss)
 
     def reported_loss(self, stats, sizes):

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedmgda.catalog import LOCAL_TESTS, SHARD_SETTINGS, SORTS
 from fedmgda.data.base import DataError
 
 FORMAT_VERSION = 1
@@ -113,8 +114,8 @@ def iid_partition(num_items: int, num_users: int, seed: int) -> list[np.ndarray]
 def sort_by_label(labels: np.ndarray, n: int, sort: str = "stable") -> np.ndarray:
     """Image ids 0..n-1 in label order. ``quicksort`` is the authors' call (its within-class order
     depends on the numpy version / CPU); ``stable`` keeps ascending ids within a class."""
-    if sort not in ("stable", "quicksort"):
-        raise DataError(f"sort must be 'stable' or 'quicksort', not {sort!r}")
+    if sort not in SORTS:
+        raise DataError(f"sort must be {' or '.join(map(repr, SORTS))}, not {sort!r}")
     labels = np.asarray(labels)[:n]
     return np.arange(n, dtype=np.int64)[np.argsort(labels, kind=sort)]
 
@@ -215,9 +216,9 @@ def build_partition(raw: RawData, scheme: str, seed: int, options: dict[str, Any
         val.append(b)
         test.append(c)
 
-    local_test = options.get("local_test", "own_shard")
-    if local_test not in ("own_shard", "global_shards"):
-        raise DataError(f"local_test must be 'own_shard' or 'global_shards', not {local_test!r}")
+    local_test = options.get("local_test", LOCAL_TESTS[0])
+    if local_test not in LOCAL_TESTS:
+        raise DataError(f"local_test must be {' or '.join(map(repr, LOCAL_TESTS))}, not {local_test!r}")
     if local_test == "global_shards" and scheme != "shards":
         raise DataError(f"{raw.name}: local_test 'global_shards' needs the shards partition, not {scheme!r}")
     if local_test == "global_shards":
@@ -293,12 +294,9 @@ def shard_geometry(name: str, options: dict[str, Any], n: int) -> tuple[int, int
     """(num_shards, shard_size) from a dataset's options."""
     if "shard_setting" in options:  # fmnist: authors' code vs paper text
         setting = options["shard_setting"]
-        # fedmdfg: zibinpan/FedMDFG fedplat/main.py L33-34 (--SN 200, --PN 2) and
-        # DataLoader_fashion.py L83 (60 000 // 200 = 300 images a shard), 2 per user
-        table = {"code": (300, 200), "paper": (500, 120), "fedmdfg": (200, 300)}
-        if setting not in table:
-            raise DataError(f"shard_setting must be one of {sorted(table)}, not {setting!r}")
-        return table[setting]
+        if setting not in SHARD_SETTINGS:
+            raise DataError(f"shard_setting must be one of {sorted(SHARD_SETTINGS)}, not {setting!r}")
+        return SHARD_SETTINGS[setting]
     if "num_shards" in options and "shard_size" in options:
         return int(options["num_shards"]), int(options["shard_size"])
     num_shards = int(options["num_users"]) * int(options["shards_per_user"])
