@@ -4,6 +4,7 @@ folders: the runs are trained packed)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import yaml
 
 from fedmgda.config import RunConfig
 from fedmgda.errors import ConfigError, RunFolderError
+from fedmgda.runfolder import FRESH_ENV, FRESH_OPTION
 
 
 def parse_override(text: str) -> tuple[str, object]:
@@ -39,7 +41,7 @@ def read_run_config(path: str, overrides: list[str], device: str | None) -> RunC
 def train(args: argparse.Namespace) -> int:
     from fedmgda.runfolder import holding
     from fedmgda.scheduler import run_packed
-    from fedmgda.simulator import CHECKPOINT, Simulation
+    from fedmgda.simulator import Simulation
 
     if len(args.config) != len(args.out):
         raise ConfigError(f"--config names {len(args.config)} run(s) but --out {len(args.out)} folder(s)")
@@ -48,10 +50,8 @@ def train(args: argparse.Namespace) -> int:
         raise ConfigError(f"--out names {', '.join(twice)} more than once; each run needs a folder of its own")
     configs = [read_run_config(path, args.set or [], args.device) for path in args.config]
     with holding(args.out):  # one trainer per run folder, before any data is loaded (fedmgda.runfolder)
-        for out in args.out:
-            if (Path(out) / CHECKPOINT).exists():
-                print(f"{out}: resuming from its checkpoint", flush=True)
-        results = run_packed([Simulation(cfg) for cfg in configs], args.out, progress_every=args.progress_every)  # one run, or several packed
+        results = run_packed([Simulation(cfg) for cfg in configs], args.out, progress_every=args.progress_every,
+                             fresh_if_unreadable=args.fresh_if_unreadable)  # one run, or several packed
     for out, result in zip(args.out, results):
         summary = result.summary
         final = summary["final"] or {}
@@ -78,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help="cpu, cuda, cuda:N or auto (overrides the config)")
     p.add_argument("--progress-every", type=float, default=30.0, metavar="SECONDS",
                    help="print a progress line (round, s/round, ETA, mean user accuracy) at most this often, and after the first and last rounds (default 30; 0: every round)")
+    p.add_argument(FRESH_OPTION, action="store_true", default=os.environ.get(FRESH_ENV, "").strip() not in ("", "0"),
+                   help=f"a checkpoint a run cannot resume from (unreadable, of another config) is renamed <file>.unreadable "
+                        f"and the run restarts from round 0, said in its log; without it, such a file stops the run "
+                        f"(default: set by {FRESH_ENV}=1, e.g. for the training jobs of a Snakemake run)")
     p.set_defaults(handler=train)
     from fedmgda.workflow_cli import add_commands  # the workflow's download, partition, table, ...
 
@@ -86,7 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    return run_handler(build_parser().parse_args(argv))
+
+
+def run_handler(args: argparse.Namespace) -> int:
+    """Run a command's handler; a bad config, run folder or data file is one line on stderr and an
+    exit status (2: config or run folder, 3: data), not a traceback."""
     try:
         return args.handler(args)
     except ConfigError as err:

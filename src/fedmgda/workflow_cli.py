@@ -162,8 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fedmgda.workflow_cli", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.handler(args)
+    from fedmgda.cli import run_handler  # its errors as one line, as ``fedmgda ...`` prints them
+
+    return run_handler(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
