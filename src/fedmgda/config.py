@@ -162,7 +162,11 @@ class RunConfig:
         if not isinstance(self.dataset, str) or not self.dataset:
             raise ConfigError("dataset must be a dataset name")
         if self.dataset in DATASETS:  # (tests inject datasets of their own)
-            error = DATASETS[self.dataset].option_error(self.dataset_options)
+            dataset = DATASETS[self.dataset]
+            error = dataset.option_error(self.dataset_options)
+            if error:
+                raise ConfigError(f"dataset_options: {error}")
+            error = dataset.size_error(self.partition, self.dataset_options)  # too many users for its samples
             if error:
                 raise ConfigError(f"dataset_options: {error}")
         info = get_algorithm(self.algorithm, self.plugin)

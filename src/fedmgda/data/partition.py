@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedmgda.catalog import shard_geometry
 from fedmgda.data.base import DataError
 
 FORMAT_VERSION = 1
@@ -222,7 +223,7 @@ def build_partition(raw: RawData, scheme: str, seed: int, options: dict[str, Any
         raise DataError(f"{raw.name}: local_test 'global_shards' needs the shards partition, not {scheme!r}")
     if local_test == "global_shards":
         num_users = int(options["num_users"])
-        num_shards, shard_size = shard_geometry(raw.name, options, n)
+        num_shards, shard_size = shard_geometry(options, n)
         if raw.test_pool is None or len(raw.test_pool) != n - num_shards * shard_size:
             raise DataError(f"{raw.name}: local_test 'global_shards' needs the global test set pooled "
                             f"right after the {num_shards} x {shard_size} training images")
@@ -231,7 +232,7 @@ def build_partition(raw: RawData, scheme: str, seed: int, options: dict[str, Any
         val = [np.zeros(0, dtype=np.int64) for _ in train]
     elif scheme == "shards":
         num_users = int(options["num_users"])
-        num_shards, shard_size = shard_geometry(raw.name, options, n)
+        num_shards, shard_size = shard_geometry(options, n)
         for idxs in shard_partition(raw.labels, num_users, num_shards, shard_size, seed,
                                     options.get("sort", "stable")):
             add(idxs)
@@ -287,22 +288,6 @@ def build_partition(raw: RawData, scheme: str, seed: int, options: dict[str, Any
         raise DataError(f"unknown partition scheme {scheme!r}")
     return Partition(dataset=raw.name, scheme=scheme, seed=int(seed), options=dict(options),
                      fingerprint=raw.fingerprint(), train=train, val=val, test=test, users=users)
-
-
-def shard_geometry(name: str, options: dict[str, Any], n: int) -> tuple[int, int]:
-    """(num_shards, shard_size) from a dataset's options."""
-    if "shard_setting" in options:  # fmnist: authors' code vs paper text
-        setting = options["shard_setting"]
-        # fedmdfg: zibinpan/FedMDFG fedplat/main.py L33-34 (--SN 200, --PN 2) and
-        # DataLoader_fashion.py L83 (60 000 // 200 = 300 images a shard), 2 per user
-        table = {"code": (300, 200), "paper": (500, 120), "fedmdfg": (200, 300)}
-        if setting not in table:
-            raise DataError(f"shard_setting must be one of {sorted(table)}, not {setting!r}")
-        return table[setting]
-    if "num_shards" in options and "shard_size" in options:
-        return int(options["num_shards"]), int(options["shard_size"])
-    num_shards = int(options["num_users"]) * int(options["shards_per_user"])
-    return num_shards, n // num_shards
 
 
 # --------------------------------------------------------------------------- save / load
