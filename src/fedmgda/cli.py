@@ -99,15 +99,20 @@ def run_handler(args: argparse.Namespace) -> int:
     try:
         return args.handler(args)
     except ConfigError as err:
-        print(f"fedmgda: invalid configuration: {err}", file=sys.stderr)
+        print(f"fedmgda: invalid configuration: {one_line(err)}", file=sys.stderr)
         return 2
     except RunFolderError as err:  # a checkpoint, a lock or a write: the message says what to do
-        print(f"fedmgda: {err}", file=sys.stderr)
+        print(f"fedmgda: {one_line(err)}", file=sys.stderr)
         return 2
     except Exception as err:  # data errors etc.: one clear line, not a traceback
         from fedmgda.data import DataError
 
         if isinstance(err, DataError):
-            print(f"fedmgda: data error: {err}", file=sys.stderr)
+            print(f"fedmgda: data error: {one_line(err)}", file=sys.stderr)
             return 3
         raise
+
+
+def one_line(err: Exception) -> str:
+    """An error's message on one line (a message quoting another program's output may hold several)."""
+    return "; ".join(line.strip() for line in str(err).splitlines() if line.strip())

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -352,8 +353,6 @@ def check_partition(partition: Partition, path, dataset: str, scheme: str, seed:
             "options": _jsonable(partition.options), "fingerprint": partition.fingerprint}
     diff = [f"{k}: file has {have[k]!r}, requested {want[k]!r}" for k in want if have[k] != want[k]]
     if diff:
-        raise DataError(f"stale partition file {path} (delete it to rebuild):\n  " +
-                        "\n  ".join(diff) +
-                        ("\n  (a fingerprint change means the raw data differ from the data the "
-                         "partition was built on)" if have["fingerprint"] != want["fingerprint"]
-                         else ""))
+        raw = (" (a fingerprint change means the raw data differ from the data the partition was built on)"
+               if have["fingerprint"] != want["fingerprint"] else "")
+        raise DataError(f"stale partition file {path}: {'; '.join(diff)}{raw}; delete it to rebuild it: rm {shlex.quote(str(path))}")
