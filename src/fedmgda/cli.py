@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
 import yaml
 
 from fedmgda.config import RunConfig
-from fedmgda.errors import ConfigError, RunFolderError
+from fedmgda.errors import ConfigError
 from fedmgda.runfolder import FRESH_ENV, FRESH_OPTION
 
 
@@ -90,29 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``fedmgda ...``; a bad config, run folder or data file is one line and an exit status."""
+    from fedmgda.workflow_cli import run_handler
+
     return run_handler(build_parser().parse_args(argv))
-
-
-def run_handler(args: argparse.Namespace) -> int:
-    """Run a command's handler; a bad config, run folder or data file is one line on stderr and an
-    exit status (2: config or run folder, 3: data), not a traceback."""
-    try:
-        return args.handler(args)
-    except ConfigError as err:
-        print(f"fedmgda: invalid configuration: {one_line(err)}", file=sys.stderr)
-        return 2
-    except RunFolderError as err:  # a checkpoint, a lock or a write: the message says what to do
-        print(f"fedmgda: {one_line(err)}", file=sys.stderr)
-        return 2
-    except Exception as err:  # data errors etc.: one clear line, not a traceback
-        from fedmgda.data import DataError
-
-        if isinstance(err, DataError):
-            print(f"fedmgda: data error: {one_line(err)}", file=sys.stderr)
-            return 3
-        raise
-
-
-def one_line(err: Exception) -> str:
-    """An error's message on one line (a message quoting another program's output may hold several)."""
-    return "; ".join(line.strip() for line in str(err).splitlines() if line.strip())
