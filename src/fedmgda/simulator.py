@@ -53,7 +53,7 @@ from fedmgda.metrics import (
 )
 from fedmgda.models import build_model
 from fedmgda.results import PER_USER, PER_USER_FINAL, protocol_round
-from fedmgda.runfolder import writing
+from fedmgda.runfolder import FRESH_OPTION, writing
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -458,7 +458,7 @@ class Simulation:
             if not fresh_if_unreadable:
                 raise
             aside = checkpoints.set_aside(refused)
-            print(f"{out}: {path.name} {refused.why}: set aside as {aside.name} ({checkpoints.FRESH_OPTION}); "
+            print(f"{out}: {path.name} {refused.why}: set aside as {aside.name} ({FRESH_OPTION}); "
                   "this run restarts from round 0", flush=True)
             return None
         print(f"{out}: resuming from its checkpoint (round {state.next_round} of {self.cfg.rounds} done)", flush=True)
