@@ -86,9 +86,50 @@ def test_a_checkpoint_that_cannot_be_resumed_from_stops_the_run_in_one_line(tmp_
     assert main(["train", *cli(tmp_path)]) == 2
     line = one_line(capsys.readouterr().err)
     assert line.startswith(f"fedmgda: {out / CHECKPOINT} ") and FORMS[form] in line, line
-    assert line.endswith(f"delete it to start this run afresh: rm {out / CHECKPOINT}")
+    assert line.endswith(f"delete it to start this run afresh (rm {out / CHECKPOINT}), or rerun with --fresh-if-unreadable "
+                         "(FEDMGDA_FRESH_IF_UNREADABLE=1 under Snakemake) to set it aside and restart from round 0")
     assert not marker.exists()  # a crafted file ran nothing
     assert sorted(p.name for p in out.iterdir()) == [CHECKPOINT]  # nothing trained, nothing written
+
+
+def outputs(folder) -> dict[str, bytes]:
+    """A finished run's outputs that do not hold its run time."""
+    return {name: (folder / name).read_bytes() for name in ("metrics.csv", "per_user.csv", "per_user_final.csv")}
+
+
+@pytest.mark.parametrize("form", ["is truncated", "runs code (torch file)", "is another torch file"])
+def test_fresh_if_unreadable_sets_the_checkpoint_aside_and_restarts_from_round_0(tmp_path, capsys, form):
+    out, marker = tmp_path / "out", tmp_path / "marker"
+    out.mkdir()
+    a_checkpoint_that(form, out / CHECKPOINT, marker)
+    refused = (out / CHECKPOINT).read_bytes()
+    assert main(["train", *cli(tmp_path, "--fresh-if-unreadable")]) == 0
+    said = capsys.readouterr().out
+    assert f"{out}: {CHECKPOINT} {FORMS[form]}" in said
+    assert f"set aside as {CHECKPOINT}.unreadable (--fresh-if-unreadable); this run restarts from round 0" in said
+    assert (out / f"{CHECKPOINT}.unreadable").read_bytes() == refused and not marker.exists()  # kept, never run
+    assert main(["train", "--config", str(tmp_path / "run.yaml"), "--out", str(tmp_path / "fresh")]) == 0
+    assert outputs(out) == outputs(tmp_path / "fresh")  # the run of a folder that never held the file
+
+
+def test_fresh_if_unreadable_comes_from_the_environment_and_still_resumes_a_good_checkpoint(tmp_path, monkeypatch):
+    """Under Snakemake the option is FEDMGDA_FRESH_IF_UNREADABLE=1 (the training jobs inherit it); a
+    checkpoint the run can resume from is resumed, with the option or without."""
+    from toy_federated import killed_at
+
+    config = dict(CONFIG, rounds=4)
+    out = tmp_path / "out"
+    killed_at(lambda: main(["train", *cli(tmp_path, config=config)]), out, monkeypatch, 2)
+    monkeypatch.setenv("FEDMGDA_FRESH_IF_UNREADABLE", "1")
+    result = subprocess.run([sys.executable, "-m", "fedmgda", "train", *cli(tmp_path, config=config)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert f"{out}: resuming from its checkpoint (round 2 of 4 done)" in result.stdout
+    (out / "summary.json").unlink()
+    (out / CHECKPOINT).write_bytes(b"")
+    result = subprocess.run([sys.executable, "-m", "fedmgda", "train", *cli(tmp_path, config=config)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "is empty (the run was stopped while writing it?): set aside as" in result.stdout, result.stdout
+    assert main(["train", "--config", str(tmp_path / "run.yaml"), "--out", str(tmp_path / "fresh")]) == 0
+    assert outputs(out) == outputs(tmp_path / "fresh")
 
 
 def test_a_crafted_checkpoint_runs_no_code_through_the_command_line(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 import torch
 from toy_federated import killed_at, killed_then_resumed, make_toy_federated, toy_config
 
-from fedmgda.config import ConfigError
+from fedmgda.errors import RunFolderError
 from fedmgda.scheduler import run, run_packed
 from fedmgda.simulator import CHECKPOINT, Simulation
 
@@ -142,7 +142,7 @@ def test_checkpoint_of_another_config_is_refused(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         run(toy_config(rounds=8, checkpoint_every=2), tmp_path, data=make_toy_federated(), model_name="logreg")
     monkeypatch.setattr(Simulation, "_round", original)
-    with pytest.raises(ConfigError, match="different run config"):
+    with pytest.raises(RunFolderError, match="belongs to a different run config; delete it to start this run afresh"):
         run(toy_config(rounds=8, checkpoint_every=2, seed=9), tmp_path, data=make_toy_federated(), model_name="logreg")
 
 

@@ -250,6 +250,26 @@ def load_plugins(paths: Iterable[str]) -> list[AlgorithmInfo]:
 OPTION_MINIMA = {"num_users": 1, "num_shards": 1, "shard_size": 1, "shards_per_user": 1, "max_users": 0,
                  "max_samples": 0, "data_seed": 0, "alpha": 0, "beta": 0}
 
+# F-MNIST's shard settings: (shards, images a shard) of its 60 000 training images. code: the
+# authors' code; paper: the paper's text; fedmdfg: zibinpan/FedMDFG fedplat/main.py L33-34 (--SN
+# 200, --PN 2) and DataLoader_fashion.py L83 (60 000 // 200 = 300 images a shard), 2 per user
+FMNIST_SHARD_SETTINGS = {"code": (300, 200), "paper": (500, 120), "fedmdfg": (200, 300)}
+
+# a user's samples are cut 80/10/10 by position (fedmgda.data.partition.split_user): from 2 samples
+# on, it has one to train on and one to test on
+MIN_USER_SAMPLES = 2
+
+
+def shard_geometry(options: Mapping[str, Any], n: int) -> tuple[int, int]:
+    """(number of shards, samples a shard) of the shards partition of ``n`` samples under a
+    dataset's options (defaults filled in)."""
+    if "shard_setting" in options:  # fmnist
+        return FMNIST_SHARD_SETTINGS[options["shard_setting"]]
+    if "num_shards" in options and "shard_size" in options:
+        return int(options["num_shards"]), int(options["shard_size"])
+    num_shards = int(options["num_users"]) * int(options["shards_per_user"])
+    return num_shards, n // num_shards
+
 
 @dataclass(frozen=True)
 class Dataset:
@@ -260,6 +280,9 @@ class Dataset:
     raw_files_of: the dataset whose raw files (``<raw_dir>/<that name>/``) it reads; "" = its own.
     options: its dataset options and their defaults (partition settings included).
     option_values: for options with a closed set of values, the allowed values.
+    samples: how many samples its shards and iid partitions deal out to users (its training
+        file's), known without loading them, so that too many users are caught before any job
+        (``size_error``); 0: nothing to check (generated data, natural users).
     """
 
     name: str
@@ -272,6 +295,7 @@ class Dataset:
     raw_files_of: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)
     option_values: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    samples: int = 0
 
     def option_error(self, options: Mapping[str, Any] | None) -> str | None:
         """What is wrong with ``options`` (an unknown name, a value outside its set), or None."""
@@ -292,6 +316,35 @@ class Dataset:
                     return f"{self.name}: option {key} must be {what} >= {least}, got {value!r}"
         return None
 
+    def size_error(self, partition: str | None, options: Mapping[str, Any] | None) -> str | None:
+        """What leaves a user of ``partition`` (None: the default) fewer than MIN_USER_SAMPLES of
+        the dataset's ``samples`` under ``options`` (valid ones, ``option_error``), or None: too
+        many users, or shards that need more samples than it has."""
+        scheme, n = partition or self.default_partition, self.samples
+        if not n or scheme not in ("shards", "iid"):
+            return None
+        out = {**self.options, **(options or {})}
+        users, least = out["num_users"], MIN_USER_SAMPLES
+        needs = f"a user needs at least {least} (one to train on, one to test on)"
+        if scheme == "iid":
+            if n // users < least:
+                return f"{self.name}: num_users = {users} gives each user {n // users} of its {n} samples (iid); {needs}: use num_users <= {n // least}"
+            return None
+        shards, size = shard_geometry(out, n)
+        if "shards_per_user" in out:  # shards cut to fit: each user gets shards_per_user x (n // shards)
+            per_user = out["shards_per_user"] * size
+            if per_user < least:
+                return (f"{self.name}: num_users x shards_per_user = {users} x {out['shards_per_user']} shards of its {n} samples "
+                        f"give each user {per_user}; {needs}: lower num_users or shards_per_user so that num_users x max(shards_per_user, {least}) <= {n}")
+            return None
+        if shards * size > n:
+            return f"{self.name}: num_shards x shard_size = {shards} x {size} needs {shards * size} samples, it has {n}: lower them"
+        per_user = shards // users * size
+        if per_user < least:
+            return (f"{self.name}: num_users = {users} with {shards} shards of {size} samples gives each user {per_user}; "
+                    f"{needs}: use num_users <= {shards // -(-least // size)}")
+        return None
+
     @property
     def raw_folder(self) -> str:
         """The folder under the raw-data directory that holds its raw files."""
@@ -301,22 +354,19 @@ class Dataset:
 # the values of dataset options that several datasets (or their loaders, fedmgda.data) read
 SORTS = ("stable", "quicksort")  # numpy's argsort of the labels; quicksort: the authors' call
 LOCAL_TESTS = ("own_shard", "global_shards")  # fmnist: a user's test samples (docs/datasets.md)
-# fmnist's shard_setting: (num_shards, shard_size), num_shards / num_users shards a user; fedmdfg:
-# zibinpan/FedMDFG fedplat/main.py L33-34 (--SN 200, --PN 2) and DataLoader_fashion.py L83
-# (60 000 // 200 = 300 images a shard), 2 per user
-SHARD_SETTINGS = {"code": (300, 200), "paper": (500, 120), "fedmdfg": (200, 300)}
 _SORT = {"sort": SORTS}
 
 DATASETS: Mapping[str, Dataset] = MappingProxyType({d.name: d for d in (
     Dataset("cifar10", "cnn_cifar", "shards", ("shards", "iid"),
             description="CIFAR-10, 100 users, 500 label-sorted shards of 100, 5 per user",
             options={"num_users": 100, "num_shards": 500, "shard_size": 100, "sort": "stable"},
-            option_values=_SORT),
+            option_values=_SORT, samples=50_000),
     Dataset("fmnist", "cnn_fmnist", "shards", ("shards", "iid"),
             description="Fashion-MNIST, 100 users; code: 300 shards of 200, 3 per user; "
                         "paper text: 500 shards of 120, 5 per user; fedmdfg: 200 shards of 300, 2 per user",
             options={"num_users": 100, "shard_setting": "code", "sort": "stable", "local_test": "own_shard"},
-            option_values={**_SORT, "shard_setting": tuple(SHARD_SETTINGS), "local_test": LOCAL_TESTS}),
+            option_values={**_SORT, "shard_setting": tuple(FMNIST_SHARD_SETTINGS), "local_test": LOCAL_TESTS},
+            samples=60_000),
     Dataset("fmnist3", "logreg", "natural", ("natural",), seeded_partitions=(), raw_files_of="fmnist",
             description="q-FFL's Fashion-MNIST: classes T-shirt/top, pullover, shirt, one user per "
                         "class, pixels standardised over all training images (fair_flearn "
@@ -334,7 +384,7 @@ DATASETS: Mapping[str, Dataset] = MappingProxyType({d.name: d for d in (
             description="UCI Adult, 99 binary features; client 0 = PhD, client 1 = non-PhD",
             options={"shift_by_one": False, "num_users": 2, "clients": "both", "split": "80_10_10"},
             option_values={"shift_by_one": (False, True), "clients": ("both", "phd"),
-                           "split": ("80_10_10", "source")}),
+                           "split": ("80_10_10", "source")}, samples=32_561),
     Dataset("synthetic", "logreg", "natural", ("natural",), seeded_partitions=(), offline=True,
             description="q-FFL Synthetic(alpha, beta), one user per generated device",
             options={"alpha": 1.0, "beta": 1.0, "num_users": 30, "data_seed": 0, "max_samples": 500,
@@ -342,7 +392,7 @@ DATASETS: Mapping[str, Dataset] = MappingProxyType({d.name: d for d in (
             option_values={"split": ("80_10_10",), "shuffle": (False, True), "sizes": ("script", "table4")}),
     Dataset("digits", "mlp_digits", "shards", ("shards", "iid"), offline=True,
             description="scikit-learn digits (1 797 8x8 images), 20 users x 2 label-sorted shards",
-            options={"num_users": 20, "shards_per_user": 2, "sort": "stable"}, option_values=_SORT),
+            options={"num_users": 20, "shards_per_user": 2, "sort": "stable"}, option_values=_SORT, samples=1_797),
 )})
 # the names of fedmgda.models.MODELS (kept here without torch; tests/test_models.py checks they agree)
 MODELS = ("cnn_cifar", "cnn_fmnist", "cnn_femnist", "lstm_shakespeare", "logreg", "mlp_digits", "mlp_fmnist")

@@ -5,13 +5,16 @@ of them; a per-user table is kept as one tensor per column (``frame_columns``). 
 ``torch.load(weights_only=True)``, whose unpickler builds nothing else, so a crafted file cannot
 run code when a run resumes. A file that cannot be read as a checkpoint (empty, truncated,
 random bytes, another torch file, other objects) is refused with one line naming it, what is
-wrong and how to start afresh (``RunFolderError``): a run never silently restarts or resumes
-into something else.
+wrong and how to start afresh (``UnusableCheckpoint``, a ``RunFolderError``): a run never silently
+restarts or resumes into something else. Only by the explicit option ``--fresh-if-unreadable``
+(``FRESH_ENV`` under Snakemake) is such a file set aside (``set_aside``) and the run restarted
+from round 0, which its log says.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import pickle
 import shlex
 from pathlib import Path
@@ -22,6 +25,7 @@ import pandas as pd
 import torch
 
 from fedmgda.errors import RunFolderError
+from fedmgda.runfolder import FRESH_ENV, FRESH_OPTION
 
 # what a checkpoint holds, and the type of each entry
 FIELDS: dict[str, type | tuple[type, ...]] = {
@@ -30,9 +34,30 @@ FIELDS: dict[str, type | tuple[type, ...]] = {
 }
 
 
-def refuse(path: Path, what: str) -> RunFolderError:
+class UnusableCheckpoint(RunFolderError):
+    """A checkpoint the run cannot resume from: ``path``, and ``why`` (what is wrong with it)."""
+
+    def __init__(self, path: Path, why: str):
+        self.path, self.why = Path(path), why
+        super().__init__(f"{path} {why}; delete it to start this run afresh (rm {shlex.quote(str(path))}), or rerun with "
+                         f"{FRESH_OPTION} ({FRESH_ENV}=1 under Snakemake) to set it aside and restart from round 0")
+
+
+def refuse(path: Path, what: str) -> UnusableCheckpoint:
     """The one-line error of a checkpoint the run cannot resume from."""
-    return RunFolderError(f"{path} {what}; delete it to start this run afresh: rm {shlex.quote(str(path))}")
+    return UnusableCheckpoint(path, what)
+
+
+def set_aside(refused: UnusableCheckpoint) -> Path:
+    """Rename the refused checkpoint to ``<file>.unreadable`` (kept to be looked at, never read
+    again) so that its run starts from round 0; the new name."""
+    aside = refused.path.with_name(refused.path.name + ".unreadable")
+    try:
+        os.replace(refused.path, aside)
+    except OSError as err:
+        raise RunFolderError(f"{refused.path}: cannot set it aside as {aside.name} ({err.strerror or err}); delete it "
+                             "and rerun") from err
+    return aside
 
 
 def _numpy_scalars() -> list:

@@ -4,13 +4,14 @@ folders: the runs are trained packed)."""
 from __future__ import annotations
 
 import argparse
-import sys
+import os
 from pathlib import Path
 
 import yaml
 
 from fedmgda.config import RunConfig
-from fedmgda.errors import ConfigError, RunFolderError
+from fedmgda.errors import ConfigError
+from fedmgda.runfolder import FRESH_ENV, FRESH_OPTION
 
 
 def parse_override(text: str) -> tuple[str, object]:
@@ -39,7 +40,7 @@ def read_run_config(path: str, overrides: list[str], device: str | None) -> RunC
 def train(args: argparse.Namespace) -> int:
     from fedmgda.runfolder import holding
     from fedmgda.scheduler import run_packed
-    from fedmgda.simulator import CHECKPOINT, Simulation
+    from fedmgda.simulator import Simulation
 
     if len(args.config) != len(args.out):
         raise ConfigError(f"--config names {len(args.config)} run(s) but --out {len(args.out)} folder(s)")
@@ -48,10 +49,8 @@ def train(args: argparse.Namespace) -> int:
         raise ConfigError(f"--out names {', '.join(twice)} more than once; each run needs a folder of its own")
     configs = [read_run_config(path, args.set or [], args.device) for path in args.config]
     with holding(args.out):  # one trainer per run folder, before any data is loaded (fedmgda.runfolder)
-        for out in args.out:
-            if (Path(out) / CHECKPOINT).exists():
-                print(f"{out}: resuming from its checkpoint", flush=True)
-        results = run_packed([Simulation(cfg) for cfg in configs], args.out, progress_every=args.progress_every)  # one run, or several packed
+        results = run_packed([Simulation(cfg) for cfg in configs], args.out, progress_every=args.progress_every,
+                             fresh_if_unreadable=args.fresh_if_unreadable)  # one run, or several packed
     for out, result in zip(args.out, results):
         summary = result.summary
         final = summary["final"] or {}
@@ -78,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help="cpu, cuda, cuda:N or auto (overrides the config)")
     p.add_argument("--progress-every", type=float, default=30.0, metavar="SECONDS",
                    help="print a progress line (round, s/round, ETA, mean user accuracy) at most this often, and after the first and last rounds (default 30; 0: every round)")
+    p.add_argument(FRESH_OPTION, action="store_true", default=os.environ.get(FRESH_ENV, "").strip() not in ("", "0"),
+                   help=f"a checkpoint a run cannot resume from (unreadable, of another config) is renamed <file>.unreadable "
+                        f"and the run restarts from round 0, said in its log; without it, such a file stops the run "
+                        f"(default: set by {FRESH_ENV}=1, e.g. for the training jobs of a Snakemake run)")
     p.set_defaults(handler=train)
     from fedmgda.workflow_cli import add_commands  # the workflow's download, partition, table, ...
 
@@ -86,19 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.handler(args)
-    except ConfigError as err:
-        print(f"fedmgda: invalid configuration: {err}", file=sys.stderr)
-        return 2
-    except RunFolderError as err:  # a checkpoint, a lock or a write: the message says what to do
-        print(f"fedmgda: {err}", file=sys.stderr)
-        return 2
-    except Exception as err:  # data errors etc.: one clear line, not a traceback
-        from fedmgda.data import DataError
+    """``fedmgda ...``; a bad config, run folder or data file is one line and an exit status."""
+    from fedmgda.workflow_cli import run_handler
 
-        if isinstance(err, DataError):
-            print(f"fedmgda: data error: {err}", file=sys.stderr)
-            return 3
-        raise
+    return run_handler(build_parser().parse_args(argv))

@@ -61,8 +61,8 @@ class AttackConfig:
     def validate(self) -> None:
         if self.kind not in ("none", "bias", "scaling"):
             raise ConfigError(f"attack.kind: unknown attack {self.kind!r}; choose none, bias or scaling")
-        if self.user < 0:
-            raise ConfigError(f"attack.user must be a user index >= 0, got {self.user}")
+        if isinstance(self.user, bool) or not isinstance(self.user, int) or self.user < 0:
+            raise ConfigError(f"attack.user must be a user index >= 0, got {self.user!r}")
         if isinstance(self.value, bool) or not isinstance(self.value, (int, float)) or not math.isfinite(self.value):
             raise ConfigError(f"attack.value must be a finite number, got {self.value!r}")
         if self.kind == "scaling" and not self.value > 0:
@@ -124,6 +124,10 @@ class RunConfig:
         unknown = sorted(set(raw) - known)
         if unknown:
             raise ConfigError(f"unknown run config key(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        missing = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING and f.name not in raw]
+        if missing:
+            raise ConfigError(f"missing run config key(s): {', '.join(missing)}; give each, e.g. dataset: digits, algorithm: fedavg")
         raw = dict(raw)
         attack = raw.pop("attack", None) or {}
         if not isinstance(attack, dict):
@@ -166,8 +170,17 @@ class RunConfig:
 
         if not isinstance(self.dataset, str) or not self.dataset:
             raise ConfigError("dataset must be a dataset name")
+        for name in ("hparams", "dataset_options"):
+            if not isinstance(getattr(self, name), dict):
+                raise ConfigError(f"{name} must be a mapping of names to values, got {getattr(self, name)!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(f"seed must be an integer >= 0, got {self.seed!r}")
         if self.dataset in DATASETS:  # (tests inject datasets of their own)
-            error = DATASETS[self.dataset].option_error(self.dataset_options)
+            dataset = DATASETS[self.dataset]
+            error = dataset.option_error(self.dataset_options)
+            if error:
+                raise ConfigError(f"dataset_options: {error}")
+            error = dataset.size_error(self.partition, self.dataset_options)  # too many users for its samples
             if error:
                 raise ConfigError(f"dataset_options: {error}")
         info = get_algorithm(self.algorithm, self.plugin)
@@ -178,7 +191,7 @@ class RunConfig:
         if not isinstance(self.local_epochs, int) or self.local_epochs < 1:
             raise ConfigError(f"local_epochs must be an integer >= 1, got {self.local_epochs!r}")
         positive("local_lr", self.local_lr)
-        if not (0 <= self.momentum < 1):
+        if not (isinstance(self.momentum, (int, float)) and 0 <= self.momentum < 1):
             raise ConfigError(f"momentum must be in [0, 1), got {self.momentum}")
         if not isinstance(self.rounds, int) or self.rounds < 1:
             raise ConfigError(f"rounds must be an integer >= 1, got {self.rounds!r}")

@@ -23,6 +23,10 @@ from pathlib import Path
 from fedmgda.errors import RunFolderError
 
 LOCK = "train.lock"
+# the trainer's option that restarts a run whose checkpoint it cannot resume from (fedmgda.checkpoints),
+# and the environment variable that sets it (how a Snakemake run passes it to its training jobs)
+FRESH_OPTION = "--fresh-if-unreadable"
+FRESH_ENV = "FEDMGDA_FRESH_IF_UNREADABLE"
 
 
 @contextlib.contextmanager

@@ -66,20 +66,23 @@ def run(cfg: RunConfig, out_dir: str | Path | None = None, data: FederatedDatase
     return run_packed([Simulation(cfg, data=data, model_name=model_name)], [out_dir])[0]
 
 
-def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None], progress_every: float | None = None) -> list[RunResult]:
+def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None], progress_every: float | None = None,
+               fresh_if_unreadable: bool = False) -> list[RunResult]:
     """Train several runs in lockstep: every round, the participants of all of them are trained
     together (``Scheduler.train``); a finished, diverged or failed run leaves the pack (a run
     fails when its algorithm's hook breaks its contract, ``fedmgda.contract``: raised inside the
     run, or, from a client's local term, here, where it is thrown into the run). The runs share
     one copy of the samples (``Simulation.share_samples``). A run gets the updates it gets
     unpacked: every client's minibatch order and dropout masks come from its own seed key.
-    ``progress_every`` (seconds): print progress lines (``Progress``); None: none."""
+    ``progress_every`` (seconds): print progress lines (``Progress``); None: none.
+    ``fresh_if_unreadable``: a checkpoint a run cannot resume from is set aside and the run starts
+    from round 0 (``Simulation.steps``); else it stops the pack (``checkpoints.UnusableCheckpoint``)."""
     if len(sims) != len(out_dirs):
         raise ValueError("run_packed needs one output folder (or None) per run")
     scheduler = Scheduler([sim.inputs for sim in sims])
     for sim in sims[1:]:
         sim.share_samples(sims[0])
-    runs = [sim.steps(out) for sim, out in zip(sims, out_dirs)]
+    runs = [sim.steps(out, fresh_if_unreadable) for sim, out in zip(sims, out_dirs)]
     results: list[RunResult | None] = [None] * len(sims)
     pending: dict[int, TrainRequest | LossRequest | EvalRequest] = {}
 

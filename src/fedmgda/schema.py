@@ -1,6 +1,7 @@
 """The registry's schema (``config.schema.yaml``, shipped inside this package) as the one source
-of the config's defaults and documentation; the Snakefile's ``validate()`` reads the same file.
+of the config's defaults and documentation, and what the Snakefile checks a config against.
 
+- :func:`config_error`: what is wrong with a config, on one line (the Snakefile stops on it).
 - :func:`with_defaults`: a config with the defaults of the top-level keys (and of ``report``)
   filled in; the Snakefile and :func:`fedmgda.experiments.expand` both use it.
 - :func:`def_defaults`: the defaults of a ``$defs`` object (``resources``, ``runfields``), which
@@ -8,7 +9,7 @@ of the config's defaults and documentation; the Snakefile's ``validate()`` reads
 - :func:`config_docs`: the key tables of ``config/README.md``; ``python -m fedmgda.schema
   [--check] [config/README.md]`` (``make config-docs``) writes or checks them.
 
-Only PyYAML: no jsonschema, no torch.
+PyYAML, and jsonschema (a Snakemake dependency) in ``config_error`` only; no torch.
 """
 
 from __future__ import annotations
@@ -46,6 +47,20 @@ def _fill(instance: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
         if isinstance(out.get(key), dict) and "properties" in sub and "$ref" not in sub:
             out[key] = _fill(out[key], sub)
     return out
+
+
+def config_error(config: dict[str, Any]) -> str | None:
+    """What is wrong with a registry config under the schema, on one line (the key's path, and
+    what its value breaks), or None. A config breaking several rules gets the one jsonschema
+    judges most relevant (``best_match``)."""
+    import jsonschema
+
+    schema = _schema()
+    error = jsonschema.exceptions.best_match(jsonschema.validators.validator_for(schema)(schema).iter_errors(config))
+    if error is None:
+        return None
+    where = ".".join(map(str, error.absolute_path)) or "top level"
+    return f"{where}: {error.message} (config/README.md describes every key)"
 
 
 def with_defaults(config: dict[str, Any]) -> dict[str, Any]:

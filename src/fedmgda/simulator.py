@@ -53,7 +53,7 @@ from fedmgda.metrics import (
 )
 from fedmgda.models import build_model
 from fedmgda.results import PER_USER, PER_USER_FINAL, protocol_round
-from fedmgda.runfolder import writing
+from fedmgda.runfolder import FRESH_OPTION, writing
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -276,15 +276,18 @@ class Simulation:
         return {**accuracy_stats(acc, self.test_sizes), **self.inputs.evaluate_global(w)}, users
 
     # ------------------------------------------------------------------ the run
-    def steps(self, out_dir: str | Path | None = None):
+    def steps(self, out_dir: str | Path | None = None, fresh_if_unreadable: bool = False):
         """The run as a generator: it yields a TrainRequest whenever a round's clients must be
         trained and is sent back their (updates, train losses), yields a LossRequest when its
         participants' losses are needed and is sent back ``participant_losses``, yields an
         EvalRequest when its model is evaluated and is sent back ``evaluate``, and returns the
-        RunResult. Driving several runs' generators together is what ``run_packed`` does."""
+        RunResult. Driving several runs' generators together is what ``run_packed`` does.
+        A checkpoint in ``out_dir`` is resumed from; one it cannot resume from stops the run
+        (``checkpoints.UnusableCheckpoint``), or with ``fresh_if_unreadable`` is set aside and
+        the run starts from round 0, which it prints."""
         cfg = self.cfg
         out = Path(out_dir) if out_dir is not None else None
-        state = self._resume(out) if out is not None else None
+        state = self._resume(out, fresh_if_unreadable) if out is not None else None
         if state is None:
             state = _State(w=self.model.initial_vector().to(self.device))
             state.iterate_sum = torch.zeros_like(state.w)
@@ -445,13 +448,28 @@ class Simulation:
         with writing(out / CHECKPOINT) as tmp, open(tmp, "wb") as file:  # atomic: a kill leaves the previous checkpoint intact
             torch.save(payload, file)  # to a Python file: a full disk is an OSError (torch's own writer says "iostream error")
 
-    def _resume(self, out: Path) -> _State | None:
+    def _resume(self, out: Path, fresh_if_unreadable: bool) -> _State | None:
         path = out / CHECKPOINT
         if not path.exists():
             return None
-        payload = checkpoints.read(path, self.device)  # data only; RunFolderError if it is not a checkpoint
+        try:
+            state = self._read_checkpoint(path)
+        except checkpoints.UnusableCheckpoint as refused:
+            if not fresh_if_unreadable:
+                raise
+            aside = checkpoints.set_aside(refused)
+            print(f"{out}: {path.name} {refused.why}: set aside as {aside.name} ({FRESH_OPTION}); "
+                  "this run restarts from round 0", flush=True)
+            return None
+        print(f"{out}: resuming from its checkpoint (round {state.next_round} of {self.cfg.rounds} done)", flush=True)
+        return state
+
+    def _read_checkpoint(self, path: Path) -> _State:
+        """The state of the checkpoint at ``path``, its algorithm's state loaded;
+        ``checkpoints.UnusableCheckpoint`` if it is not one of this run."""
+        payload = checkpoints.read(path, self.device)  # data only; refused if it is not a checkpoint
         if payload["config"] != self.cfg.to_dict():
-            raise ConfigError(f"{path} belongs to a different run config; delete it to start this run afresh")
+            raise checkpoints.refuse(path, "belongs to a different run config")
         size = (self.model.num_params,)
         if payload["w"].shape != size or payload["iterate_sum"].shape != size:
             raise checkpoints.refuse(path, f"holds a model of {payload['w'].numel()} weights; this run's has {size[0]}")

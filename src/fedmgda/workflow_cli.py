@@ -8,7 +8,8 @@
     fedmgda claims     --spec JSON|FILE --runs-dir DIR --csv OUT.csv --md OUT.md [--profile P]
 
 ``fedmgda.cli`` adds them next to ``train`` through :func:`add_commands`; ``python -m
-fedmgda.workflow_cli ...`` runs them without the main CLI.
+fedmgda.workflow_cli ...`` runs them without the main CLI. Both print a bad config, run folder or
+data file as one line and an exit status, not a traceback (:func:`run_handler`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from fedmgda.errors import ConfigError, RunFolderError
 
 
 def _json_text(text: str) -> str:
@@ -162,8 +165,32 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fedmgda.workflow_cli", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.handler(args)
+    return run_handler(parser.parse_args(argv))
+
+
+def run_handler(args: argparse.Namespace) -> int:
+    """Run a command's handler; a bad config, run folder or data file is one line on stderr and an
+    exit status (2: config or run folder, 3: data), not a traceback."""
+    try:
+        return args.handler(args)
+    except ConfigError as err:
+        print(f"fedmgda: invalid configuration: {one_line(err)}", file=sys.stderr)
+        return 2
+    except RunFolderError as err:  # a checkpoint, a lock or a write: the message says what to do
+        print(f"fedmgda: {one_line(err)}", file=sys.stderr)
+        return 2
+    except Exception as err:  # data errors etc.: one clear line, not a traceback
+        from fedmgda.data import DataError
+
+        if isinstance(err, DataError):
+            print(f"fedmgda: data error: {one_line(err)}", file=sys.stderr)
+            return 3
+        raise
+
+
+def one_line(err: Exception) -> str:
+    """An error's message on one line (a message quoting another program's output may hold several)."""
+    return "; ".join(line.strip() for line in str(err).splitlines() if line.strip())
 
 
 if __name__ == "__main__":

@@ -118,3 +118,44 @@ def test_synthetic_sizes_table4_draws_the_papers_size_statistics_and_changes_no_
     assert np.corrcoef([x.mean() for x in script_x], [x.mean() for x in table4_x])[0, 1] > 0.95
     with pytest.raises(ValueError, match="script"):
         size_lognormal("paper")
+
+
+# --------------------------------------------------------------------------- users the samples can serve
+@pytest.mark.parametrize("partition, options, bound", [
+    ("iid", {"num_users": 898}, {"num_users": 899}),
+    ("shards", {"num_users": 898}, {"num_users": 899}),  # 2 shards a user: 1 796 shards of 1 sample
+    ("shards", {"num_users": 898, "shards_per_user": 1}, {"num_users": 899, "shards_per_user": 1}),  # 1 shard of 2
+    ("shards", {"num_users": 599, "shards_per_user": 3}, {"num_users": 600, "shards_per_user": 3}),
+])
+def test_the_largest_number_of_users_the_size_check_allows_is_the_partitioners(tmp_path, partition, options, bound):
+    """``Dataset.size_error`` (run before any job, from the catalog's ``samples``) lets through
+    exactly the partitions whose every user has a sample to train on and one to test on."""
+    from fedmgda.catalog import DATASETS
+
+    digits = DATASETS["digits"]
+    assert digits.size_error(partition, options) is None
+    fd = load_federated("digits", tmp_path, partition=partition, options=options)
+    assert min(fd.train_sizes()) >= 1 and min(fd.test_sizes()) >= 1
+    assert "a user needs at least 2 (one to train on, one to test on)" in digits.size_error(partition, bound)
+    try:
+        fd = load_federated("digits", tmp_path, partition=partition, options=bound)
+    except DataError:
+        return
+    assert min(fd.train_sizes()) == 0 or min(fd.test_sizes()) == 0
+
+
+def test_catalog_sizes_are_the_loaded_sizes(tmp_path):
+    """``samples`` of each dataset whose partitions deal out a fixed pool: the size of that pool as
+    loaded (digits here; the downloaded datasets where their raw files are in resources/raw)."""
+    from pathlib import Path
+
+    from fedmgda.catalog import DATASETS
+    from fedmgda.data.registry import load_raw
+
+    raw = Path(__file__).resolve().parents[2] / "resources/raw"
+    checked = []
+    for name, dataset in DATASETS.items():
+        if dataset.samples and (dataset.offline or (raw / dataset.raw_folder).is_dir()):
+            assert len(load_raw(name, raw if not dataset.offline else tmp_path).y) == dataset.samples, name
+            checked.append(name)
+    assert "digits" in checked

@@ -115,8 +115,9 @@ def test_save_load_roundtrip_and_stale_file_detection(tmp_path):
     check_partition(back, path, "cifar10", "shards", 1, part.options, part.fingerprint)
     with pytest.raises(DataError, match="seed"):
         check_partition(back, path, "cifar10", "shards", 2, part.options, part.fingerprint)
-    with pytest.raises(DataError, match="fingerprint"):
+    with pytest.raises(DataError, match="fingerprint") as err:
         check_partition(back, path, "cifar10", "shards", 1, part.options, "0" * 16)
+    assert "\n" not in str(err.value) and str(err.value).endswith(f"delete it to rebuild it: rm {path}")  # one line
 
 
 def test_too_many_shards_is_a_clear_error():

@@ -29,13 +29,13 @@ SCHEMA = yaml.safe_load(SCHEMA_PATH.read_text())
 
 def test_the_schema_is_package_data_and_the_workflow_reads_it():
     """One schema file, inside the package (so an installed fedmgda finds it), declared as package
-    data, and the one the Snakefile's validate() reads."""
+    data, and the one the Snakefile checks a config against (fedmgda.schema.config_error)."""
     package = REPO / "src" / "fedmgda"
     assert SCHEMA_PATH.parent == package and SCHEMA_PATH.is_file()
     data = (REPO / "pyproject.toml").read_text().split("[tool.setuptools.package-data]", 1)[1]
     globs = yaml.safe_load(data.split("\n[", 1)[0].replace(" = ", ": "))["fedmgda"]  # fedmgda = [...]
     assert any(fnmatch.fnmatch(SCHEMA_PATH.relative_to(package).as_posix(), g) for g in globs)
-    assert "validate(config, str(SCHEMA_PATH)" in (REPO / "workflow" / "Snakefile").read_text()
+    assert "config_error(config)" in (REPO / "workflow" / "Snakefile").read_text()
     copies = [p for p in REPO.rglob("*.schema.yaml") if ".snakemake" not in p.parts and p != SCHEMA_PATH]
     assert not copies, copies
 

@@ -115,17 +115,11 @@ def file_digest(path: str | Path, algorithm: str = "sha256", decompress: bool = 
 
 
 def _describe(rf: RawFile, raw_dir: str | Path, problem: str) -> str:
-    lines = [
-        f"{rf.dataset}: raw file {rf.filename!r}: {problem}",
-        f"  expected checksum: {rf.checksum}"
-        + (f" (or decompressed content {rf.content_checksum})" if rf.content_checksum else ""),
-        f"  source URL:        {rf.url}",
-        f"  place a good copy by hand at: {rf.path(raw_dir).resolve()}",
-    ]
-    if rf.note:
-        lines.append(f"  note: {rf.note}")
-    lines.append("  (docs/datasets.md lists every raw file, its URL, checksum and target path.)")
-    return "\n".join(lines)
+    """One line: the file, what is wrong, where to put a good copy and how to recognise one."""
+    checksum = rf.checksum + (f" (or decompressed content {rf.content_checksum})" if rf.content_checksum else "")
+    note = f"; note: {rf.note}" if rf.note else ""
+    return (f"{rf.dataset}: raw file {rf.filename!r}: {problem}; place a good copy by hand at {rf.path(raw_dir).resolve()} "
+            f"(expected checksum {checksum}; source URL {rf.url}{note}; docs/datasets.md lists every raw file)")
 
 
 def fetch_url(url: str, dest: str | Path, timeout: float = TIMEOUT_S) -> None:

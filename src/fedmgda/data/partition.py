@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedmgda.catalog import LOCAL_TESTS, SHARD_SETTINGS, SORTS
+from fedmgda.catalog import LOCAL_TESTS, SORTS, shard_geometry
 from fedmgda.data.base import DataError
 
 FORMAT_VERSION = 1
@@ -223,7 +224,7 @@ def build_partition(raw: RawData, scheme: str, seed: int, options: dict[str, Any
         raise DataError(f"{raw.name}: local_test 'global_shards' needs the shards partition, not {scheme!r}")
     if local_test == "global_shards":
         num_users = int(options["num_users"])
-        num_shards, shard_size = shard_geometry(raw.name, options, n)
+        num_shards, shard_size = shard_geometry(options, n)
         if raw.test_pool is None or len(raw.test_pool) != n - num_shards * shard_size:
             raise DataError(f"{raw.name}: local_test 'global_shards' needs the global test set pooled "
                             f"right after the {num_shards} x {shard_size} training images")
@@ -232,7 +233,7 @@ def build_partition(raw: RawData, scheme: str, seed: int, options: dict[str, Any
         val = [np.zeros(0, dtype=np.int64) for _ in train]
     elif scheme == "shards":
         num_users = int(options["num_users"])
-        num_shards, shard_size = shard_geometry(raw.name, options, n)
+        num_shards, shard_size = shard_geometry(options, n)
         for idxs in shard_partition(raw.labels, num_users, num_shards, shard_size, seed,
                                     options.get("sort", "stable")):
             add(idxs)
@@ -288,19 +289,6 @@ def build_partition(raw: RawData, scheme: str, seed: int, options: dict[str, Any
         raise DataError(f"unknown partition scheme {scheme!r}")
     return Partition(dataset=raw.name, scheme=scheme, seed=int(seed), options=dict(options),
                      fingerprint=raw.fingerprint(), train=train, val=val, test=test, users=users)
-
-
-def shard_geometry(name: str, options: dict[str, Any], n: int) -> tuple[int, int]:
-    """(num_shards, shard_size) from a dataset's options."""
-    if "shard_setting" in options:  # fmnist: authors' code vs paper text
-        setting = options["shard_setting"]
-        if setting not in SHARD_SETTINGS:
-            raise DataError(f"shard_setting must be one of {sorted(SHARD_SETTINGS)}, not {setting!r}")
-        return SHARD_SETTINGS[setting]
-    if "num_shards" in options and "shard_size" in options:
-        return int(options["num_shards"]), int(options["shard_size"])
-    num_shards = int(options["num_users"]) * int(options["shards_per_user"])
-    return num_shards, n // num_shards
 
 
 # --------------------------------------------------------------------------- save / load
@@ -365,8 +353,6 @@ def check_partition(partition: Partition, path, dataset: str, scheme: str, seed:
             "options": _jsonable(partition.options), "fingerprint": partition.fingerprint}
     diff = [f"{k}: file has {have[k]!r}, requested {want[k]!r}" for k in want if have[k] != want[k]]
     if diff:
-        raise DataError(f"stale partition file {path} (delete it to rebuild):\n  " +
-                        "\n  ".join(diff) +
-                        ("\n  (a fingerprint change means the raw data differ from the data the "
-                         "partition was built on)" if have["fingerprint"] != want["fingerprint"]
-                         else ""))
+        raw = (" (a fingerprint change means the raw data differ from the data the partition was built on)"
+               if have["fingerprint"] != want["fingerprint"] else "")
+        raise DataError(f"stale partition file {path}: {'; '.join(diff)}{raw}; delete it to rebuild it: rm {shlex.quote(str(path))}")
