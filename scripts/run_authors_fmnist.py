@@ -6,24 +6,32 @@
     python scripts/run_authors_fmnist.py run --authors /tmp/Fed-MGDA/main --seed 1 \\
         --out results/fmnist/authors -- --epsilon=0 --normalize=0
     python scripts/run_authors_fmnist.py compare --authors-runs results/fmnist/authors \\
-        --package-runs results/fmnist/runs/fmnist-shards_b10_lr0.01_p0.1_T200_ev10/fedavg/default/clean
+        --package-runs results/fmnist/runs/<fmnist_authors_paired's folder>/fedmgda/eps0/clean
 
-``run`` executes the authors' ``main/federated_main.py`` unchanged (``runpy``, in their folder) with
-the arguments of their Figure 3 scripts on F-MNIST (``--dataset=fmnist --model=cnn --iid=0
---local_bs=10 --lr=0.01 --local_ep=1 --epochs=200``) plus whatever follows ``--``. One thing is
-changed from outside, for time only: their per-user evaluation (``LocalUpdate.inference`` on every
-user's test split after every round, about 100 data loaders a round) runs only in the rounds whose
-vectors their script keeps (``epoch % 10 == 0``: rounds 1, 11, ..., 191); it reads the model and
-draws no random number, so the training is the released code's. Those per-user accuracies are
-written to ``<out>/seed<S>.csv`` (round, user, accuracy) as the package's ``per_user.csv``, and
-their per-round training loss (the participants' mean minibatch loss, as the package's
-``metrics.csv`` ``train_loss``) to ``<out>/seed<S>_train_loss.csv``. (torchvision accepts the
-Debian package's F-MNIST files only unpacked: their gzip headers differ from Zalando's, so the
-``.gz`` checksums do not match and torchvision would try to download.)
+``run`` executes the authors' ``main/federated_main.py`` unchanged (``runpy``, in their folder)
+with the arguments of their Figure 3 scripts on F-MNIST (``--dataset=fmnist --model=cnn --iid=0
+--local_bs=10 --lr=0.01 --local_ep=1 --epochs=200``) plus whatever follows ``--``. Nothing of the
+run is changed: every round evaluates every user (``LocalUpdate.inference``), as released. That
+matters beyond time: each of those evaluations iterates a ``DataLoader``, and with torch >= 2 every
+``DataLoader`` iterator (even ``shuffle=False``) takes one draw from torch's global generator, the
+one the local minibatch shuffles and dropout masks draw from; skipping evaluations would give
+other trajectories than the released code's. The harness saves time in two ways that leave every number as it is (``speed_up``; ``--exact``
+runs without them, and tests/test_authors_harness.py checks both give the same outputs): each
+dataset is transformed once instead of at every access, and tensorboardX writes no event files.
+It records what is computed: every
+round's per-user accuracies to ``<out>/seed<S>.csv`` (round, user, accuracy) as the package's
+``per_user.csv``, and the per-round training loss (the participants' mean minibatch loss, as the
+package's ``metrics.csv`` ``train_loss``) to ``<out>/seed<S>_train_loss.csv``. (torchvision
+accepts the Debian package's F-MNIST files only unpacked: their gzip headers differ from
+Zalando's, so the ``.gz`` checksums do not match and torchvision would try to download.)
 
-``compare`` prints, per seed and over seeds, the mean user accuracy of both codes at round 191 (the
-paper's reading) and averaged over the stored rounds 151-191, the mean training loss over rounds
-101-200, and the differences.
+``compare`` pairs the two codes' runs by seed (the same partition and initial model) over a window
+of rounds (default 101-200; both codes evaluated in every round of it): per run, the window mean of
+the mean user accuracy and its standard error from the run's own rounds (autocorrelation
+included); per seed, the difference package - authors; over seeds, the mean difference with a 95 %
+interval from the seeds' spread (Student's t), the interval the comparison states, beside the one
+from the runs' standard errors alone. The package's runs must store per-user accuracies in every
+round of the window (``per_user_every: 1``: config/fmnist.yaml's ``fmnist_authors_paired``).
 """
 
 from __future__ import annotations
@@ -38,18 +46,63 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
 FIGURE3_ON_FMNIST = ["--dataset=fmnist", "--model=cnn", "--iid=0", "--local_bs=10", "--lr=0.01",
                      "--local_ep=1", "--epochs=200", "--frac=0.1", "--num_users=100"]
-STORED_EVERY = 10  # federated_main.py keeps user_test_accuracy when epoch % 10 == 0
 
 
-def run(authors: Path, seed: int, out: Path, extra: list[str]) -> None:
+class Transformed:
+    """A torchvision dataset with every sample transformed once: ``dataset[i]`` is the same
+    (tensor, label) as the wrapped dataset's, bit for bit; only the per-access PIL conversion is
+    saved. No random number is drawn by either."""
+
+    def __init__(self, dataset):
+        self.samples = [dataset[i] for i in range(len(dataset))]
+        self.targets = dataset.targets
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i):
+        return self.samples[i]
+
+
+class NullWriter:
+    """tensorboardX's ``SummaryWriter`` without the event files (their ``add_scalar`` per step)."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def add_scalar(self, *args, **kwargs):
+        pass
+
+
+def speed_up(utils, tensorboardX) -> None:
+    """Two changes of time only, the numbers unchanged (``--exact`` leaves them out): the datasets
+    transformed once (``Transformed``) and no event files (``NullWriter``)."""
+    get_dataset = utils.get_dataset
+
+    def transformed_once(args):
+        train_dataset, test_dataset, user_groups = get_dataset(args)
+        return Transformed(train_dataset), Transformed(test_dataset), user_groups
+
+    utils.get_dataset = transformed_once
+    tensorboardX.SummaryWriter = NullWriter
+
+
+def run(authors: Path, seed: int, out: Path, extra: list[str], exact: bool = False) -> None:
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     os.chdir(authors)  # their paths ('../data/fmnist/', '../logs') are relative to main/
     sys.path.insert(0, str(authors))
-    import update  # the authors' module, from their folder
+    torch.set_num_threads(1)
+    import tensorboardX
+    import update  # the authors' modules, from their folder
+    import utils
+
+    if not exact:
+        speed_up(utils, tensorboardX)
 
     rows: list[tuple[int, int, float]] = []
     state = {"round": 0, "user": 0}
@@ -61,8 +114,6 @@ def run(authors: Path, seed: int, out: Path, extra: list[str]) -> None:
         return train(self, model, global_round)
 
     def inference(self, model):
-        if state["round"] % STORED_EVERY:
-            return float("nan"), float("nan")
         accuracy, loss = infer(self, model)
         rows.append((state["round"] + 1, state["user"], accuracy))
         state["user"] += 1
@@ -90,41 +141,91 @@ def mean_train_loss(per_round: pd.DataFrame, first: int, last: int) -> float:
 
 
 def mean_accuracy(per_user: pd.DataFrame, first: int, last: int) -> float:
-    """Mean over users, then over the stored rounds in [first, last], in percent."""
+    """Mean over users, then over the rounds in [first, last], in percent."""
+    return float(round_means(per_user, first, last).mean())
+
+
+def round_means(per_user: pd.DataFrame, first: int, last: int) -> pd.Series:
+    """The mean user accuracy (%) of every round in [first, last] that has per-user accuracies."""
     rounds = per_user[(per_user["round"] >= first) & (per_user["round"] <= last)]
-    return 100 * float(rounds.groupby("round")["accuracy"].mean().mean())
+    return 100 * rounds.groupby("round")["accuracy"].mean()
 
 
-def compare(authors_runs: Path, package_runs: Path) -> None:
+def window_standard_error(series: pd.Series) -> float:
+    """The standard error of a run's window mean from its own rounds: sd / sqrt(n), widened by
+    sqrt((1 + r) / (1 - r)) for the lag-1 autocorrelation r of the series (an AR(1) reading of
+    neighbouring rounds' dependence; r < 0 is read as 0)."""
+    x = series.to_numpy(dtype=float)
+    r = float(np.corrcoef(x[:-1], x[1:])[0, 1]) if len(x) > 2 and x[:-1].std() > 0 and x[1:].std() > 0 else 0.0
+    r = min(max(r, 0.0), 0.95)  # a constant series: no correlation to read
+    return float(x.std(ddof=1) / np.sqrt(len(x)) * np.sqrt((1 + r) / (1 - r)))
+
+
+def paired_rows(authors_runs: Path, package_runs: Path, first: int, last: int) -> pd.DataFrame:
+    """Per seed with both codes' runs: each code's window mean of the mean user accuracy, its
+    standard error from its own rounds (``window_standard_error``), the difference package - authors
+    and the mean training losses over the window."""
     rows = []
-    for theirs in sorted(authors_runs.glob("seed*[0-9].csv")):
+    for theirs in sorted(authors_runs.glob("seed*[0-9].csv"), key=lambda f: int(f.stem[4:])):
         seed = theirs.stem
         ours = package_runs / seed / "per_user.csv"
         if not ours.exists():
             print(f"{seed}: no package run at {ours}; skipped")
             continue
-        a, p = pd.read_csv(theirs), pd.read_csv(ours)
-        row = {"seed": seed[4:],
-               "authors@191": mean_accuracy(a, 191, 191), "package@191": mean_accuracy(p, 191, 191),
-               "authors 151-191": mean_accuracy(a, 151, 191), "package 151-191": mean_accuracy(p, 151, 191)}
+        a, p = round_means(pd.read_csv(theirs), first, last), round_means(pd.read_csv(ours), first, last)
+        row = {"seed": int(seed[4:]), "rounds": f"{len(a)}/{len(p)}",
+               "authors": a.mean(), "se_authors": window_standard_error(a),
+               "package": p.mean(), "se_package": window_standard_error(p)}
+        row["diff"] = row["package"] - row["authors"]
+        row["se_diff"] = float(np.hypot(row["se_authors"], row["se_package"]))
         their_loss = authors_runs / f"{seed}_train_loss.csv"
         if their_loss.exists():
-            row["authors loss 101-200"] = mean_train_loss(pd.read_csv(their_loss), 101, 200)
-            row["package loss 101-200"] = mean_train_loss(pd.read_csv(ours.with_name("metrics.csv")), 101, 200)
+            row["authors_loss"] = mean_train_loss(pd.read_csv(their_loss), first, last)
+            row["package_loss"] = mean_train_loss(pd.read_csv(ours.with_name("metrics.csv")), first, last)
+            row["diff_loss"] = row["package_loss"] - row["authors_loss"]
         rows.append(row)
-    table = pd.DataFrame(rows)
-    if table.empty:
+    if not rows:
         raise SystemExit("no seed has both codes' results")
-    table["diff@191"] = table["package@191"] - table["authors@191"]
-    table["diff 151-191"] = table["package 151-191"] - table["authors 151-191"]
-    if "authors loss 101-200" in table:
-        table["diff loss"] = table["package loss 101-200"] - table["authors loss 101-200"]
-    digits = {k: 3 if "loss" in k else 2 for k in table.columns}  # accuracies in %, losses in nats
-    print(table.to_string(index=False, formatters={k: (lambda v, d=d: f"{v:.{d}f}") for k, d in digits.items() if k != "seed"}))
-    means = table.drop(columns="seed").mean()
-    spread = table.drop(columns="seed").std(ddof=1) if len(table) > 1 else means * np.nan
-    print("mean over seeds:  " + ", ".join(f"{k} {v:.{digits[k]}f}" for k, v in means.items()))
-    print("std over seeds:   " + ", ".join(f"{k} {v:.{digits[k]}f}" for k, v in spread.items()))
+    return pd.DataFrame(rows)
+
+
+def difference_interval(table: pd.DataFrame) -> dict[str, float]:
+    """The mean difference package - authors over seeds with two 95 % intervals: from the seeds'
+    spread (Student's t with n - 1 degrees of freedom; what the comparison states) and from the
+    runs' own window standard errors (normal; it ignores how trajectories differ between seeds)."""
+    from scipy import stats
+
+    d, n = table["diff"].to_numpy(), len(table)
+    mean = float(d.mean())
+    half_seeds = float(stats.t.ppf(0.975, n - 1) * d.std(ddof=1) / np.sqrt(n)) if n > 1 else float("nan")
+    half_runs = float(1.96 * np.sqrt((table["se_diff"] ** 2).sum()) / n)
+    return {"n": n, "mean": mean, "low": mean - half_seeds, "high": mean + half_seeds,
+            "low_runs": mean - half_runs, "high_runs": mean + half_runs}
+
+
+def compare(authors_runs: Path, package_runs: Path, first: int = 101, last: int = 200, markdown: Path | None = None) -> None:
+    table = paired_rows(authors_runs, package_runs, first, last)
+    result = difference_interval(table)
+    shown = table.copy()
+    for column in shown.columns:
+        if column not in ("seed", "rounds"):
+            shown[column] = shown[column].map(lambda v, c=column: f"{v:.3f}" if "loss" in c else f"{v:.2f}")
+    verdict = ("the interval contains 0" if result["low"] <= 0 <= result["high"]
+               else f"the interval excludes 0: the package is {'above' if result['mean'] > 0 else 'below'} the authors' code")
+    summary = (f"Rounds {first}-{last}, {result['n']} seeds: package - authors = {result['mean']:+.2f} pp, "
+               f"95 % interval from the seeds' spread [{result['low']:+.2f}, {result['high']:+.2f}] ({verdict}); "
+               f"from the runs' own window standard errors [{result['low_runs']:+.2f}, {result['high_runs']:+.2f}].")
+    print(shown.to_string(index=False))
+    print(summary)
+    if markdown is not None:
+        markdown.write_text(
+            "# The package beside the authors' code: FedAvg on F-MNIST, every round evaluated\n\n"
+            f"Mean user test accuracy (%) averaged over rounds {first}-{last} per run; `se_*`: the window "
+            "mean's standard error from the run's own rounds (lag-1 autocorrelation included); `diff` = "
+            "package - authors, paired by seed (the same partition and initial model; the random streams "
+            "differ); losses: the participants' mean minibatch loss over the same rounds.\n\n"
+            + shown.to_markdown(index=False) + "\n\n" + summary + "\n\nMade by `python scripts/run_authors_fmnist.py compare "
+            f"--authors-runs {authors_runs} --package-runs {package_runs} --first {first} --last {last} --markdown {markdown}`.\n")
 
 
 def main() -> None:
@@ -134,15 +235,19 @@ def main() -> None:
     r.add_argument("--authors", type=Path, required=True, help="the authors' main/ folder")
     r.add_argument("--seed", type=int, required=True)
     r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--exact", action="store_true", help="without speed_up: the datasets transformed at every access, event files written")
     r.add_argument("extra", nargs="*", help="more arguments for federated_main.py, after --")
     c = sub.add_parser("compare")
     c.add_argument("--authors-runs", type=Path, required=True)
     c.add_argument("--package-runs", type=Path, required=True)
+    c.add_argument("--first", type=int, default=101, help="first round of the window (default 101)")
+    c.add_argument("--last", type=int, default=200, help="last round of the window (default 200)")
+    c.add_argument("--markdown", type=Path, help="also write the table and the interval here")
     args = parser.parse_args()
     if args.command == "run":
-        run(args.authors.resolve(), args.seed, args.out, args.extra)
+        run(args.authors.resolve(), args.seed, args.out, args.extra, args.exact)
     else:
-        compare(args.authors_runs, args.package_runs)
+        compare(args.authors_runs, args.package_runs, args.first, args.last, args.markdown)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,415 @@
+"""Lockstep check: the authors' F-MNIST code and the package, fed the same inputs, round by round.
+
+    git clone https://github.com/watml/Fed-MGDA /tmp/Fed-MGDA        # outside this repository
+    mkdir -p /tmp/Fed-MGDA/data/fmnist/FashionMNIST/raw && cp resources/raw/fmnist/*.gz "$_" && gunzip -kf "$_"/*.gz
+    pip install --target /tmp/authors-site quadprog tensorboardX tqdm  # the authors' imports
+    PYTHONPATH=/tmp/authors-site python scripts/lockstep_authors_fmnist.py rounds --authors /tmp/Fed-MGDA/main --seed 1 --rounds 5
+    PYTHONPATH=/tmp/authors-site python scripts/lockstep_authors_fmnist.py masks --authors /tmp/Fed-MGDA/main --seed 1 --draws 200
+
+Both codes run FedAvg (the authors' ``--epsilon=0 --normalize=0``) with their Figure 3 F-MNIST
+arguments (``scripts/run_authors_fmnist.py``) on the authors' partition (the package's
+``sort: quicksort``, index for index the same: ``scripts/compare_authors_fmnist.py``).
+
+``rounds`` runs the authors' ``main/federated_main.py`` as released (``runpy``, in their folder;
+no file of theirs is changed) with three things set from outside, so that both codes get the same
+inputs:
+
+- participants: each round's ``np.random.choice(range(100), 10, replace=False)`` of
+  ``federated_main.py`` returns the package's participants of that round (``Simulation.participants``);
+- minibatch order: the training loader of ``LocalUpdate.update_weights`` (``main/update.py``)
+  yields the package's minibatches of that (round, user) (``LocalTrainer.batch_order`` from the
+  client's seed key) instead of its own shuffle;
+- dropout: off in both. In the authors' ``CNNMnist`` the ``Dropout2d`` module becomes an identity
+  and ``main/models.py``'s ``F.dropout`` returns its input; in the package the trainer's dropout
+  sites are emptied (``LocalTrainer.dropout = False``: the model trains in eval mode, which for this
+  CNN without batch norm is the same function).
+
+Both codes compute in float64 by default (``--dtype``): the authors' CNN is built as released after
+their seed and then cast, their samples cast as their loader yields them; the package's model and
+samples cast likewise (``in_dtype``). Printed for every round: the largest absolute difference of
+the two global models, relative to their largest weight, which must stay within ``--rtol`` (1e-10);
+after the last round, every user's test accuracy under the authors' model as each code evaluates it
+(the authors' ``LocalUpdate.inference``; the package's ``evaluate_users``), which must be identical.
+Both the package's reference path (``batched: false``) and the path it keeps (``batched: true``) are
+checked. Exit status 1 otherwise.
+
+Why float64: in float32 the two codes' global models agree to about 5e-7 after one round, but a
+rounding difference of one client's step occasionally flips a ReLU or a max-pool's choice, and from
+then on that client's update differs by up to 1e-3 of its size; the gap then grows round by round,
+as it does between the package's own two paths. ``--dtype float32`` prints that picture: each round
+also run from the authors' model of the round before (within 1e-5 unless such a flip happens in it),
+and the package's reference and batched paths beside each other. ``--record FILE`` saves the
+authors' float64 models of rounds 1 and the last and their accuracies, ``--recorded FILE`` compares
+with such a recording instead of running their code (tests/data/test_authors_lockstep.py).
+
+``masks`` compares what dropout does in each code, from the same start (the initial model of the
+seed) and the same minibatch order of one client: ``--draws`` trainings of that client in each code,
+each with fresh masks (the authors': torch's global generator reseeded per draw; the package's:
+the client's own generator, seeded per draw), then the mean and spread of the update, of its norm
+and of the training loss. With the same dropout distribution the two mean updates differ by
+sampling error only: ``|mean_a - mean_p|^2`` is then about ``(tr Var_a + tr Var_p) / draws``
+(printed as a ratio, about 1). Also printed: the kept fraction of each site's units, and each
+code's output of one batch in eval mode (no dropout, no scaling at test time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import os
+import runpy
+import sys
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from fedmgda.config import RunConfig
+from fedmgda.scheduler import derived_seed, run_packed
+from fedmgda.simulator import Simulation
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run_authors_fmnist import NullWriter, Transformed  # noqa: E402  (the harness beside this script)
+
+FIGURE3_ON_FMNIST = ["--dataset=fmnist", "--model=cnn", "--iid=0", "--local_bs=10", "--lr=0.01",
+                     "--local_ep=1", "--frac=0.1", "--num_users=100", "--epsilon=0", "--normalize=0"]
+
+
+def package_config(seed: int, rounds: int, raw_dir: str, batched: bool) -> RunConfig:
+    """The package's run of the authors' FedAvg on F-MNIST (config/fmnist.yaml's
+    ``fmnist_shards_authors_sort`` setting), every user evaluated after the last round only."""
+    return RunConfig(dataset="fmnist", algorithm="fedavg", partition="shards", dataset_options={"sort": "quicksort"},
+                     raw_dir=raw_dir, batch_size=10, local_lr=0.01, momentum=0.5, participation=0.1, rounds=rounds,
+                     seed=seed, eval_every=rounds, per_user_every=rounds, track_improvement=False, batched=batched,
+                     device="cpu", checkpoint_every=0)
+
+
+def without_dropout(sim: Simulation) -> Simulation:
+    sim.trainer.dropout, sim.trainer.sites = False, ()
+    return sim
+
+
+def in_dtype(sim: Simulation, dtype: torch.dtype) -> Simulation:
+    """``sim`` computing in ``dtype``: its model and samples cast (float64: the lockstep check
+    without float32's rounding, whose differences the ReLUs and max-pools amplify round by round)."""
+    if dtype != torch.float32:
+        sim.model.module.to(dtype)
+        sim.data = replace(sim.data, x=sim.data.x.to(dtype),
+                           global_test={name: (x.to(dtype), y) for name, (x, y) in sim.data.global_test.items()})
+        sim.inputs = sim._run_inputs()
+    return sim
+
+
+def lockstep_simulation(args, batched: bool) -> Simulation:
+    return in_dtype(without_dropout(Simulation(package_config(args.seed, args.rounds, args.raw_dir, batched))), args.dtype)
+
+
+def minibatches(sim: Simulation, t: int, user: int) -> list[list[int]]:
+    """The package's minibatches of (round t, user): positions into the user's train samples,
+    from the client's seed key as ``scheduler.train_one`` draws them."""
+    n = len(sim.data.train_idx[user])
+    generator = torch.Generator().manual_seed(derived_seed(sim.cfg.seed, t, user))
+    return [b.tolist() for b in sim.trainer.batch_order(n, generator)]
+
+
+def package_rounds(sim: Simulation, starts: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
+    """The package's global model after every round; with ``starts``, round t starts from
+    ``starts[t - 1]`` (the authors' model after round t - 1) instead of the package's own."""
+    models: list[torch.Tensor] = []
+    aggregate, one_round = sim.hooks.aggregate, sim._round
+
+    def recording(w, updates, ctx):
+        w_next, info = aggregate(w, updates, ctx)
+        models.append(w_next.detach().clone())
+        return w_next, info
+
+    def from_their_model(w, t, state):
+        return (yield from one_round(starts[t - 1].clone() if t > 0 else w, t, state))
+
+    sim.hooks.aggregate = recording
+    if starts is not None:
+        sim._round = from_their_model
+    run_packed([sim], [None])
+    return models
+
+
+class _FunctionalWithoutDropout:
+    """``torch.nn.functional`` as ``main/models.py`` sees it, with ``dropout`` the identity."""
+
+    def __getattr__(self, name):
+        return getattr(torch.nn.functional, name)
+
+    @staticmethod
+    def dropout(x, *args, **kwargs):
+        return x
+
+
+@contextlib.contextmanager
+def authors_modules(authors: Path):
+    """The authors' ``main/`` on the import path, their working directory (their data paths are
+    relative to it), their modules forgotten afterwards."""
+    cwd, path = os.getcwd(), list(sys.path)
+    os.chdir(authors)
+    sys.path.insert(0, str(authors))
+    try:
+        yield
+    finally:
+        os.chdir(cwd)
+        sys.path[:] = path
+        for name in ("update", "models", "utils", "sampling", "options"):
+            sys.modules.pop(name, None)
+
+
+class Cast:
+    """A dataset whose samples are cast to ``dtype`` (the authors' loaders give float32)."""
+
+    def __init__(self, dataset, dtype: torch.dtype):
+        self.dataset, self.dtype, self.targets = dataset, dtype, dataset.targets
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i):
+        x, y = self.dataset[i]
+        return x.to(self.dtype), y
+
+
+def authors_rounds(authors: Path, sim: Simulation, dropout: bool, dtype: torch.dtype = torch.float32) -> tuple[list[torch.Tensor], np.ndarray]:
+    """The authors' ``federated_main.py`` for ``sim.cfg.rounds`` rounds with the package's
+    participants and minibatches (and, with ``dropout`` False, no dropout): its global model after
+    every round and every user's test accuracy after the last."""
+    rounds, seed = sim.cfg.rounds, sim.cfg.seed
+    with authors_modules(authors):
+        import models as their_models
+        import tensorboardX
+        import update
+        import utils
+
+        state = {"round": -1, "user": 0}
+        participants = [sim.participants(t) for t in range(rounds)]
+        global_models: list[torch.Tensor] = []
+        accuracies: list[float] = []
+        get_dataset, train, infer = utils.get_dataset, update.LocalUpdate.update_weights, update.LocalUpdate.inference
+        choice = np.random.choice
+
+        def dataset_then_package_participants(args):
+            train_dataset, test_dataset, groups = get_dataset(args)  # their partition draws np.random.choice: only then replaced
+            loaded = Cast(Transformed(train_dataset), dtype), Cast(Transformed(test_dataset), dtype), groups
+
+            def package_participants(a, size=None, replace=True, p=None):
+                state["round"] += 1
+                state["user"] = 0
+                return np.array(participants[state["round"]])
+
+            np.random.choice = package_participants
+            return loaded
+
+        def update_weights(self, model, global_round):
+            user = participants[global_round][state["user"]]
+            state["user"] += 1
+            self.trainloader = DataLoader(self.trainloader.dataset, batch_sampler=minibatches(sim, global_round, user))
+            if not dropout:
+                model.conv2_drop = nn.Identity()
+            return train(self, model, global_round)
+
+        def inference(self, model):
+            if not global_models or len(global_models) <= state["round"]:  # the round's first evaluation: the new global model
+                global_models.append(torch.cat([p.detach().flatten() for p in model.parameters()]).clone())
+            if state["round"] < rounds - 1:
+                return float("nan"), float("nan")  # only the last round's per-user accuracies are compared
+            accuracy, loss = infer(self, model)
+            accuracies.append(accuracy)
+            return accuracy, loss
+
+        utils.get_dataset = dataset_then_package_participants
+        update.LocalUpdate.update_weights, update.LocalUpdate.inference = update_weights, inference
+        if not dropout:
+            their_models.F = _FunctionalWithoutDropout()
+        built = their_models.CNNMnist.__init__
+
+        def built_then_cast(self, *a, **k):  # their CNN, built as released (after their seed), then cast
+            built(self, *a, **k)
+            self.to(dtype)
+
+        their_models.CNNMnist.__init__ = built_then_cast
+        tensorboardX.SummaryWriter = NullWriter
+        sys.argv = ["federated_main.py", *FIGURE3_ON_FMNIST, f"--epochs={rounds}", f"--seed={seed}"]
+        try:
+            with contextlib.redirect_stdout(open(os.devnull, "w")), contextlib.redirect_stderr(open(os.devnull, "w")):
+                runpy.run_path(str(authors / "federated_main.py"), run_name="__main__")
+        finally:
+            np.random.choice = choice
+    return global_models, np.array(accuracies)
+
+
+def relative_difference(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / b.abs().max())
+
+
+def authors_record(args) -> tuple[dict[int, torch.Tensor], np.ndarray]:
+    """The authors' side of ``rounds``: {round: global model} and the last round's per-user
+    accuracies, run now (``--authors``) or read from a recording (``--recorded``, written by
+    ``--record``, float64 only: rounds 1 and the last; tests/data/authors_lockstep_seed1.pt)."""
+    if args.recorded is not None:
+        recorded = torch.load(args.recorded, weights_only=True)
+        if (recorded["seed"], recorded["rounds"], recorded["dtype"]) != (args.seed, args.rounds, str(args.dtype)):
+            raise SystemExit(f"{args.recorded}: recorded for seed {recorded['seed']}, {recorded['rounds']} rounds, "
+                             f"{recorded['dtype']}; run with those options")
+        return dict(zip(recorded["rounds_kept"].tolist(), recorded["models"])), recorded["accuracies"].numpy()
+    sim = lockstep_simulation(args, batched=True)
+    models, accuracies = authors_rounds(args.authors, sim, dropout=False, dtype=args.dtype)
+    theirs = {t + 1: w for t, w in enumerate(models)}
+    if args.record is not None:
+        if args.dtype != torch.float64:
+            raise SystemExit("--record keeps float64 runs only (--dtype float64)")
+        kept = [1, args.rounds]
+        torch.save({"seed": args.seed, "rounds": args.rounds, "dtype": str(args.dtype), "rounds_kept": torch.tensor(kept),
+                    "models": torch.stack([theirs[t] for t in kept]), "accuracies": torch.from_numpy(accuracies)}, args.record)
+    return theirs, accuracies
+
+
+PATHS = {False: "reference", True: "batched"}
+
+
+def package_paths(args, paths: tuple[bool, ...] = (False, True)) -> dict[bool, list[torch.Tensor]]:
+    """The package's global models of every round on its reference path (False) and batched path (True)."""
+    return {batched: package_rounds(lockstep_simulation(args, batched)) for batched in paths}
+
+
+def check_rounds(args, own: dict[bool, list[torch.Tensor]] | None = None) -> int:
+    """Both codes from the same start with the same inputs: in float64 the global models of every
+    round must agree to ``--rtol``; in float32, where rounding differences grow round by round,
+    each round is also run from the authors' model of the round before, and the package's two
+    paths beside each other show how far rounding alone takes them apart. ``own``: the package's
+    ``package_paths``, if already computed (tests: the batched path only)."""
+    theirs, their_acc = authors_record(args)
+    own = own if own is not None else package_paths(args)
+    one = {}
+    if args.dtype == torch.float32 and len(theirs) == args.rounds:
+        starts = [theirs[t] for t in range(1, args.rounds + 1)]
+        one = {batched: package_rounds(lockstep_simulation(args, batched), starts=starts) for batched in own}
+    failed = False
+    names = ", ".join(PATHS[b] for b in own)
+    print(f"seed {args.seed}, {str(args.dtype)[6:]}, dropout off, the same participants and minibatches in both codes; "
+          "largest |difference| / largest |weight| of the global models:")
+    print(f"round | package vs authors ({names})" + (" | reference vs batched" if len(own) == 2 else "")
+          + (f" | one round from the authors' model ({names})" if one else ""))
+    for t, authors in sorted(theirs.items()):
+        whole = [relative_difference(models[t - 1].to(authors.dtype), authors) for models in own.values()]
+        line = f"{t:5d} | " + ", ".join(f"{d:.1e}" for d in whole)
+        if len(own) == 2:
+            line += f" | {relative_difference(own[False][t - 1], own[True][t - 1]):.1e}"
+        if one:
+            single = [relative_difference(models[t - 1], authors) for models in one.values()]
+            failed |= max(single) > args.rtol
+            line += " | " + ", ".join(f"{d:.1e}" for d in single)
+        else:
+            failed |= max(whole) > args.rtol
+        print(line)
+    sim = lockstep_simulation(args, batched=True)
+    acc, _ = sim.inputs.evaluate_users(theirs[args.rounds].to(sim.device, sim.data.x.dtype))
+    differ = int((np.abs(acc - their_acc) > 0).sum())
+    failed |= differ > 0
+    print(f"round {args.rounds}: the authors' model evaluated by both codes: users whose test accuracy differs {differ}/{len(acc)} "
+          f"(mean: package {100 * acc.mean():.3f} %, authors {100 * their_acc.mean():.3f} %)")
+    within = "from the same model, each round" if one else "every round"
+    print("lockstep: " + ("FAILED" if failed else f"passed ({within} within {args.rtol:g}; the evaluations identical)"))
+    return 1 if failed else 0
+
+
+# ---------------------------------------------------------------------------------- dropout masks
+def authors_client(authors: Path, seed: int):
+    """The authors' ``LocalUpdate`` of every user (their ``get_dataset`` partition after
+    ``np.random.seed(seed)``, as ``federated_main.py``) and a ``CNNMnist`` factory."""
+    with authors_modules(authors):
+        import models as their_models
+        import update
+        import utils
+
+        args = SimpleNamespace(dataset="fmnist", iid=0, unequal=0, num_users=100, local_bs=10, lr=0.01, local_ep=1,
+                               optimizer="sgd", prox_weight=0.0, verbose=0, gpu=None, normalize=0, num_channels=1, num_classes=10)
+        np.random.seed(seed)
+        train_dataset, _, groups = utils.get_dataset(args)
+        logger = SimpleNamespace(add_scalar=lambda *a, **k: None)
+        clients = {u: update.LocalUpdate(args, train_dataset, groups[u], logger) for u in range(args.num_users)}
+        return clients, (lambda: their_models.CNNMnist(args))
+
+
+def check_masks(args) -> int:
+    sim = Simulation(package_config(args.seed, 1, args.raw_dir, batched=False))
+    user = sim.participants(0)[0]
+    batches = minibatches(sim, 0, user)
+    clients, their_cnn = authors_client(args.authors, args.seed)
+    client = clients[user]
+    client.trainloader = DataLoader(client.trainloader.dataset, batch_sampler=batches)
+    torch.manual_seed(args.seed)
+    start = their_cnn()
+    w0 = sim.model.initial_vector()
+    assert torch.equal(w0, torch.cat([p.detach().flatten() for p in start.parameters()])), "initial models differ"
+
+    theirs, ours, their_loss, our_loss = [], [], [], []
+    idx = sim.data.train_idx[user]
+    x, y = sim.data.x[idx], sim.data.y[idx]
+    for draw in range(args.draws):
+        torch.manual_seed(10_000 + draw)
+        diff, loss, *_ = client.update_weights(copy.deepcopy(start), 0)
+        theirs.append(torch.cat([diff[k].flatten() for k in start.state_dict()]))
+        their_loss.append(loss)
+        result = sim.trainer.train(w0, x, y, torch.Generator().manual_seed(derived_seed(args.seed, 0, user)),
+                                   dropout_generator=torch.Generator().manual_seed(20_000 + draw))
+        ours.append(result.update)
+        our_loss.append(float(result.train_loss))
+    a, p = torch.stack(theirs).double(), torch.stack(ours).double()
+    gap = float(((a.mean(0) - p.mean(0)) ** 2).sum())
+    expected = float((a.var(0).sum() + p.var(0).sum()) / args.draws)
+    print(f"seed {args.seed}, user {user}, {args.draws} draws of dropout masks from the same start and minibatches:")
+    for name, v in (("authors", a), ("package", p)):
+        norms = v.norm(dim=1)
+        print(f"  {name}: update norm {float(norms.mean()):.5f} ± {float(norms.std()):.5f}, "
+              f"tr Var(update) {float(v.var(0).sum()):.3e}")
+    print(f"  training loss: authors {np.mean(their_loss):.4f} ± {np.std(their_loss, ddof=1):.4f}, "
+          f"package {np.mean(our_loss):.4f} ± {np.std(our_loss, ddof=1):.4f}")
+    print(f"  |mean_a - mean_p|^2 = {gap:.3e}; sampling error alone gives about {expected:.3e}: ratio {gap / expected:.2f}")
+    keep = sim.trainer.dropout_masks(len(batches), 10, torch.Generator().manual_seed(0), torch.device("cpu"))
+    print("  package masks, kept fraction per site: " + ", ".join(f"{float(k.float().mean()):.3f}" for k in keep))
+    start.eval()
+    sim.model.module.eval()
+    with torch.no_grad():
+        same = torch.equal(start(x[:60]), sim.model.module(x[:60]))
+    print(f"  eval-mode outputs of 60 samples identical (no dropout, no scaling at test time): {same}")
+    return 0 if gap / expected < 3 else 1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("rounds", "masks"):
+        p = sub.add_parser(name)
+        p.add_argument("--authors", type=Path, help="the main/ folder of a watml/Fed-MGDA checkout")
+        p.add_argument("--raw-dir", default="resources/raw", help="resources/raw, with the four F-MNIST files in fmnist/")
+        p.add_argument("--seed", type=int, default=1)
+    sub.choices["rounds"].add_argument("--rounds", type=int, default=5)
+    sub.choices["rounds"].add_argument("--dtype", choices=("float64", "float32"), default="float64",
+                                       help="both codes compute in this precision (default float64: no rounding to amplify)")
+    sub.choices["rounds"].add_argument("--rtol", type=float, help="largest relative difference allowed (default 1e-10 in float64, 1e-5 in float32)")
+    sub.choices["rounds"].add_argument("--record", type=Path, help="also save the authors' models and accuracies here")
+    sub.choices["rounds"].add_argument("--recorded", type=Path, help="compare with this recording instead of running the authors' code")
+    sub.choices["masks"].add_argument("--draws", type=int, default=200)
+    args = parser.parse_args()
+    if args.authors is None and getattr(args, "recorded", None) is None:
+        parser.error("--authors is required (or, for rounds, --recorded)")
+    args.authors = args.authors.resolve() if args.authors is not None else None
+    args.raw_dir = str(Path(args.raw_dir).resolve())
+    if args.command == "rounds":
+        args.dtype = getattr(torch, args.dtype)
+        args.rtol = args.rtol if args.rtol is not None else (1e-10 if args.dtype == torch.float64 else 1e-5)
+    sys.exit(check_rounds(args) if args.command == "rounds" else check_masks(args))
+
+
+if __name__ == "__main__":
+    main()
