@@ -20,12 +20,14 @@ CELL = re.compile(r"^\s*(-?[0-9.]+) ± ([0-9.]+)\s*$")
 
 def window_table(path: Path) -> tuple[list[str], dict[str, dict[str, tuple[float, float, int]]]]:
     """The stats named by the table header and {row: {stat: (mean, std, seeds)}}."""
-    stats: list[str] = []
+    stats: list[str] = []  # the current table's
+    every: list[str] = []  # every table's, in order (a file may hold several, e.g. --last 50 and --last 200)
     rows: dict[str, dict[str, tuple[float, float, int]]] = {}
     for line in path.read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if cells[:2] == ["row", "seeds"]:
             stats = cells[2:]
+            every += [s for s in stats if s not in every]
             continue
         if not stats or len(cells) != 2 + len(stats) or not cells[1].isdigit():
             continue
@@ -34,10 +36,10 @@ def window_table(path: Path) -> tuple[list[str], dict[str, dict[str, tuple[float
             m = CELL.match(cell)
             if m:
                 values[stat] = (float(m[1]), float(m[2]), int(cells[1]))
-        rows[cells[0]] = values
+        rows.setdefault(cells[0], {}).update(values)
     if not rows:
         raise SystemExit(f"{path}: no '| row | seeds | ... |' table of scripts/window_stats.py")
-    return stats, rows
+    return every, rows
 
 
 def main() -> None:

@@ -24,3 +24,14 @@ def test_changes_are_judged_against_the_larger_seed_std(tmp_path):
     assert "| s/fedavg | mean_acc | 70.00 ± 1.00 (3) | 70.80 ± 0.40 (3) | +0.80 | yes (larger std 1.00) |" in out
     assert "| s/fedavg | std_acc | 20.00 ± 0.50 (3) | 21.00 ± 0.60 (3) | +1.00 | no (larger std 0.60) |" in out
     assert "s/gone" not in out and "1 of 2 changes within the seed spread." in out
+
+
+def test_several_tables_in_one_file_are_merged(tmp_path):
+    both = table({"s/fedavg": ("70.00 ± 1.00", "20.00 ± 0.50")}) + "\n" + (
+        "| row | seeds | improved_loss |\n|---|---|---|\n| s/fedavg | 3 | 71.00 ± 1.00 |\n")
+    (tmp_path / "b.md").write_text(both)
+    (tmp_path / "a.md").write_text(both.replace("71.00 ± 1.00", "73.50 ± 1.00"))
+    out = subprocess.run([sys.executable, str(REPO / "scripts/before_after.py"), str(tmp_path / "b.md"),
+                          str(tmp_path / "a.md")], capture_output=True, text=True, check=True).stdout
+    assert "| s/fedavg | mean_acc | 70.00 ± 1.00 (3) | 70.00 ± 1.00 (3) | +0.00 | yes" in out
+    assert "| s/fedavg | improved_loss | 71.00 ± 1.00 (3) | 73.50 ± 1.00 (3) | +2.50 | no" in out
