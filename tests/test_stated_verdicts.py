@@ -16,7 +16,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fedmgda.claims import VERDICT_BLOCK_RE, ClaimError, judge_differences, read_claims, render_verdict_blocks
+from fedmgda.claims import (
+    VERDICT_BLOCK_RE,
+    ClaimError,
+    judge_differences,
+    read_claims,
+    render_verdict_blocks,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [p for p in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
