@@ -323,6 +323,29 @@ def decide(scores: list[float], kind: str, spread: float | None = None) -> tuple
                             "more seeds would decide")
 
 
+def judge_differences(differences: list[float], margin: float = 0.0) -> dict[str, Any]:
+    """The one rule (:func:`decide`) applied to paired differences A - B, one per seed, for a
+    comparison that no claim runs (e.g. a script's package-against-authors gap): "A - B >= margin".
+    Returns n, mean, sd (ddof 1), the interval mean ± sd, the seeds on the claimed side, the
+    verdict and its note."""
+    d = np.asarray([x for x in differences if not math.isnan(x)], dtype=float)
+    verdict, note = decide(list(d - margin), "at_least")
+    n = len(d)
+    mean = float(d.mean()) if n else math.nan
+    sd = float(d.std(ddof=1)) if n > 1 else 0.0
+    return {"n": n, "mean": mean, "sd": sd, "low": mean - sd, "high": mean + sd,
+            "on_side": int((d >= margin).sum()), "verdict": verdict, "note": note}
+
+
+def judgement_text(j: dict[str, Any], unit: str = "", digits: int = 2) -> str:
+    """One line for :func:`judge_differences`' result, as scripts print it."""
+    note = f" ({j['note']})" if j["note"] else ""
+    f = f".{digits}f"
+    return (f"A - B = {j['mean']:+{f}} ± {j['sd']:{f}}{unit} over {j['n']} seeds (mean ± sd, interval "
+            f"{j['low']:+{f}} to {j['high']:+{f}}), {j['on_side']}/{j['n']} on the claimed side: "
+            f"{j['verdict']}{note} (the claims' rule, docs/workflow.md)")
+
+
 # --------------------------------------------------------------------------- evaluation
 def _b_label(c: ClaimSpec) -> str:
     return c.b.label if c.b is not None else f"{c.threshold:g}"
@@ -484,3 +507,67 @@ def table_verdicts(csv_path: str | Path) -> dict[str, int]:
     cols = [c for c in df.columns if c.endswith(" verdict")]
     words = df[cols].stack().astype(str).str.split(" (", regex=False).str[0] if cols else pd.Series([], dtype=str)
     return {k: int(v) for k, v in words.value_counts().items()}
+
+
+# --------------------------------------------------------------------------- verdicts stated in docs
+# A page states verdicts in blocks generated from a committed claims.csv:
+#   <!-- verdicts: docs/results/fmnist/claims_fedmdfg.csv fmnist_fedmdfg_* -->
+#   (the table verdict_table writes)
+#   <!-- /verdicts -->
+# the path relative to the repository root, then an optional fnmatch pattern on the claim ids.
+VERDICT_BLOCK_RE = re.compile(r"<!-- verdicts: (?P<path>\S+)(?: (?P<pattern>\S+))? -->\n(?P<body>.*?)<!-- /verdicts -->",
+                              re.S)
+
+
+def read_claims(path: str | Path) -> pd.DataFrame:
+    """A committed claims file: claims.csv, or claims.md as :func:`to_markdown` writes it (its
+    claim, expected, measured, verdict and note; the other columns empty)."""
+    path = Path(path)
+    if path.suffix == ".csv":
+        return pd.read_csv(path, keep_default_na=False, dtype={"note": str, "a": str, "b": str, "values": str})
+    records = []
+    for line in path.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if len(cells) != 5 or cells[0] in ("Claim", "---"):
+            continue
+        m = re.fullmatch(r"\*\*([a-z ]+)\*\*(?: \((.*)\))?", cells[4])
+        if m is None:
+            raise ClaimError(f"{path}: verdict cell {cells[4]!r} is not as to_markdown writes it")
+        records.append({"claim": cells[0], "expected": cells[2], "measured": cells[3], "verdict": m[1],
+                        "note": m[2] or ""})
+    df = pd.DataFrame.from_records(records)
+    for col in COLUMNS:
+        if col not in df.columns:
+            df[col] = ""
+    return df[COLUMNS]
+
+
+def verdict_table(df: pd.DataFrame, pattern: str | None = None) -> str:
+    """The claims of a claims.csv (those matching ``pattern``) as a short markdown table: the claim,
+    what it expects, the paired A - B over seeds (mean ± sd, min to max; the measured values for a
+    series) and the verdict with its note."""
+    rows = df if pattern is None else df[[fnmatch.fnmatchcase(str(c), pattern) for c in df["claim"]]]
+    if not len(rows):
+        raise ClaimError(f"no claim matches {pattern!r}")
+    lines = ["| claim | expected | measured: A − B per seed, mean ± sd (min to max) | verdict |", "|---|---|---|---|"]
+    for _, r in rows.iterrows():
+        if r["diff_mean"] != "":
+            measured = (f"{float(r['diff_mean']):+.2f} ± {float(r['diff_std']):.2f} "
+                        f"({float(r['diff_min']):+.2f} to {float(r['diff_max']):+.2f}), n = {r['n_seeds']}")
+        else:
+            measured = str(r["measured"])
+        verdict = f"*{r['verdict']}*" + (f" ({r['note']})" if r["note"] else "")
+        cells = [f"`{r['claim']}`", str(r["expected"]), measured, verdict]
+        lines.append("| " + " | ".join(c.replace("|", "/").replace("\n", " ") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def render_verdict_blocks(text: str, root: str | Path) -> str:
+    """``text`` with every verdicts block's table regenerated from its claims.csv (under ``root``)."""
+    def table(m: re.Match) -> str:
+        path = Path(root) / m["path"]
+        if not path.exists():
+            raise ClaimError(f"{m['path']}: no such claims file, named by a verdicts block; fix the path")
+        pattern = f" {m['pattern']}" if m["pattern"] else ""
+        return f"<!-- verdicts: {m['path']}{pattern} -->\n{verdict_table(read_claims(path), m['pattern'])}<!-- /verdicts -->"
+    return VERDICT_BLOCK_RE.sub(table, text)

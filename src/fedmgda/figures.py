@@ -5,15 +5,22 @@ Kinds (the ``kind`` key of a figure spec in the config):
 
 - ``curves``: a ``metrics.csv`` column per round. Each seed's series is smoothed with an
   exponentially weighted mean (pandas ``ewm(span)``, docs/protocol.md §6.4), then the seeds' mean is drawn
-  with a band of ±1 std over seeds. Accuracy-like columns are shown in %. ``style_by: attack``
-  draws attacked runs dashed and clean ones solid, in the same colour per algorithm setting.
+  with a band of ±1 std over seeds; the legend's title says so, with the span. Accuracy-like
+  columns are shown in %. ``style_by: attack`` draws attacked runs dashed and clean ones solid, in
+  the same colour per algorithm setting. ``inset_last: N`` adds an inset of the last N rounds on
+  their own y range (a gap the full range hides).
 - ``violin``: the per-user accuracies of the last stored per-user vector at round <= T-9 (the
   table's round, ``fedmgda.results.protocol_vector``), pooled over the seeds that finished
-  (Figure 3); the legend gives σ = mean over seeds of the per-user std.
+  (Figure 3); the labels give σ = mean over seeds of the per-user std, a note the round, the seeds
+  pooled and the inner lines (median dashed, quartiles dotted).
 - ``tradeoff``: fairness against accuracy along training: per evaluated round, the seeds' mean of
   ``metric`` (default ``std_acc``) against their mean of ``mean_acc``, one line per row ending in a
   dot at the last round. Rows on one curve differ only in speed; a row below another at the same
   average accuracy is fairer there.
+- ``reading_window``: one round against a window of rounds: per panel a ``metrics`` column at every
+  evaluation, each seed thin and the seeds' mean thick (no smoothing), with the round the tables
+  read (round T - 9, ``fedmgda.results.protocol_vector``) marked and the last ``window_last``
+  rounds (what the claims' ``window: {last: N}`` averages) shaded.
 - ``bars``: summary values (``final.<stat>`` / ``protocol.<stat>`` sources as in tables) per row,
   grouped by column, error bars = std over seeds (Figure 2 left).
 """
@@ -30,15 +37,35 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from fedmgda.experiments import algorithm_info, fmt_display  # noqa: E402
 from fedmgda.metrics import display_scale  # noqa: E402
 from fedmgda.results import protocol_user_accuracies, read_summary, run_value, seed_stats  # noqa: E402
 from fedmgda.specs import FigureSpec, Row  # noqa: E402
 
 UNITS = {100.0: " (%)", 1e4: " (%²)"}  # of a display scale (fedmgda.metrics.display_scale)
+METRIC_NAMES = {"mean_acc": "average user accuracy (%)", "std_acc": "std of user accuracies (pp)",
+                "worst5_acc": "worst 5 % of users: accuracy (%)"}
 
 
 def _base_label(row: Row) -> str:
     return row.label.split(" [")[0] if row.attacked else row.label
+
+
+def row_labels(rows: list[Row]) -> dict[str, str]:
+    """Each row's label, naming the value of a hyper-parameter that other rows of the figure set and
+    this one leaves to its algorithm's default (FedMGDA beside FedMGDA ε=0: "FedMGDA ε=1")."""
+    set_somewhere = {k for r in rows for k in r.hparams}
+    labels = {}
+    for r in rows:
+        info = algorithm_info(r.algorithm)
+        implied = info.implied_values
+        bits = [f"{info.hparams[k].symbol or k}={fmt_display(implied[k], k)}"
+                for k in sorted(set_somewhere - set(r.hparams)) if k in implied]
+        label = _base_label(r)
+        if bits:
+            label += (", " if label != info.display else " ") + ", ".join(bits)
+        labels[r.key] = label + r.label[len(_base_label(r)):]
+    return labels
 
 
 def seed_curves(row: Row, runs_dir: Path, metric: str, ewm: int | None) -> pd.DataFrame:
@@ -59,6 +86,8 @@ def plot_curves(spec: FigureSpec, runs_dir: Path, ax: plt.Axes) -> None:
     metric = spec.metric
     colours: dict[str, Any] = {}
     palette = plt.get_cmap("tab10").colors
+    labels = row_labels(spec.rows)
+    drawn = []
     for row in spec.rows:
         table = seed_curves(row, runs_dir, metric, spec.ewm)
         if table.empty:
@@ -66,24 +95,46 @@ def plot_curves(spec: FigureSpec, runs_dir: Path, ax: plt.Axes) -> None:
         mean, std = table.mean(axis=1), table.std(axis=1, ddof=0)
         attacked = row.attacked
         if spec.style_by == "attack":
-            base = _base_label(row)
+            base = labels[row.key].split(" [")[0]
             colour = colours.setdefault(base, palette[len(colours) % len(palette)])
             label = f"{base} ({'attacked' if attacked else 'no attack'})"
             style = "--" if attacked else "-"
         else:
             colour = palette[len(colours) % len(palette)]
             colours[row.label] = colour
-            label, style = row.label, "-"
+            label, style = labels[row.key], "-"
         n = table.shape[1]
         ax.plot(mean.index, mean.values, style, color=colour, lw=1.4, label=f"{label} (n={n})")
         ax.fill_between(mean.index, (mean - std).values, (mean + std).values, color=colour, alpha=0.18,
                         lw=0)
+        drawn.append((mean, std, style, colour))
     ax.set_xlabel("communication round")
     ax.set_ylabel(spec.ylabel or (metric + UNITS.get(display_scale(metric), "")))
     if spec.logy:
         ax.set_yscale("log")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    smoothing = f"each seed smoothed (EWM, span {spec.ewm})" if spec.ewm and spec.ewm > 1 else "no smoothing"
+    ax.legend(fontsize=7, loc="best", title=f"line: mean over n seeds, band: ±1 std over seeds;\n{smoothing}",
+              title_fontsize=7)
+    if spec.inset_last and drawn:
+        _inset(ax, drawn, spec.inset_last)
+
+
+def _inset(ax: plt.Axes, drawn: list[tuple], last: int) -> None:
+    """An inset of the curves' last ``last`` rounds on their own y range."""
+    end = max(mean.index.max() for mean, *_ in drawn)
+    inset = ax.inset_axes([0.42, 0.42, 0.3, 0.3])
+    lo, hi = np.inf, -np.inf
+    for mean, std, style, colour in drawn:
+        m, s = mean[mean.index > end - last], std[std.index > end - last]
+        inset.plot(m.index, m.values, style, color=colour, lw=1.2)
+        inset.fill_between(m.index, (m - s).values, (m + s).values, color=colour, alpha=0.18, lw=0)
+        lo, hi = min(lo, float(m.min())), max(hi, float(m.max()))
+    pad = 0.15 * (hi - lo or 1.0)
+    inset.set_ylim(lo - pad, hi + pad)
+    inset.set_title(f"last {last} rounds (means only in range)", fontsize=6)
+    inset.tick_params(labelsize=6)
+    inset.grid(alpha=0.3)
 
 
 def plot_violin(spec: FigureSpec, runs_dir: Path, ax: plt.Axes) -> None:
@@ -102,8 +153,12 @@ def plot_violin(spec: FigureSpec, runs_dir: Path, ax: plt.Axes) -> None:
     data = pd.concat(frames, ignore_index=True)
     sns.violinplot(data=data, x="row", y="accuracy", order=order, hue="row", legend=False, cut=0,
                    inner="quartile", density_norm="width", ax=ax, palette="tab10")
-    ax.set_xlabel("")
     ax.set_ylabel(spec.ylabel or "per-user test accuracy (%)")
+    rounds = sorted({protocol_user_accuracies(runs_dir / run)[1] for row in spec.rows for run in row.runs
+                     if read_summary(runs_dir / run).get("status") == "ok"})
+    seeds = max(len(row.seeds) for row in spec.rows)
+    ax.set_xlabel(f"per-user accuracies at round {', '.join(map(str, rounds))}, {seeds} seeds pooled; "
+                  "inside: median (dashed), quartiles (dotted); σ: per-user std, mean over seeds", fontsize=7)
     ax.tick_params(axis="x", labelrotation=30, labelsize=7)
     for lab in ax.get_xticklabels():
         lab.set_horizontalalignment("right")
@@ -149,17 +204,57 @@ def plot_tradeoff(spec: FigureSpec, runs_dir: Path, ax: plt.Axes) -> None:
     ax.legend(fontsize=7, loc="best")
 
 
-KINDS = {"curves": plot_curves, "violin": plot_violin, "bars": plot_bars, "tradeoff": plot_tradeoff}
+def plot_reading_window(spec: FigureSpec, runs_dir: Path, axes: list[plt.Axes]) -> None:
+    palette = plt.get_cmap("tab10").colors
+    labels = row_labels(spec.rows)
+    for ax, metric in zip(axes, spec.metrics, strict=True):
+        end = protocol = None
+        for i, row in enumerate(spec.rows):
+            table = seed_curves(row, runs_dir, metric, None)
+            if table.empty:
+                continue
+            colour = palette[i % len(palette)]
+            for seed in table.columns:
+                ax.plot(table.index, table[seed].values, "-", color=colour, lw=0.7, alpha=0.45)
+            mean = table.mean(axis=1)
+            ax.plot(mean.index, mean.values, "-o", color=colour, lw=1.8, ms=2.5,
+                    label=f"{labels[row.key]}: mean of {table.shape[1]} seeds (thin: each seed)")
+            end = int(table.index.max())
+            if spec.window_last:
+                late = mean[mean.index > end - spec.window_last]
+                ax.hlines(late.mean(), late.index.min(), end, color=colour, ls=":", lw=2.2)
+            protocol = protocol_user_accuracies(runs_dir / row.runs[0])[1]
+        if end is None:
+            continue
+        if spec.window_last:
+            ax.axvspan(end - spec.window_last + 0.5, end + 0.5, color="0.85", zorder=0,
+                       label=f"rounds {end - spec.window_last + 1}-{end}: the late window; dotted: its mean")
+        ax.axvline(protocol, color="k", ls="--", lw=1, label=f"round {protocol} = T - 9: the tables' one round")
+        ax.set_xlabel("communication round (evaluations every 10 rounds, no smoothing)")
+        ax.set_ylabel(METRIC_NAMES.get(metric, metric + UNITS.get(display_scale(metric), "")))
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=6.5, loc="lower left")
+
+
+KINDS = {"curves": plot_curves, "violin": plot_violin, "bars": plot_bars, "tradeoff": plot_tradeoff,
+         "reading_window": plot_reading_window}
 
 
 def make_figure(spec: FigureSpec, runs_dir: str | Path, out_pdf: str | Path, out_png: str | Path) -> None:
     kind = spec.kind
     if kind not in KINDS:
         raise ValueError(f"figure {spec.name}: unknown kind {kind!r}; known: {', '.join(KINDS)}")
-    wide = kind in ("violin", "bars") or len(spec.rows) > 6
-    fig, ax = plt.subplots(figsize=(8.0 if wide else 6.4, 4.8))
-    KINDS[kind](spec, Path(runs_dir), ax)
-    ax.set_title(spec.title or spec.name, fontsize=10)
+    if kind == "reading_window":
+        if not spec.metrics:
+            raise ValueError(f"figure {spec.name}: reading_window needs metrics (metrics.csv columns, one panel each)")
+        fig, axes = plt.subplots(1, len(spec.metrics), figsize=(6.0 * len(spec.metrics), 4.8), squeeze=False)
+        KINDS[kind](spec, Path(runs_dir), list(axes[0]))
+        fig.suptitle(spec.title or spec.name, fontsize=10)
+    else:
+        wide = kind in ("violin", "bars") or len(spec.rows) > 6
+        fig, ax = plt.subplots(figsize=(8.0 if wide else 6.4, 4.8))
+        KINDS[kind](spec, Path(runs_dir), ax)
+        ax.set_title(spec.title or spec.name, fontsize=10)
     fig.tight_layout()
     for out in (out_pdf, out_png):
         Path(out).parent.mkdir(parents=True, exist_ok=True)

@@ -269,7 +269,7 @@ def test_schema_rejects_a_bad_comparison_kind():
     jsonschema.validate(base_config({"c": claim()}), schema)
 
 
-@pytest.mark.parametrize("name", ["config.yaml", "quick.yaml", "test.yaml"])
+@pytest.mark.parametrize("name", ["config.yaml", "quick.yaml", "test.yaml", "fmnist.yaml"])
 def test_shipped_claims_parse(name):
     from fedmgda.experiments import load_config
 

@@ -31,6 +31,8 @@ def _rows(runs_dir, attacked=False):
     ("violin", {}),
     ("bars", {"columns": {"Average": "final.mean_acc", "Attacker": "final_user.0"}}),
     ("tradeoff", {"metric": "std_acc"}),
+    ("curves", {"metric": "train_loss", "ewm": 3, "inset_last": 5}),
+    ("reading_window", {"metrics": ["std_acc", "worst5_acc"], "window_last": 5}),
 ])
 def test_figure_kinds_write_pdf_and_png(tmp_path, runs_dir, kind, extra):
     spec = FigureSpec(name="figX", kind=kind, experiments=["e"], title="t", rows=_rows(runs_dir, attacked=True),
@@ -60,4 +62,46 @@ def test_tradeoff_plots_the_metric_against_mean_accuracy_per_round(tmp_path, run
     mean = seed_curves(rows[0], runs_dir, "mean_acc", None).mean(axis=1)
     std = seed_curves(rows[0], runs_dir, "std_acc", None).mean(axis=1)
     assert np.allclose(line.get_xdata(), mean.values) and np.allclose(line.get_ydata(), std.values)
+    plt.close(fig)
+
+
+def test_labels_name_a_default_that_other_rows_set():
+    from fedmgda.figures import row_labels
+
+    rows = [Row("e", k, label, "fedmgda", hp, {"kind": "none"}, [1], ["r"])
+            for k, label, hp in [("a", "FedMGDA ε=0", {"epsilon": 0.0}), ("b", "FedMGDA", {})]]
+    assert row_labels(rows) == {"a": "FedMGDA ε=0", "b": "FedMGDA ε=1"}
+    assert row_labels(rows[1:]) == {"b": "FedMGDA"}  # alone, nothing to tell apart
+
+
+def test_curves_legend_states_the_band_and_the_smoothing(runs_dir):
+    import matplotlib.pyplot as plt
+
+    from fedmgda.figures import plot_curves
+
+    fig, ax = plt.subplots()
+    plot_curves(FigureSpec(name="c", kind="curves", experiments=["e"], metric="mean_acc", ewm=3,
+                           inset_last=4, rows=_rows(runs_dir)), runs_dir, ax)
+    title = ax.get_legend().get_title().get_text()
+    assert "±1 std over seeds" in title and "span 3" in title
+    assert [a.get_title() for a in ax.child_axes] == ["last 4 rounds (means only in range)"]
+    plt.close(fig)
+
+
+def test_reading_window_marks_the_tables_round_and_the_window(runs_dir):
+    import matplotlib.pyplot as plt
+
+    from fedmgda.figures import plot_reading_window
+    from fedmgda.results import protocol_user_accuracies
+
+    rows = _rows(runs_dir)
+    fig, axes = plt.subplots(1, 2)
+    plot_reading_window(FigureSpec(name="w", kind="reading_window", experiments=["e"], metrics=["std_acc", "mean_acc"],
+                                   window_last=5, rows=rows), runs_dir, list(axes))
+    protocol = protocol_user_accuracies(runs_dir / rows[0].runs[0])[1]
+    labels = axes[0].get_legend_handles_labels()[1]
+    assert f"round {protocol} = T - 9: the tables' one round" in labels
+    assert any(label.startswith("rounds 8-12: the late window") for label in labels)
+    # per panel: each seed's line and the seeds' mean per row
+    assert len([ln for ln in axes[1].get_lines() if ln.get_linestyle() == "-"]) == 2 * (2 + 1)
     plt.close(fig)

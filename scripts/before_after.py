@@ -1,0 +1,73 @@
+"""Two outputs of scripts/window_stats.py side by side: what a rerun changed, row by row.
+
+    python scripts/before_after.py BEFORE.md AFTER.md [--rows PATTERN ...]
+
+Reads the "| row | seeds | stat ... |" table of each file (mean ± population std over seeds) and
+prints, for every row and statistic in both, before, after, the change and whether the change is
+within the seed spread (at most the larger of the two stds), as docs/results/fmnist/before_after_*.md
+show it. ``--rows``: fnmatch patterns on the row paths (default: every row in both).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import re
+from pathlib import Path
+
+CELL = re.compile(r"^\s*(-?[0-9.]+) ± ([0-9.]+)\s*$")
+
+
+def window_table(path: Path) -> tuple[list[str], dict[str, dict[str, tuple[float, float, int]]]]:
+    """The stats named by the table header and {row: {stat: (mean, std, seeds)}}."""
+    stats: list[str] = []  # the current table's
+    every: list[str] = []  # every table's, in order (a file may hold several, e.g. --last 50 and --last 200)
+    rows: dict[str, dict[str, tuple[float, float, int]]] = {}
+    for line in path.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells[:2] == ["row", "seeds"]:
+            stats = cells[2:]
+            every += [s for s in stats if s not in every]
+            continue
+        if not stats or len(cells) != 2 + len(stats) or not cells[1].isdigit():
+            continue
+        values = {}
+        for stat, cell in zip(stats, cells[2:], strict=True):
+            m = CELL.match(cell)
+            if m:
+                values[stat] = (float(m[1]), float(m[2]), int(cells[1]))
+        rows.setdefault(cells[0], {}).update(values)
+    if not rows:
+        raise SystemExit(f"{path}: no '| row | seeds | ... |' table of scripts/window_stats.py")
+    return every, rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("before", type=Path)
+    parser.add_argument("after", type=Path)
+    parser.add_argument("--rows", nargs="+", default=["*"], help="fnmatch patterns on the row paths")
+    args = parser.parse_args()
+    stats, before = window_table(args.before)
+    _, after = window_table(args.after)
+    print("| row | statistic | before | after | change | within the seed spread |")
+    print("|---|---|---|---|---|---|")
+    within = total = 0
+    for row in before:
+        if row not in after or not any(fnmatch.fnmatchcase(row, p) for p in args.rows):
+            continue
+        for stat in stats:
+            if stat not in before[row] or stat not in after[row]:
+                continue
+            (bm, bs, bn), (am, as_, an) = before[row][stat], after[row][stat]
+            change, spread = am - bm, max(bs, as_)
+            ok = abs(change) <= spread
+            within += ok
+            total += 1
+            print(f"| {row} | {stat} | {bm:.2f} ± {bs:.2f} ({bn}) | {am:.2f} ± {as_:.2f} ({an}) | {change:+.2f} | "
+                  f"{'yes' if ok else 'no'} (larger std {spread:.2f}) |")
+    print(f"\n{within} of {total} changes within the seed spread.")
+
+
+if __name__ == "__main__":
+    main()
