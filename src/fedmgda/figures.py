@@ -37,6 +37,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from fedmgda.catalog import algorithms  # noqa: E402
 from fedmgda.experiments import algorithm_info, fmt_display  # noqa: E402
 from fedmgda.metrics import display_scale  # noqa: E402
 from fedmgda.results import protocol_user_accuracies, read_summary, run_value, seed_stats  # noqa: E402
@@ -57,13 +58,14 @@ def row_labels(rows: list[Row]) -> dict[str, str]:
     set_somewhere = {k for r in rows for k in r.hparams}
     labels = {}
     for r in rows:
-        info = algorithm_info(r.algorithm)
-        implied = info.implied_values
-        bits = [f"{info.hparams[k].symbol or k}={fmt_display(implied[k], k)}"
-                for k in sorted(set_somewhere - set(r.hparams)) if k in implied]
         label = _base_label(r)
-        if bits:
-            label += (", " if label != info.display else " ") + ", ".join(bits)
+        if r.algorithm in algorithms():  # a plug-in is not loaded in a figure job: its label as it is
+            info = algorithm_info(r.algorithm)
+            implied = info.implied_values
+            bits = [f"{info.hparams[k].symbol or k}={fmt_display(implied[k], k)}"
+                    for k in sorted(set_somewhere - set(r.hparams)) if k in implied]
+            if bits:
+                label += (", " if label != info.display else " ") + ", ".join(bits)
         labels[r.key] = label + r.label[len(_base_label(r)):]
     return labels
 
