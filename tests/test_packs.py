@@ -73,6 +73,19 @@ def test_group_sizes_are_balanced():
     assert sorted(len(v) for v in assign_packs(runs).values()) == [4, 4]
 
 
+def test_trained_runs_leave_their_pack_and_the_other_packs_keep_their_members():
+    runs = {f"s/fedavg/default/clean/seed{i}": spec(f"s/fedavg/default/clean/seed{i}", pack=4, seed=i)
+            for i in range(1, 10)}
+    full = assign_packs(runs)
+    trained = ["s/fedavg/default/clean/seed1", "s/fedavg/default/clean/seed2", "s/fedavg/default/clean/seed3"]
+    left = assign_packs(runs, trained=trained)
+    assert not set(trained) & {k for keys in left.values() for k in keys}
+    for name, keys in left.items():  # same names, same members less the trained ones
+        assert keys == [k for k in full[name] if k not in trained]
+    # a pack left with one run dissolves (that run gets its own job)
+    assert len(left) == len(full) - 1 and sum(map(len, left.values())) == 6
+
+
 def test_assignment_is_deterministic_and_order_free():
     reg = registry(default={"pack": 4})
     items = list(reg.runs.items())

@@ -21,7 +21,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +76,7 @@ def pack_size(spec: RunSpec) -> int:
     return int({**def_defaults("resources"), **spec.resources}["pack"])
 
 
-def assign_packs(runs: Mapping[str, RunSpec]) -> dict[str, list[str]]:
+def assign_packs(runs: Mapping[str, RunSpec], trained: Collection[str] = ()) -> dict[str, list[str]]:
     """Packs of the registry's runs: ``{"<experiment>/<group>/pack<k>": [run keys]}``, only packs
     of two or more runs (the others keep one job per run).
 
@@ -86,7 +86,16 @@ def assign_packs(runs: Mapping[str, RunSpec]) -> dict[str, list[str]]:
     contiguous packs whose sizes differ by at most one (9 runs with ``pack: 8``: 5 + 4, not
     8 + 1), so a group's packs finish at about the same time. Deterministic: the result depends
     only on the run keys and configs, not on the order of ``runs``.
+
+    ``trained``: runs whose outputs already exist (the workflow passes those with a
+    ``summary.json``). They are cut into packs like the others, then left out of their pack, so
+    adding seeds to an experiment trains only the new runs: a pack job would otherwise retrain
+    its finished members, since Snakemake deletes a job's outputs before running it. A pack keeps
+    its name and its other members whatever finishes elsewhere, so a job that re-reads the
+    Snakefile on a cluster node finds the same pack rule (its own members are not trained yet);
+    a run's numbers never depend on its pack (:mod:`fedmgda.scheduler`).
     """
+    trained = set(trained)
     groups: dict[str, list[str]] = {}
     sizes: dict[str, int] = {}
     for key, spec in runs.items():
@@ -106,8 +115,9 @@ def assign_packs(runs: Mapping[str, RunSpec]) -> dict[str, list[str]]:
         start = 0
         for k in range(n_packs):
             stop = start + base + (1 if k < extra else 0)
-            if stop - start >= 2:
-                packs[f"{group}/pack{k + 1}"] = keys[start:stop]
+            members = [key for key in keys[start:stop] if key not in trained]
+            if len(members) >= 2:
+                packs[f"{group}/pack{k + 1}"] = members
             start = stop
     return packs
 

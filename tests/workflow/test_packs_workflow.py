@@ -94,3 +94,19 @@ def test_a_killed_pack_job_resumes_every_run_to_the_results_of_runs_trained_alon
         for name in ("metrics.csv", "per_user.csv"):
             pd.testing.assert_frame_equal(pd.read_csv(runs[i] / name), pd.read_csv(tmp_path / f"ref{i}" / name),
                                           atol=1e-5)
+
+    # more seeds, and another pack size: only the new runs are trained, the finished ones are kept
+    # (a pack job would otherwise retrain its finished members)
+    one_per_run = {"default": {**OVERLAY["resources"]["default"], "pack": 1}}
+    for overlay, jobs in (({**OVERLAY, "seeds": [1, 2]}, 2),  # seed 2's pack and its FedProx run
+                          ({**OVERLAY, "seeds": [1, 2], "resources": one_per_run}, 3)):
+        (wd / "pack.yaml").write_text(yaml.safe_dump(overlay))
+        dry = snakemake(wd, "runs", "-n", env=env)
+        out = dry.communicate(timeout=120)[0]
+        assert dry.returncode == 0, out[-3000:]
+        made = [line for line in out.splitlines() if line.strip().startswith("output:") and "/runs/" in line]
+        assert len(made) == jobs and all("/seed2/" in line and "/seed1/" not in line for line in made), out[-3000:]
+    edited = runs[0] / "run.yaml"  # a finished run whose config changed is trained again
+    edited.write_text(edited.read_text() + "# edited\n")
+    out = snakemake(wd, "runs", "-n", env=env).communicate(timeout=120)[0]
+    assert any(f"{members[0]}/summary.json" in line for line in out.splitlines() if line.strip().startswith("output:")), out[-3000:]

@@ -19,8 +19,6 @@ try:
     REG = expand_registry(config)
     validate_runs(REG)
     CLAIMS = parse_claims(config, REG)  # claims checked before any job starts
-    # runs trained together, one job per pack (resources.<dataset>.pack; fedmgda.packs)
-    PACKS = assign_packs(REG.runs)
 except (RegistryError, ValueError) as err:
     raise WorkflowError(f"invalid experiment registry: {err}") from None
 
@@ -111,6 +109,29 @@ def run_config_text(key):
     if spec.partition is not None:
         cfg["partition_file"] = f"{R}/partitions/{spec.partition}.npz"
     return yaml.safe_dump(cfg, sort_keys=True, allow_unicode=True)
+
+
+RUN_FILES = ("run.yaml", "metrics.csv", "per_user.csv", "summary.json")
+
+
+def is_trained(key):
+    """A run whose files all exist and whose run.yaml is today's config. No rule makes its files,
+    so no job retrains it: a pack job would retrain its finished members (Snakemake deletes a
+    job's outputs before running it), and changing `pack` would retrain everything. Delete the
+    run's folder to retrain it."""
+    run_dir = Path(RUNS_DIR) / key
+    return (all((run_dir / f).is_file() for f in RUN_FILES)
+            and (run_dir / "run.yaml").read_text() == run_config_text(key))
+
+
+TRAINED = {k for k in REG.runs if is_trained(k)}
+try:
+    # runs trained together, one job per pack (resources.<dataset>.pack; fedmgda.packs)
+    PACKS = assign_packs(REG.runs, trained=TRAINED)
+except ValueError as err:
+    raise WorkflowError(f"invalid experiment registry: {err}") from None
+# the runs rule `train` may make: neither trained nor in a pack (a rule without wildcards wins)
+SINGLE_RUNS = sorted(set(REG.runs) - TRAINED - {k for keys in PACKS.values() for k in keys})
 
 
 def run_yaml(wildcards):

@@ -4,10 +4,13 @@ requested by several experiments is trained once.
 
 Runs that share the samples, model and local training are trained in packs of at most
 resources.<dataset>.pack runs, one job per pack (rule train_pack_<group>_pack<k>, fedmgda.packs):
-the pack rules name their runs' files explicitly, and Snakemake prefers a rule without wildcards
-to `train`, so `train` only trains the runs outside packs (one job per run)."""
+the pack rules name their runs' files explicitly, and `train` only trains the runs outside packs
+(one job per run). A run already trained with today's config (common.smk `is_trained`) is made
+by no rule, so adding seeds or changing `pack` trains only what is missing."""
 
 rule train:
+    wildcard_constraints:
+        run="|".join(re.escape(k) for k in SINGLE_RUNS) or "(?!)",
     input:
         train_inputs,
     output:
@@ -45,7 +48,7 @@ for _pack, _keys in PACKS.items():
         input:
             sorted({f for k in _keys for f in run_inputs(k)}),
         output:
-            [f"{RUNS_DIR}/{k}/{f}" for k in _keys for f in ("run.yaml", "metrics.csv", "per_user.csv", "summary.json")],
+            [f"{RUNS_DIR}/{k}/{f}" for k in _keys for f in RUN_FILES],
         params:
             members=[{"config": run_config_text(k), "run_yaml": f"{RUNS_DIR}/{k}/run.yaml", "out": f"{RUNS_DIR}/{k}",
                       "log": f"{RUNS_DIR}/{k}/train.log"} for k in _keys],
