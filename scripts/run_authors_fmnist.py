@@ -48,6 +48,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from fedmgda.claims import paired_interval
+
 FIGURE3_ON_FMNIST = ["--dataset=fmnist", "--model=cnn", "--iid=0", "--local_bs=10", "--lr=0.01",
                      "--local_ep=1", "--epochs=200", "--frac=0.1", "--num_users=100"]
 
@@ -193,13 +195,11 @@ def difference_interval(table: pd.DataFrame) -> dict[str, float]:
     """The mean difference package - authors over seeds with two 95 % intervals: from the seeds'
     spread (Student's t with n - 1 degrees of freedom; what the comparison states) and from the
     runs' own window standard errors (normal; it ignores how trajectories differ between seeds)."""
-    from scipy import stats
-
     d, n = table["diff"].to_numpy(), len(table)
     mean = float(d.mean())
-    half_seeds = float(stats.t.ppf(0.975, n - 1) * d.std(ddof=1) / np.sqrt(n)) if n > 1 else float("nan")
+    low, high = paired_interval(mean, float(d.std(ddof=1)) if n > 1 else 0.0, n)
     half_runs = float(1.96 * np.sqrt((table["se_diff"] ** 2).sum()) / n)
-    return {"n": n, "mean": mean, "low": mean - half_seeds, "high": mean + half_seeds,
+    return {"n": n, "mean": mean, "low": low, "high": high,
             "low_runs": mean - half_runs, "high_runs": mean + half_runs}
 
 

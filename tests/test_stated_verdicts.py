@@ -85,7 +85,7 @@ def test_a_changed_verdict_is_caught(tmp_path):
     write_claims_csv(csv, {"c_std": "holds", "c_avg": "fails"})
     page = f"## S\n\n<!-- verdicts: {csv.name} c_* -->\n<!-- /verdicts -->\n\nSo `c_std` *holds*.\n"
     page = render_verdict_blocks(page, tmp_path)
-    assert "| `c_std` | A >= B | +1.00 ± 0.50 (+0.50 to +1.50), n = 3 | *holds* |" in page
+    assert "| `c_std` | A >= B | +1.00 ± 0.50 (+0.50 to +1.50), n = 3; [-0.24, +2.24] | *holds* |" in page
     assert [(v, c) for v, c, _, _ in prose_verdicts(page, tmp_path)] == [("holds", "c_std")]
     write_claims_csv(csv, {"c_std": "inconclusive", "c_avg": "fails"})
     assert render_verdict_blocks(page, tmp_path) != page
@@ -106,3 +106,16 @@ def test_judge_differences_is_the_claims_rule():
     assert judge_differences([1.0, -0.1, 2.0])["verdict"] == "inconclusive"
     j = judge_differences([2.0, 3.0, 4.0], margin=2.5)
     assert (j["verdict"], j["on_side"], j["low"], j["high"]) == ("inconclusive", 2, 2.0, 4.0)
+
+
+def test_paired_interval_is_students_t_and_shows_in_the_tables(tmp_path):
+    from fedmgda.claims import paired_interval, verdict_table
+
+    # 8 seeds, sd 2: half-width t(0.975, 7) * 2 / sqrt(8) = 2.3646 * 0.7071 = 1.672
+    low, high = paired_interval(1.0, 2.0, 8)
+    assert high - 1.0 == pytest.approx(1.672, abs=1e-3) and low == pytest.approx(1.0 - (high - 1.0))
+    assert all(map(lambda v: v != v, paired_interval(1.0, 0.0, 1)))  # one seed: no interval
+    write_claims_csv(tmp_path / "c.csv", {"c1": "holds"})
+    table = verdict_table(read_claims(tmp_path / "c.csv"))
+    lo3, hi3 = paired_interval(1.0, 0.5, 3)
+    assert f"[{lo3:+.2f}, {hi3:+.2f}]" in table and "95 % interval" in table

@@ -337,6 +337,18 @@ def judge_differences(differences: list[float], margin: float = 0.0) -> dict[str
             "on_side": int((d >= margin).sum()), "verdict": verdict, "note": note}
 
 
+def paired_interval(mean: float, sd: float, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Student's t interval of a paired mean difference over n seeds (sd: ddof 1). Its half-width
+    is the smallest mean difference those seeds resolve: a smaller one leaves the threshold inside
+    the interval. Not a verdict (verdicts follow :func:`decide`); NaNs for n < 2."""
+    if n < 2:
+        return math.nan, math.nan
+    from scipy import stats  # installed with scikit-learn; imported here to keep the Snakefile's parse fast
+
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n))
+    return mean - half, mean + half
+
+
 def judgement_text(j: dict[str, Any], unit: str = "", digits: int = 2) -> str:
     """One line for :func:`judge_differences`' result, as scripts print it."""
     note = f" ({j['note']})" if j["note"] else ""
@@ -544,16 +556,20 @@ def read_claims(path: str | Path) -> pd.DataFrame:
 
 def verdict_table(df: pd.DataFrame, pattern: str | None = None) -> str:
     """The claims of a claims.csv (those matching ``pattern``) as a short markdown table: the claim,
-    what it expects, the paired A - B over seeds (mean ± sd, min to max; the measured values for a
-    series) and the verdict with its note."""
+    what it expects, the paired A - B over seeds (mean ± sd, min to max, and its 95 % t interval,
+    :func:`paired_interval`; the measured values for a series) and the verdict with its note."""
     rows = df if pattern is None else df[[fnmatch.fnmatchcase(str(c), pattern) for c in df["claim"]]]
     if not len(rows):
         raise ClaimError(f"no claim matches {pattern!r}")
-    lines = ["| claim | expected | measured: A − B per seed, mean ± sd (min to max) | verdict |", "|---|---|---|---|"]
+    lines = ["| claim | expected | measured: A − B per seed, mean ± sd (min to max); 95 % interval of the mean | verdict |",
+             "|---|---|---|---|"]
     for _, r in rows.iterrows():
         if r["diff_mean"] != "":
-            measured = (f"{float(r['diff_mean']):+.2f} ± {float(r['diff_std']):.2f} "
-                        f"({float(r['diff_min']):+.2f} to {float(r['diff_max']):+.2f}), n = {r['n_seeds']}")
+            mean, sd, n = float(r["diff_mean"]), float(r["diff_std"]), int(r["n_seeds"])
+            measured = (f"{mean:+.2f} ± {sd:.2f} ({float(r['diff_min']):+.2f} to {float(r['diff_max']):+.2f}), n = {n}")
+            if n > 1:
+                low, high = paired_interval(mean, sd, n)
+                measured += f"; [{low:+.2f}, {high:+.2f}]"
         else:
             measured = str(r["measured"])
         verdict = f"*{r['verdict']}*" + (f" ({r['note']})" if r["note"] else "")
