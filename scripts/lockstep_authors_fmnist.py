@@ -58,7 +58,6 @@ import argparse
 import contextlib
 import copy
 import os
-import runpy
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -74,7 +73,7 @@ from fedmgda.scheduler import derived_seed, run_packed
 from fedmgda.simulator import Simulation
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run_authors_fmnist import NullWriter, Transformed  # noqa: E402  (the harness beside this script)
+from run_authors_fmnist import NullWriter, Transformed, authors_modules, run_federated_main  # noqa: E402  (the harness beside this script)
 
 FIGURE3_ON_FMNIST = ["--dataset=fmnist", "--model=cnn", "--iid=0", "--local_bs=10", "--lr=0.01",
                      "--local_ep=1", "--frac=0.1", "--num_users=100", "--epsilon=0", "--normalize=0"]
@@ -147,22 +146,6 @@ class _FunctionalWithoutDropout:
     @staticmethod
     def dropout(x, *args, **kwargs):
         return x
-
-
-@contextlib.contextmanager
-def authors_modules(authors: Path):
-    """The authors' ``main/`` on the import path, their working directory (their data paths are
-    relative to it), their modules forgotten afterwards."""
-    cwd, path = os.getcwd(), list(sys.path)
-    os.chdir(authors)
-    sys.path.insert(0, str(authors))
-    try:
-        yield
-    finally:
-        os.chdir(cwd)
-        sys.path[:] = path
-        for name in ("update", "models", "utils", "sampling", "options"):
-            sys.modules.pop(name, None)
 
 
 class Cast:
@@ -238,10 +221,9 @@ def authors_rounds(authors: Path, sim: Simulation, dropout: bool, dtype: torch.d
 
         their_models.CNNMnist.__init__ = built_then_cast
         tensorboardX.SummaryWriter = NullWriter
-        sys.argv = ["federated_main.py", *FIGURE3_ON_FMNIST, f"--epochs={rounds}", f"--seed={seed}"]
         try:
             with contextlib.redirect_stdout(open(os.devnull, "w")), contextlib.redirect_stderr(open(os.devnull, "w")):
-                runpy.run_path(str(authors / "federated_main.py"), run_name="__main__")
+                run_federated_main(authors, [*FIGURE3_ON_FMNIST, f"--epochs={rounds}", f"--seed={seed}"])
         finally:
             np.random.choice = choice
     return global_models, np.array(accuracies)

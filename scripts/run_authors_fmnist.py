@@ -37,6 +37,7 @@ round of the window (``per_user_every: 1``: config/fmnist.yaml's ``fmnist_author
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import os
 import runpy
@@ -93,12 +94,39 @@ def speed_up(utils, tensorboardX) -> None:
     tensorboardX.SummaryWriter = NullWriter
 
 
+@contextlib.contextmanager
+def authors_modules(authors: Path):
+    """The authors' ``main/`` on the import path and as working directory (their data paths,
+    '../data/fmnist/' and '../logs', are relative to it); their modules forgotten afterwards, so a
+    second use imports them afresh."""
+    cwd, path = os.getcwd(), list(sys.path)
+    os.chdir(authors)
+    sys.path.insert(0, str(authors))
+    try:
+        yield
+    finally:
+        os.chdir(cwd)
+        sys.path[:] = path
+        for name in ("update", "models", "utils", "sampling", "options"):
+            sys.modules.pop(name, None)
+
+
+def run_federated_main(authors: Path, argv: list[str]) -> dict:
+    """The authors' ``federated_main.py`` run as a script with ``argv`` (inside
+    :func:`authors_modules`, after the caller's patches); its module globals when it finishes."""
+    sys.argv = ["federated_main.py", *argv]
+    return runpy.run_path(str(authors / "federated_main.py"), run_name="__main__")
+
+
 def run(authors: Path, seed: int, out: Path, extra: list[str], exact: bool = False) -> None:
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    os.chdir(authors)  # their paths ('../data/fmnist/', '../logs') are relative to main/
-    sys.path.insert(0, str(authors))
     torch.set_num_threads(1)
+    with authors_modules(authors):
+        run_patched(authors, seed, out, extra, exact)
+
+
+def run_patched(authors: Path, seed: int, out: Path, extra: list[str], exact: bool) -> None:
     import tensorboardX
     import update  # the authors' modules, from their folder
     import utils
@@ -122,9 +150,8 @@ def run(authors: Path, seed: int, out: Path, extra: list[str], exact: bool = Fal
         return accuracy, loss
 
     update.LocalUpdate.update_weights, update.LocalUpdate.inference = update_weights, inference
-    sys.argv = ["federated_main.py", *FIGURE3_ON_FMNIST, f"--seed={seed}", *extra]
     start = time.time()
-    finished = runpy.run_path(str(authors / "federated_main.py"), run_name="__main__")
+    finished = run_federated_main(authors, [*FIGURE3_ON_FMNIST, f"--seed={seed}", *extra])
     with open(out / f"seed{seed}.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["round", "user", "accuracy"])
