@@ -1,7 +1,7 @@
 """Per-user statistics of every run of a profile averaged over a window of late rounds.
 
     python scripts/window_stats.py results/fmnist/runs --last 50           # rounds 151-200 of T = 200
-    python scripts/window_stats.py results/fmnist/runs --last 50 --per-seed
+    python scripts/window_stats.py results/fmnist/runs --last 50 --per-seed --rows '*_ev10/*'
     python scripts/window_stats.py results/fmnist/runs --last 200 --stats improved_loss   # Figure 4's share
 
 The tables read one per-user vector (round T - 9, docs/protocol.md §6.3). On a partition whose
@@ -16,6 +16,7 @@ columns given with ``--stats``); accuracies and shares in %, losses as they are.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 from collections import defaultdict
 from pathlib import Path
 
@@ -41,12 +42,16 @@ def main() -> None:
     parser.add_argument("--last", type=int, default=50, help="the window: the evaluations of the last N rounds")
     parser.add_argument("--per-seed", action="store_true", help="also print every seed's values")
     parser.add_argument("--stats", nargs="+", default=list(DEFAULT_STATS), help="metrics.csv columns to average")
+    parser.add_argument("--rows", nargs="+", default=["*"], metavar="PATTERN",
+                        help="fnmatch patterns on the row paths (default: every row)")
     args = parser.parse_args()
     stats = args.stats
     rows: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for metrics in sorted(args.runs.glob("*/*/*/*/seed*/metrics.csv")):
         run = metrics.parent
         row = str(run.parent.relative_to(args.runs))
+        if not any(fnmatch.fnmatchcase(row, p) for p in args.rows):
+            continue
         for stat in stats:
             rows[row][stat].append(scale(stat) * metrics_value(run, stat, {"last": args.last}))
         if args.per_seed:

@@ -35,3 +35,14 @@ def test_several_tables_in_one_file_are_merged(tmp_path):
                           str(tmp_path / "a.md")], capture_output=True, text=True, check=True).stdout
     assert "| s/fedavg | mean_acc | 70.00 ± 1.00 (3) | 70.00 ± 1.00 (3) | +0.00 | yes" in out
     assert "| s/fedavg | improved_loss | 71.00 ± 1.00 (3) | 73.50 ± 1.00 (3) | +2.50 | no" in out
+
+
+def test_window_stats_reads_the_rows_asked_for(tmp_path):
+    from tests.workflow.conftest import write_run
+
+    for setting in ("fmnist_ev10", "fmnist_pu1"):
+        for seed in (1, 2):
+            write_run(tmp_path, f"{setting}/fedavg/default/clean/seed{seed}", [0.5, 0.7, 0.9], rounds=20, seed=seed)
+    out = subprocess.run([sys.executable, str(REPO / "scripts/window_stats.py"), str(tmp_path), "--last", "5",
+                          "--rows", "*_ev10/*"], capture_output=True, text=True, check=True).stdout
+    assert "| fmnist_ev10/fedavg/default/clean | 2 |" in out and "fmnist_pu1" not in out
