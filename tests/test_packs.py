@@ -86,6 +86,20 @@ def test_trained_runs_leave_their_pack_and_the_other_packs_keep_their_members():
     assert len(left) == len(full) - 1 and sum(map(len, left.values())) == 6
 
 
+def test_trained_runs_need_every_file_and_todays_config(tmp_path):
+    from fedmgda.packs import RUN_FILES, trained_runs
+
+    configs = {f"s/seed{i}": f"seed: {i}\n" for i in (1, 2, 3, 4)}
+    for key, text in configs.items():
+        (tmp_path / key).mkdir(parents=True)
+        for name in RUN_FILES:
+            (tmp_path / key / name).write_text(text if name == "run.yaml" else "x")
+    (tmp_path / "s/seed2/summary.json").unlink()  # not finished
+    (tmp_path / "s/seed3/run.yaml").write_text("seed: 3\nrounds: 5\n")  # trained with another config
+    assert trained_runs(tmp_path, configs) == {"s/seed1", "s/seed4"}
+    assert trained_runs(tmp_path, {**configs, "s/seed9": "seed: 9\n"}) == {"s/seed1", "s/seed4"}
+
+
 def test_assignment_is_deterministic_and_order_free():
     reg = registry(default={"pack": 4})
     items = list(reg.runs.items())

@@ -343,7 +343,8 @@ def paired_interval(mean: float, sd: float, n: int, level: float = 0.95) -> tupl
     the interval. Not a verdict (verdicts follow :func:`decide`); NaNs for n < 2."""
     if n < 2:
         return math.nan, math.nan
-    from scipy import stats  # installed with scikit-learn; imported here to keep the Snakefile's parse fast
+    # scipy comes with scikit-learn; imported here, so that parsing the Snakefile stays fast
+    from scipy import stats
 
     half = float(stats.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n))
     return mean - half, mean + half

@@ -76,6 +76,24 @@ def pack_size(spec: RunSpec) -> int:
     return int({**def_defaults("resources"), **spec.resources}["pack"])
 
 
+# what a training job writes into a run's folder and the workflow declares (its train.log aside)
+RUN_FILES = ("run.yaml", "metrics.csv", "per_user.csv", "summary.json")
+
+
+def trained_runs(runs_dir: str | Path, configs: Mapping[str, str]) -> set[str]:
+    """The runs of ``configs`` ({run key: its run.yaml text}) already trained with that config: all
+    of :data:`RUN_FILES` are in ``<runs_dir>/<key>/`` and its run.yaml is the text given. The
+    workflow leaves them to no rule, so no job retrains them: a pack job would retrain its finished
+    members (Snakemake deletes a job's outputs before running it), and changing ``pack`` would
+    retrain everything. A run whose config changed is not trained (its run.yaml differs)."""
+    trained = set()
+    for key, text in configs.items():
+        run_dir = Path(runs_dir) / key
+        if all((run_dir / f).is_file() for f in RUN_FILES) and (run_dir / "run.yaml").read_text() == text:
+            trained.add(key)
+    return trained
+
+
 def assign_packs(runs: Mapping[str, RunSpec], trained: Collection[str] = ()) -> dict[str, list[str]]:
     """Packs of the registry's runs: ``{"<experiment>/<group>/pack<k>": [run keys]}``, only packs
     of two or more runs (the others keep one job per run).

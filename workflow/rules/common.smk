@@ -12,7 +12,7 @@ from fedmgda.claims import parse_claims
 from fedmgda.catalog import DATASETS, OFFLINE_DATASETS, RAW_FOLDERS
 from fedmgda.experiments import RegistryError, item_spec, validate_runs
 from fedmgda.experiments import expand as expand_registry
-from fedmgda.packs import assign_packs, pack_resources, pack_rule_name
+from fedmgda.packs import RUN_FILES, assign_packs, pack_resources, pack_rule_name, trained_runs
 from fedmgda.specs import spec_to_json
 
 try:
@@ -111,26 +111,15 @@ def run_config_text(key):
     return yaml.safe_dump(cfg, sort_keys=True, allow_unicode=True)
 
 
-RUN_FILES = ("run.yaml", "metrics.csv", "per_user.csv", "summary.json")
-
-
-def is_trained(key):
-    """A run whose files all exist and whose run.yaml is today's config. No rule makes its files,
-    so no job retrains it: a pack job would retrain its finished members (Snakemake deletes a
-    job's outputs before running it), and changing `pack` would retrain everything. Delete the
-    run's folder to retrain it."""
-    run_dir = Path(RUNS_DIR) / key
-    return (all((run_dir / f).is_file() for f in RUN_FILES)
-            and (run_dir / "run.yaml").read_text() == run_config_text(key))
-
-
-TRAINED = {k for k in REG.runs if is_trained(k)}
+# runs already trained with today's config: no job makes their files, since a pack job would
+# retrain its finished members (fedmgda.packs.trained_runs); delete a run's folder to retrain it
+TRAINED = trained_runs(RUNS_DIR, {k: run_config_text(k) for k in REG.runs})
 try:
     # runs trained together, one job per pack (resources.<dataset>.pack; fedmgda.packs)
     PACKS = assign_packs(REG.runs, trained=TRAINED)
 except ValueError as err:
     raise WorkflowError(f"invalid experiment registry: {err}") from None
-# the runs rule `train` may make: neither trained nor in a pack (a rule without wildcards wins)
+# the runs that `train` (one job per run) may make: neither trained nor in a pack
 SINGLE_RUNS = sorted(set(REG.runs) - TRAINED - {k for keys in PACKS.values() for k in keys})
 
 
