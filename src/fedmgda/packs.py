@@ -105,13 +105,10 @@ def assign_packs(runs: Mapping[str, RunSpec], trained: Collection[str] = ()) -> 
     8 + 1), so a group's packs finish at about the same time. Deterministic: the result depends
     only on the run keys and configs, not on the order of ``runs``.
 
-    ``trained``: runs whose outputs already exist (the workflow passes those with a
-    ``summary.json``). They are cut into packs like the others, then left out of their pack, so
-    adding seeds to an experiment trains only the new runs: a pack job would otherwise retrain
-    its finished members, since Snakemake deletes a job's outputs before running it. A pack keeps
-    its name and its other members whatever finishes elsewhere, so a job that re-reads the
-    Snakefile on a cluster node finds the same pack rule (its own members are not trained yet);
-    a run's numbers never depend on its pack (:mod:`fedmgda.scheduler`).
+    ``trained`` (:func:`trained_runs`): cut into packs like the others, then left out of their
+    pack. A pack keeps its name and its other members whatever finishes elsewhere, so a job that
+    re-reads the Snakefile on a cluster node finds the same pack rule (its own members are not
+    trained yet); a run's numbers never depend on its pack (:mod:`fedmgda.scheduler`).
     """
     trained = set(trained)
     groups: dict[str, list[str]] = {}
