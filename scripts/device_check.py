@@ -269,10 +269,12 @@ def fairness_registry(args: argparse.Namespace):
     from fedmgda.experiments import expand, load_config, validate_runs
 
     config = load_config(str(ROOT / args.config))
-    if args.experiment not in config["experiments"]:
-        raise SystemExit(f"device_check: {args.config} has no experiment {args.experiment}")
-    config["experiments"] = {args.experiment: config["experiments"][args.experiment]}  # its runs are the same
-    config.update(rounds=args.rounds, seeds=args.seeds, only=[args.experiment], device=args.device,
+    names = experiment_names(args.experiment)
+    unknown = [name for name in names if name not in config["experiments"]]
+    if unknown:
+        raise SystemExit(f"device_check: {args.config} has no experiment {', '.join(unknown)}")
+    config["experiments"] = {name: config["experiments"][name] for name in names}  # their runs are the same
+    config.update(rounds=args.rounds, seeds=args.seeds, only=names, device=args.device,
                   raw_dir=args.raw_dir, allow_download=False)
     if fmnist_files_present(args.raw_dir):
         note = f"real F-MNIST files in {args.raw_dir}/fmnist"
@@ -280,15 +282,33 @@ def fairness_registry(args: argparse.Namespace):
             config["run_overrides"] = {**(config.get("run_overrides") or {}), "participation": 0.02}
             note += "; dry mode: 2 clients a round (participation 0.02)"
     elif args.dry:  # the offline digits data in their place
-        config["settings"][config["experiments"][args.experiment]["setting"]]["dataset"] = "digits"
+        for name in names:
+            config["settings"][config["experiments"][name]["setting"]]["dataset"] = "digits"
         note = f"no F-MNIST files in {args.raw_dir}/fmnist: the offline digits data in their place (dry mode)"
     else:
         raise SystemExit(f"device_check: the F-MNIST files are not in {args.raw_dir}/fmnist ({', '.join(FMNIST_FILES)}); "
                          f"carry resources/raw/fmnist or pass --raw-dir")
     registry = expand(config)
     validate_runs(registry)
-    by_seed = {seed: [row.runs[i] for row in registry.rows[args.experiment]] for i, seed in enumerate(args.seeds)}
+    by_seed = {seed: list(dict.fromkeys(row.runs[i] for name in names for row in registry.rows[name]))  # shared runs once
+               for i, seed in enumerate(args.seeds)}
     return registry, by_seed, note
+
+
+def experiment_names(text: str) -> list[str]:
+    """--experiment: one experiment of the registry, or several separated by commas."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def pack_groups(keys: list[str], registry) -> list[list[str]]:
+    """The keys split into the groups that may share a process (``fedmgda.packs.pack_group``:
+    FedProx's proximal term, another batch size or model train apart), in order of first key."""
+    from fedmgda.packs import pack_group
+
+    groups: dict[str, list[str]] = {}
+    for key in keys:
+        groups.setdefault(pack_group(registry.runs[key].config), []).append(key)
+    return list(groups.values())
 
 
 def round_estimate(bench_text: str, runs: int, rounds: int) -> float | None:
@@ -362,7 +382,7 @@ def child_fairness(args: argparse.Namespace) -> int:
     done_before = [seed for seed in args.seeds if seed not in todo]
     if done_before:
         print(f"seeds finished before (resumed folders): {done_before}", flush=True)
-    pack_no, rate = 0, None  # rate: measured seconds per run-round of the last pack
+    pack_no, rate = 1, None  # rate: measured seconds per run-round of the last pack
     while todo:
         left = args.deadline - time.time()
         if left < 45:
@@ -377,7 +397,6 @@ def child_fairness(args: argparse.Namespace) -> int:
                 break
         seeds, todo = todo[:size], todo[size:]
         keys = [k for seed in seeds for k in by_seed[seed] if not (work / "runs" / k / "summary.json").exists()]
-        pack_no += 1
         for key in keys:  # the workflow's partition job: fedmgda partition ... --out <key>.npz
             spec = registry.runs[key]
             if spec.partition is not None and not (work / "partitions" / f"{spec.partition}.npz").exists():
@@ -385,17 +404,23 @@ def child_fairness(args: argparse.Namespace) -> int:
                 workflow(["partition", "--dataset", info["dataset"], "--partition", info["partition"] or "",
                           "--seed", str(info["seed"]), "--options", json.dumps(info["options"]), "--raw-dir", info["raw_dir"],
                           "--out", str(work / "partitions" / f"{spec.partition}.npz")])
-        threads = pack_resources([registry.runs[k] for k in keys])["threads"]
-        print(f"[fairness] pack {pack_no}: seeds {seeds}, {len(keys)} runs, {left:.0f} s left", flush=True)
-        log = work / "logs" / f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}_pack{pack_no}.log"
-        rc, wall = train_pack(keys, registry, work, args.deadline, threads, log)
-        if rc is None:
-            print(f"[fairness] pack {pack_no} stopped at the deadline after {wall:.0f} s (checkpoints every 50 rounds)", flush=True)
-            break
-        if rc != 0:
-            print(f"[fairness] pack {pack_no} failed (exit {rc})", flush=True)
-            return rc
-        rate = wall / (len(keys) * args.rounds)
+        total = 0.0
+        for group in pack_groups(keys, registry):
+            threads = pack_resources([registry.runs[k] for k in group])["threads"]
+            print(f"[fairness] pack {pack_no}: seeds {seeds}, {len(group)} runs, {args.deadline - time.time():.0f} s left",
+                  flush=True)
+            log = work / "logs" / f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}_pack{pack_no}.log"
+            rc, wall = train_pack(group, registry, work, args.deadline, threads, log)
+            total += wall
+            if rc is None:
+                print(f"[fairness] pack {pack_no} stopped at the deadline after {wall:.0f} s (checkpoints every 50 rounds)",
+                      flush=True)
+                return 0
+            if rc != 0:
+                print(f"[fairness] pack {pack_no} failed (exit {rc})", flush=True)
+                return rc
+            pack_no += 1
+        rate = total / (len(keys) * args.rounds)
     return 0
 
 
@@ -486,12 +511,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="where part 3 trains (partitions/, runs/, logs/; checkpoints for a later --resume)")
     parser.add_argument("--resume", help="a fairness_runs.tar.gz of an earlier check: unpacked into --work first "
                         "(keep --work inside the repository, as its default is: the checkpoints name their partition file by it)")
-    parser.add_argument("--report", metavar="TAR", help="no GPU needed: the experiment's table and claims from the finished "
-                        "runs of a fairness_runs.tar.gz (with --rounds and --seeds as the check ran them), written to --out")
+    parser.add_argument("--report", metavar="TAR", nargs="+", help="no GPU needed: the experiments' tables, figures and claims "
+                        "from the finished runs of one or more fairness_runs.tar.gz (with --rounds and --seeds as the checks ran "
+                        "them, all seeds of all tars), written to --out")
     parser.add_argument("--seeds", type=int, nargs="+", help="part 3's seeds (default: the experiment's, then the paper's 1 5000 6000 9000)")
     parser.add_argument("--rounds", type=int, help="part 3's rounds (default 2000; dry: 2)")
     parser.add_argument("--config", default="config/fmnist.yaml")
-    parser.add_argument("--experiment", default="fmnist_core")
+    parser.add_argument("--experiment", default="fmnist_core", help="part 3's experiment of --config, or several separated by commas "
+                        "(their shared runs trained once; runs that cannot share a process, such as FedProx's, in packs of their own)")
     parser.add_argument("--pytest-k", help='pytest -k expression (default "cuda or dropout"; dry: "cuda", which all skip)')
     parser.add_argument("--bench-args", help="bench_rounds.py's arguments (default: --device cuda --rounds 2 --pack 8 "
                                              "--fraction-of shakespeare_b10=0.01)")
@@ -504,26 +531,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def report_runs(args: argparse.Namespace) -> int:
-    """``--report TAR``: the experiment's tables and claims (``fedmgda.tables``, ``fedmgda.claims``:
-    the workflow's table and claims rules) on the runs of a check's ``fairness_runs.tar.gz``, unpacked
+    """``--report TAR [TAR ...]``: the experiments' tables, figures and claims (``fedmgda.tables``,
+    ``fedmgda.figures``, ``fedmgda.claims``: the workflow's table, figure and claims rules) on the runs of a check's ``fairness_runs.tar.gz``, unpacked
     into --out/runs; the registry is config/fmnist.yaml with ``rounds``, ``seeds`` and ``only`` set as
-    ``snakemake --config`` would set them. Writes <table>.md/.csv and claims.md/.csv to --out."""
+    ``snakemake --config`` would set them. Writes <table>.md/.csv, <figure>.pdf/.png and claims.md/.csv to --out."""
     from fedmgda.claims import parse_claims, write_claims
     from fedmgda.experiments import expand, item_spec, load_config
+    from fedmgda.figures import make_figure
     from fedmgda.tables import write_table
 
     if not args.rounds or not args.seeds:
         print("device_check: --report needs --rounds and --seeds (those the check ran)", file=sys.stderr)
         return 2
     out = Path(args.out).resolve()
-    with tarfile.open(args.report) as tar:
-        tar.extractall(out, filter="data")
+    for path in args.report:  # several checks' runs (other seeds of the same experiments) together
+        with tarfile.open(path) as tar:
+            tar.extractall(out, filter="data")
     config = load_config(str(ROOT / args.config))
-    config.update(rounds=args.rounds, seeds=args.seeds, only=[args.experiment], device="cuda")
+    names = experiment_names(args.experiment)
+    config.update(rounds=args.rounds, seeds=args.seeds, device="cuda")
+    every = expand({**config, "only": None})  # the tables and figures that show only these experiments' runs
+    shown = [item for item, spec in {**every.tables, **every.figures}.items() if set(spec.experiments) <= set(names)]
+    config["only"] = names + shown
     registry = expand(config)
     for name, spec in registry.tables.items():
         write_table(item_spec(registry, spec), out / "runs", out / f"{name}.csv", out / f"{name}.md")
         print((out / f"{name}.md").read_text())
+    for name, spec in registry.figures.items():
+        make_figure(item_spec(registry, spec), out / "runs", out / f"{name}.pdf", out / f"{name}.png")
+        print(f"{name}: {out / name}.png")
     claims = parse_claims(config, registry)
     if claims:
         write_claims(claims, out / "runs", out / "claims.csv", out / "claims.md", f"{registry.profile}, {args.experiment} on the GPU")
@@ -534,7 +570,7 @@ def report_runs(args: argparse.Namespace) -> int:
 def default_seeds(config: str, experiment: str) -> list[int]:
     import yaml
 
-    seeds = (yaml.safe_load((ROOT / config).read_text())["experiments"][experiment].get("seeds") or [1])
+    seeds = (yaml.safe_load((ROOT / config).read_text())["experiments"][experiment_names(experiment)[0]].get("seeds") or [1])
     return [int(s) for s in seeds] + [s for s in PAPER_SEEDS if s not in seeds]
 
 

@@ -54,3 +54,35 @@ def test_the_real_mode_refuses_a_machine_without_a_gpu(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "no CUDA device" in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def load_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("device_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["device_check"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_several_experiments_share_their_runs_and_train_apart_what_cannot_pack(tmp_path):
+    """--experiment a,b: the runs both show are planned once, in the grids' order; FedProx and
+    MGDA-Prox (a proximal term) get packs of their own, every other run of a seed one pack."""
+    import argparse
+
+    check = load_script()
+    assert check.experiment_names(" fmnist_table8, fmnist_fig6 ,") == ["fmnist_table8", "fmnist_fig6"]
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    args = argparse.Namespace(config="config/fmnist.yaml", experiment="fmnist_table8,fmnist_fig6", rounds=2, seeds=[1, 5000],
+                              device="cpu", raw_dir=str(raw), dry=True)
+    registry, by_seed, _ = check.fairness_registry(args)
+    keys = by_seed[1]
+    assert len(keys) == len(set(keys)) == 7 + 4  # Figure 6's epsilon = 1 is Table 8's FedMGDA, planned once
+    assert not set(keys) & set(by_seed[5000])
+    groups = check.pack_groups(keys, registry)
+    alone = sorted(key.split("/")[1] for group in groups if len(group) == 1 for key in group)
+    assert alone == ["fedprox", "mgda_prox"] and len(groups) == 3 and sum(map(len, groups)) == len(keys)
+    with pytest.raises(SystemExit, match="has no experiment nope"):
+        check.fairness_registry(argparse.Namespace(**{**vars(args), "experiment": "fmnist_core,nope"}))

@@ -119,3 +119,13 @@ def test_paired_interval_is_students_t_and_shows_in_the_tables(tmp_path):
     table = verdict_table(read_claims(tmp_path / "c.csv"))
     lo3, hi3 = paired_interval(1.0, 0.5, 3)
     assert f"[{lo3:+.2f}, {hi3:+.2f}]" in table and "95 % interval" in table
+
+
+def test_a_loss_sized_gap_keeps_its_digits(tmp_path):
+    """A training-loss difference of 0.006 shows as +0.0060, not +0.01 ± 0.00."""
+    from fedmgda.claims import verdict_table
+
+    rows = [{"claim": "c_loss", "expected": "A >= B", "measured": "m", "verdict": "holds", "note": "", "n_seeds": 3,
+             "diff_mean": 0.00596, "diff_std": 0.0015, "diff_min": 0.00503, "diff_max": 0.0078}]
+    pd.DataFrame.from_records(rows).to_csv(tmp_path / "c.csv", index=False)
+    assert "+0.0060 ± 0.0015 (+0.0050 to +0.0078), n = 3" in verdict_table(read_claims(tmp_path / "c.csv"))

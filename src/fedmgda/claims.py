@@ -567,10 +567,12 @@ def verdict_table(df: pd.DataFrame, pattern: str | None = None) -> str:
     for _, r in rows.iterrows():
         if r["diff_mean"] != "":
             mean, sd, n = float(r["diff_mean"]), float(r["diff_std"]), int(r["n_seeds"])
-            measured = (f"{mean:+.2f} ± {sd:.2f} ({float(r['diff_min']):+.2f} to {float(r['diff_max']):+.2f}), n = {n}")
+            low_seed, high_seed = float(r["diff_min"]), float(r["diff_max"])
+            d = 2 if max(abs(mean), sd, abs(low_seed), abs(high_seed)) >= 0.1 else 4  # a loss gap of 0.006 stays visible
+            measured = f"{mean:+.{d}f} ± {sd:.{d}f} ({low_seed:+.{d}f} to {high_seed:+.{d}f}), n = {n}"
             if n > 1:
                 low, high = paired_interval(mean, sd, n)
-                measured += f"; [{low:+.2f}, {high:+.2f}]"
+                measured += f"; [{low:+.{d}f}, {high:+.{d}f}]"
         else:
             measured = str(r["measured"])
         verdict = f"*{r['verdict']}*" + (f" ({r['note']})" if r["note"] else "")

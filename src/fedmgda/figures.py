@@ -125,7 +125,7 @@ def plot_curves(spec: FigureSpec, runs_dir: Path, ax: plt.Axes) -> None:
 def _inset(ax: plt.Axes, drawn: list[tuple], last: int) -> None:
     """An inset of the curves' last ``last`` rounds on their own y range."""
     end = max(mean.index.max() for mean, *_ in drawn)
-    inset = ax.inset_axes([0.42, 0.42, 0.3, 0.3])
+    inset = ax.inset_axes([0.4, 0.22, 0.35, 0.3])  # below a top-right legend, above a falling curve
     lo, hi = np.inf, -np.inf
     for mean, std, style, colour in drawn:
         m, s = mean[mean.index > end - last], std[std.index > end - last]
