@@ -17,6 +17,8 @@ TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 CORES ?= 2
 SNAKEMAKE_ARGS ?=
 PYTEST_ARGS ?=
+# pytest-xdist workers for make test (one per core); TEST_WORKERS=0 runs the tests in one process
+TEST_WORKERS ?= $(CORES)
 T ?=
 REPORT ?= results/paper/snakemake-report.zip
 BENCH_ARGS ?= --only cifar10_b10_p0.1 fmnist_b10_p0.1 --rounds 1
@@ -65,8 +67,12 @@ report: setup
 dry-run: setup
 	$(PY) -m snakemake -n --quiet rules $(SNAKEMAKE_ARGS)
 
+# Two pytest sessions: every test but the Slurm ones on TEST_WORKERS workers, then the Slurm ones.
+# They install Slurm's clients and stop their cluster, after which every Snakemake start waits
+# ~9 s on scontrol (tests/conftest.py); exit 5 = no test selected (PYTEST_ARGS named other tests).
 test: setup
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --maxschedchunk 2 -m "not slurm" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m slurm $(PYTEST_ARGS) || test $$? -eq 5
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow and not slurm and not realdata" $(PYTEST_ARGS)

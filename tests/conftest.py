@@ -1,16 +1,23 @@
-"""Session-wide test order: the Slurm tests run last.
+"""Session-wide test order: the longest test first, the Slurm tests last.
 
 tests/slurm/cluster.sh installs Slurm's client tools and stops its one-node cluster afterwards.
 From then on, every Snakemake start imports the Slurm executor plugin, which runs
 ``scontrol show config`` at import and waits for the stopped controller until its 10 s timeout
 (snakemake_executor_plugin_slurm.job_status_query.get_min_job_age): on a fresh CI machine,
 running the Slurm tests first made every later ``snakemake`` call in the suite about 9 s slower.
+``make test`` runs them in a session of their own, after the others.
+
+Under pytest-xdist (``make test``: one worker per core) a long test that starts late finishes
+alone on one worker; Table 7 on the real Adult files (several minutes) therefore starts first.
 """
 
 from __future__ import annotations
 
 import pytest
 
+LONGEST = "test_table7_real.py"
+
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.get_closest_marker("slurm") is not None)  # stable: the rest keep their order
+    # stable: the rest keep their order
+    items.sort(key=lambda item: (item.get_closest_marker("slurm") is not None, item.path.name != LONGEST))
