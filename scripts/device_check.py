@@ -532,9 +532,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def report_runs(args: argparse.Namespace) -> int:
     """``--report TAR [TAR ...]``: the experiments' tables, figures and claims (``fedmgda.tables``,
-    ``fedmgda.figures``, ``fedmgda.claims``: the workflow's table, figure and claims rules) on the runs of a check's ``fairness_runs.tar.gz``, unpacked
-    into --out/runs; the registry is config/fmnist.yaml with ``rounds``, ``seeds`` and ``only`` set as
-    ``snakemake --config`` would set them. Writes <table>.md/.csv, <figure>.pdf/.png and claims.md/.csv to --out."""
+    ``fedmgda.figures``, ``fedmgda.claims``: the workflow's table, figure and claims rules) on the
+    runs of one or more checks' ``fairness_runs.tar.gz``, unpacked into --out/runs; the registry is
+    config/fmnist.yaml with ``rounds``, ``seeds`` and ``only`` set as ``snakemake --config`` would
+    set them. Writes <table>.md/.csv, <figure>.pdf/.png and claims.md/.csv to --out."""
     from fedmgda.claims import parse_claims, write_claims
     from fedmgda.experiments import expand, item_spec, load_config
     from fedmgda.figures import make_figure
