@@ -27,7 +27,7 @@ import torch
 from fedmgda.catalog import LOCAL_TESTS, SORTS, shard_geometry
 from fedmgda.data.base import DataError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: meta carries content_hash; sort 'quicksort' is the fixed order of numpy_1_17_argsort
 
 
 @dataclass
@@ -87,6 +87,18 @@ class Partition:
 
     def user_indices(self, u: int) -> np.ndarray:
         return np.concatenate([self.train[u], self.val[u], self.test[u]])
+
+    def content_hash(self) -> str:
+        """sha256 of the index lists themselves (every user's train, val and test, in order, as
+        little-endian int64) and the user names: equal on every machine exactly when the
+        partitions are index for index the same."""
+        h = hashlib.sha256()
+        for part in (self.train, self.val, self.test):
+            h.update(np.asarray([len(a) for a in part], dtype="<i8").tobytes())
+            for idxs in part:
+                h.update(np.ascontiguousarray(idxs, dtype="<i8").tobytes())
+        h.update(json.dumps(self.users).encode())
+        return h.hexdigest()
 
 
 # --------------------------------------------------------------------------- per-user split
@@ -308,6 +320,7 @@ def save_partition(partition: Partition, path: str | Path) -> Path:
         "options": _jsonable(partition.options),
         "fingerprint": partition.fingerprint,
         "users": partition.users,
+        "content_hash": partition.content_hash(),
     }
     arrays = {"meta": np.array(json.dumps(meta, sort_keys=True))}
     for part in ("train", "val", "test"):
@@ -334,14 +347,21 @@ def load_partition(path: str | Path) -> Partition:
         meta = json.loads(str(z["meta"]))
         if meta.get("format_version") != FORMAT_VERSION:
             raise DataError(f"partition file {path} has format {meta.get('format_version')}, "
-                            f"expected {FORMAT_VERSION}; rebuild it")
+                            f"expected {FORMAT_VERSION} (format 1 files made with sort 'quicksort' "
+                            "depended on the machine's numpy); delete it to rebuild it: "
+                            f"rm {shlex.quote(str(path))}")
         parts = {}
         for part in ("train", "val", "test"):
             sizes, flat = z[f"{part}_sizes"], z[f"{part}_idx"]
             parts[part] = np.split(flat, np.cumsum(sizes)[:-1]) if len(sizes) else []
-    return Partition(dataset=meta["dataset"], scheme=meta["scheme"], seed=meta["seed"],
-                     options=meta["options"], fingerprint=meta["fingerprint"],
-                     users=meta["users"], **parts)
+    partition = Partition(dataset=meta["dataset"], scheme=meta["scheme"], seed=meta["seed"],
+                          options=meta["options"], fingerprint=meta["fingerprint"],
+                          users=meta["users"], **parts)
+    if partition.content_hash() != meta["content_hash"]:
+        raise DataError(f"partition file {path} is corrupt: its index lists hash to "
+                        f"{partition.content_hash()[:16]}..., its header says {meta['content_hash'][:16]}...; "
+                        f"delete it to rebuild it: rm {shlex.quote(str(path))}")
+    return partition
 
 
 def check_partition(partition: Partition, path, dataset: str, scheme: str, seed: int,
