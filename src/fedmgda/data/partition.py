@@ -26,6 +26,7 @@ import torch
 
 from fedmgda.catalog import LOCAL_TESTS, SORTS, shard_geometry
 from fedmgda.data.base import DataError
+from fedmgda.data.legacy_sort import numpy_1_17_argsort
 
 FORMAT_VERSION = 2  # 2: meta carries content_hash; sort 'quicksort' is the fixed order of numpy_1_17_argsort
 
@@ -125,12 +126,16 @@ def iid_partition(num_items: int, num_users: int, seed: int) -> list[np.ndarray]
 
 
 def sort_by_label(labels: np.ndarray, n: int, sort: str = "stable") -> np.ndarray:
-    """Image ids 0..n-1 in label order. ``quicksort`` is the authors' call (its within-class order
-    depends on the numpy version / CPU); ``stable`` keeps ascending ids within a class."""
+    """Image ids 0..n-1 in label order, the same on every machine. ``stable`` keeps ascending ids
+    within a class; ``quicksort`` is the authors' call, ``np.argsort`` with numpy's default kind,
+    in the order their numpy (1.17) gave it (:func:`numpy_1_17_argsort`; today's numpy orders a
+    class differently on each CPU family, docs/protocol.md §1.3)."""
     if sort not in SORTS:
         raise DataError(f"sort must be {' or '.join(map(repr, SORTS))}, not {sort!r}")
-    labels = np.asarray(labels)[:n]
-    return np.arange(n, dtype=np.int64)[np.argsort(labels, kind=sort)]
+    labels = np.asarray(labels, dtype=np.int64)[:n]
+    if sort == "quicksort":
+        return numpy_1_17_argsort(labels)
+    return np.argsort(labels, kind="stable")
 
 
 def shard_partition(labels, num_users: int, num_shards: int, shard_size: int, seed: int,
