@@ -1,7 +1,8 @@
 """Reading a run's results: the one home of what tables, figures and claims read from a run folder.
 
 A run folder (``results/<profile>/runs/<run key>/``) holds ``summary.json`` (``status``, the run
-config, and the statistics known when it trained), ``per_user.csv`` (every user's test accuracy
+config, the statistics known when it trained and, since issue 41, the ``environment`` stamp of
+``fedmgda.provenance``), ``per_user.csv`` (every user's test accuracy
 and loss at the stored rounds), ``per_user_final.csv`` (the same of the final model, which is the
 average of the iterates for AFL) and ``metrics.csv``. A *source* names one number of a run:
 

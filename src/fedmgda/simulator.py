@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fedmgda import checkpoints
+from fedmgda import checkpoints, provenance
 from fedmgda.algorithms import ClientRound, RoundContext
 from fedmgda.attacks import force_attacker, loss_bias, loss_scale
 from fedmgda.catalog import get_algorithm, make_algorithm
@@ -184,6 +184,7 @@ class _State:
     diverged_round: int | None = None
     failure: tuple[int, str] | None = None  # (round, message) of a hook that broke its contract
     diverged_because: str | None = None  # why: weights or test loss not finite, or no finite report
+    made_under: dict[str, Any] | None = None  # the environment stamp of the checkpoint resumed from
 
 
 class Simulation:
@@ -226,6 +227,7 @@ class Simulation:
         self._last_losses: tuple | None = None  # (w, its version, users, losses): round t's post is round t+1's pre
         self.test_sizes = np.array(data.test_sizes())
         self.inputs = self._run_inputs()
+        self.environment = provenance.environment_stamp(self.device, data.partition_hash)
 
     def _run_inputs(self) -> RunInputs:
         """What this run's requests carry (``RunInputs``), built once."""
@@ -421,6 +423,7 @@ class Simulation:
             "participants_per_round": self.per_round,
             "final": None,
             "protocol": None,
+            "environment": self.environment,
         }
         average = cfg.final_model == "average" or (cfg.final_model == "auto" and self.algorithm_info.averages_iterates)
         final_w = state.iterate_sum / cfg.rounds if average else w
@@ -444,6 +447,7 @@ class Simulation:
             "rows": state.rows,
             "per_user_rows": [checkpoints.frame_columns(frame) for frame in state.per_user_rows],
             "elapsed": state.elapsed,
+            "environment": self.environment,
         }
         with writing(out / CHECKPOINT) as tmp, open(tmp, "wb") as file:  # atomic: a kill leaves the previous checkpoint intact
             torch.save(payload, file)  # to a Python file: a full disk is an OSError (torch's own writer says "iostream error")
@@ -462,6 +466,9 @@ class Simulation:
                   "this run restarts from round 0", flush=True)
             return None
         print(f"{out}: resuming from its checkpoint (round {state.next_round} of {self.cfg.rounds} done)", flush=True)
+        note = provenance.resume_note(state.made_under, self.environment)
+        if note:
+            print(f"{out}: {note}", flush=True)
         return state
 
     def _read_checkpoint(self, path: Path) -> _State:
@@ -482,6 +489,7 @@ class Simulation:
             rows=payload["rows"],
             per_user_rows=[checkpoints.frame(columns) for columns in payload["per_user_rows"]],
             elapsed=payload["elapsed"],
+            made_under=payload.get("environment") if isinstance(payload.get("environment"), dict) else None,
         )
 
 

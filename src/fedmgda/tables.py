@@ -16,7 +16,8 @@ the paper's std (its own seed spread), or the table's ``tolerance`` for that col
 (e.g. Table 7's PhD column: one of its 181 test rows is 0.55 points). Paper and reproduced numbers live in separate columns; a row the
 paper has but the registry does not run is listed as "not run", a row without a paper value
 says so, and a row with a diverged seed shows "diverged (k/n seeds)" instead of a number (a seed
-whose algorithm broke a hook's contract, "failed (k/n seeds)").
+whose algorithm broke a hook's contract, "failed (k/n seeds)"). The markdown ends with a footer
+saying where its runs were made (their environment stamps, ``fedmgda.provenance``).
 
 A column may be bound to one experiment (``column_experiment``): a table spanning two datasets
 (q-FFL's Table 2) is built per experiment and its parts joined on the row key (:func:`join_parts`).
@@ -35,6 +36,7 @@ from typing import Any
 import pandas as pd
 
 from fedmgda.metrics import display_scale
+from fedmgda.provenance import footer
 from fedmgda.results import read_summary, run_value, seed_stats
 from fedmgda.specs import Row, TableSpec
 
@@ -340,5 +342,13 @@ def write_table(spec: TableSpec, runs_dir: str | Path, out_csv: str | Path, out_
         markdown = to_markdown(df, spec)
     Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(out_csv, index=False)
-    Path(out_md).write_text(markdown)
+    Path(out_md).write_text(markdown + environment_footer(spec, runs_dir))
     return df
+
+
+def environment_footer(spec: TableSpec, runs_dir: str | Path) -> str:
+    """Where the table's runs were made (``fedmgda.provenance.footer``), after a rule."""
+    runs = dict.fromkeys(run for row in spec.rows for run in row.runs)  # a run in two rows counts once
+    folders = [Path(runs_dir) / run for run in runs if (Path(runs_dir) / run / "summary.json").is_file()]
+    text = footer([read_summary(folder).get("environment") for folder in folders])
+    return f"\n---\n\n{text}\n" if text else ""

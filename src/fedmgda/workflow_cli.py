@@ -85,7 +85,8 @@ def cmd_figure(args: argparse.Namespace) -> int:
 
 
 def cmd_runs_index(args: argparse.Namespace) -> int:
-    """One line per run: experiments, status, rounds, runtime, device (the report's run times)."""
+    """One line per run: experiments, status, rounds, runtime, device (the report's run times) and
+    environment stamp (JSON; empty for a run trained before stamping, ``fedmgda.provenance``)."""
     import pandas as pd
 
     registry = json.loads(_json_text(args.registry))
@@ -96,7 +97,8 @@ def cmd_runs_index(args: argparse.Namespace) -> int:
                         "dataset": info["dataset"], "algorithm": info["algorithm"],
                         "seed": info["seed"], "status": summary.get("status"),
                         "rounds_completed": summary.get("rounds_completed"),
-                        "runtime_s": summary.get("runtime_s"), "device": summary.get("device")})
+                        "runtime_s": summary.get("runtime_s"), "device": summary.get("device"),
+                        "environment": json.dumps(summary["environment"]) if summary.get("environment") else ""})
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame.from_records(records).to_csv(args.out, index=False)
     print(f"{len(records)} runs -> {args.out}")

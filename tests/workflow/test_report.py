@@ -59,3 +59,36 @@ def test_the_claims_summary_is_the_reports_first_output():
         tree = ast.parse(source)
         assert "display(" not in source and "print(" not in source, source[:80]
         assert not (tree.body and isinstance(tree.body[-1], ast.Expr)), f"a cell before the claims shows a value: {source[:80]!r}"
+
+
+def test_the_report_says_where_its_runs_were_made(tmp_path):
+    """runs_index.csv carries each run's environment stamp, and the report's section "Where these
+    results were made" shows the footer of them (``fedmgda.provenance.footer``)."""
+    import pandas as pd
+
+    from fedmgda.workflow_cli import main
+
+    from .conftest import write_run
+
+    stamp = {"fedmgda": "0.1.0", "commit": None, "dirty": None, "python": "3.11.7", "torch": "2.14.1",
+             "numpy": "2.4.6", "cvxopt": None, "device": "cpu", "cuda": None, "gpu": None, "cpu": "AMD EPYC",
+             "isa": "x86-64-v4", "torch_isa": "AVX512", "threads": 2, "partition_hash": None}
+    runs = tmp_path / "runs"
+    for key in ("new", "old"):
+        folder = write_run(runs, key, [0.5])
+        if key == "new":
+            summary = json.loads((folder / "summary.json").read_text())
+            (folder / "summary.json").write_text(json.dumps({**summary, "environment": stamp}))
+    registry = {key: {"experiments": ["e"], "dataset": "d", "algorithm": "fedavg", "seed": 1} for key in ("new", "old")}
+    (tmp_path / "registry.json").write_text(json.dumps(registry))
+    assert main(["runs-index", "--runs-dir", str(runs), "--registry", str(tmp_path / "registry.json"),
+                 "--out", str(tmp_path / "runs_index.csv")]) == 0
+
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    heading = next(i for i, c in enumerate(cells) if "".join(c["source"]).startswith("## Where these results were made"))
+    shown = []
+    namespace = {"index": pd.read_csv(tmp_path / "runs_index.csv"), "json": json, "pd": pd,
+                 "display": shown.append, "Markdown": str}
+    exec("".join(cells[heading + 1]["source"]), namespace)
+    assert shown == ["Made with fedmgda 0.1.0, Python 3.11.7, torch 2.14.1, numpy 2.4.6, cvxopt None on cpu, AMD EPYC "
+                     "(x86-64-v4), 2 threads.\n\n1 runs carry no environment stamp (trained before stamping)."]

@@ -265,3 +265,32 @@ def test_a_two_experiment_table_without_a_paper_shows_reproduced_numbers_only(ru
     assert df.loc["afl", "PhD repro_mean"] == pytest.approx(60.0) and df.loc["afl", "all repro_mean"] == pytest.approx(80.0)
     assert not any(c.endswith((" paper", " verdict", " diff")) for c in df.columns)
     assert df.loc["extra", "status"] == "adult: not in its grid" and df.loc["extra", "PhD reproduced"] == "not run"
+
+
+def test_a_tables_markdown_ends_with_where_its_runs_were_made(tmp_path):
+    """Each distinct environment stamp of the table's runs with its number of runs (a run in two
+    rows counts once), and the runs trained before stamping; the csv is left as it was."""
+    runs = tmp_path / "runs"
+    stamp = {"fedmgda": "0.1.0", "commit": "0123456789abcdef", "dirty": True, "python": "3.11.7", "torch": "2.14.1",
+             "numpy": "2.4.6", "cvxopt": "1.3.3", "device": "cpu", "cuda": None, "gpu": None, "cpu": "AMD EPYC",
+             "isa": "x86-64-v4", "torch_isa": "AVX512", "threads": 2, "partition_hash": "c0ffee" * 10}
+    stamps = {"a/seed0": stamp, "a/seed1": stamp, "b/seed0": {**stamp, "device": "cuda:0", "gpu": "NVIDIA H100",
+                                                            "cuda": "13.0"}, "b/seed1": None}
+    for key, env in stamps.items():
+        folder = write_run(runs, key, [0.8, 0.7])
+        summary = json.loads((folder / "summary.json").read_text())
+        (folder / "summary.json").write_text(json.dumps({**summary, **({"environment": env} if env else {})}))
+    rows = [_row("a", "A", "fedavg", ["a/seed0", "a/seed1"]), _row("b", "B", "fedavg", ["b/seed0", "b/seed1"]),
+            _row("a again", "A'", "fedavg", ["a/seed0"])]
+    spec = _spec("t", rows, {"Average": "final.mean_acc"})
+    df = write_table(spec, runs, tmp_path / "t.csv", tmp_path / "t.md")
+    md = (tmp_path / "t.md").read_text()
+    footer = md.split("\n---\n", 1)[1]
+    assert md.startswith(to_markdown(df, spec))
+    assert "Made in 2 environments:" in footer
+    assert ("- fedmgda 0.1.0 (0123456, modified), Python 3.11.7, torch 2.14.1, numpy 2.4.6, cvxopt 1.3.3 on cpu, "
+            "AMD EPYC (x86-64-v4), 2 threads (2 runs)") in footer
+    assert "on cuda:0 (NVIDIA H100, CUDA 13.0), AMD EPYC (x86-64-v4), 2 threads (1 runs)" in footer
+    assert "Partitions (sha256): 1 distinct: c0ffeec0ffee." in footer
+    assert "1 runs carry no environment stamp (trained before stamping)." in footer
+    assert "environment" not in (tmp_path / "t.csv").read_text()

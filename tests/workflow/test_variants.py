@@ -11,7 +11,7 @@ import pytest
 from fedmgda.config import RunConfig
 from fedmgda.experiments import RUN_FIELDS, RegistryError, expand, item_spec, load_config
 from fedmgda.specs import Row, TableSpec
-from fedmgda.tables import variants_markdown, write_table
+from fedmgda.tables import environment_footer, variants_markdown, write_table
 from fedmgda.variants import VariantError, apply_readings, catalog, get_variant
 
 from .conftest import REPO, write_run
@@ -148,7 +148,8 @@ def test_variants_table_on_fixture_runs(tmp_path):
     assert list(df["reading"]) == ["shifted_ids", "domain_rows"] and list(df["chosen"]) == [True, False]
     assert list(df["Uniform verdict"]) == ["within (1 seed)", "outside (1 seed)"]
     md = (tmp_path / "t.md").read_text()
-    assert md == variants_markdown(df, spec)
+    assert md == variants_markdown(df, spec) + environment_footer(spec, runs)
+    assert md.endswith("\n---\n\n2 runs carry no environment stamp (trained before stamping).\n")
     assert "### adult_client_rows" in md and "| shifted_ids ✓ | domain_rows |" in md
     assert "| AFL [bias 0] | 83.26 / 77.90 / 83.32 | 83.26 / 77.90 / 83.32 *within* | 76.90 / 77.90 / 83.32 |" in md
     assert "| rows within the band | | 1/1 | 0/1 |" in md

@@ -28,6 +28,7 @@ class FederatedDataset:
     num_classes: number of output classes of the model.
     global_test: named global test sets (e.g. CIFAR-10's 10 000-image test set, Adult's
                  uniform / PhD / non-PhD sets), each a pair (x, y); evaluated on the global model.
+    partition_hash: the partition's ``Partition.content_hash`` (None: users given in memory).
     """
 
     name: str
@@ -37,6 +38,7 @@ class FederatedDataset:
     test_idx: list[torch.Tensor]
     num_classes: int
     global_test: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    partition_hash: str | None = None
 
     def __post_init__(self) -> None:
         if len(self.train_idx) != len(self.test_idx):
@@ -66,4 +68,5 @@ class FederatedDataset:
             test_idx=[i.to(device) for i in self.test_idx],
             num_classes=self.num_classes,
             global_test={k: (gx.to(device), gy.to(device)) for k, (gx, gy) in self.global_test.items()},
+            partition_hash=self.partition_hash,
         )

@@ -181,5 +181,5 @@ def load_federated(name: str, raw_dir: str | Path, partition: str | None = None,
             save_partition(part, partition_file)
     return FederatedDataset(
         name=name, x=raw.x, y=raw.y, train_idx=list(part.train), test_idx=list(part.test),
-        num_classes=spec.num_classes, global_test=dict(raw.global_test),
+        num_classes=spec.num_classes, global_test=dict(raw.global_test), partition_hash=part.content_hash(),
     )
