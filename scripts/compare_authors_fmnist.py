@@ -1,6 +1,7 @@
 """Check the package's F-MNIST pipeline against the authors' own code, item by item.
 
     git clone https://github.com/watml/Fed-MGDA /tmp/Fed-MGDA      # outside this repository
+    export NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR"  # numpy 2.4 on x86-64 (docs/protocol.md §8.19)
     python scripts/compare_authors_fmnist.py --authors /tmp/Fed-MGDA/main --seeds 1 5000 6000
 
 The authors' functions are imported from the folder given (their code never enters this
@@ -35,6 +36,9 @@ from fedmgda.data import load_federated
 from fedmgda.data.fmnist import read_all
 from fedmgda.data.partition import split_user
 from fedmgda.models import CNNFashion
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run_authors_fmnist import require_authors_sort  # noqa: E402  (the harness beside this script)
 
 
 def authors_partition(sampling, labels: np.ndarray, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -85,6 +89,7 @@ def main() -> None:
     parser.add_argument("--raw-dir", default="resources/raw", help="resources/raw, with the four files in fmnist/")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 5000, 6000])
     args = parser.parse_args()
+    require_authors_sort()
     sys.path.insert(0, str(Path(args.authors).resolve()))
     import models  # the authors' main/models.py
     import sampling  # the authors' main/sampling.py

@@ -3,6 +3,7 @@
     git clone https://github.com/watml/Fed-MGDA /tmp/Fed-MGDA        # outside this repository
     mkdir -p /tmp/Fed-MGDA/data/fmnist/FashionMNIST/raw && cp resources/raw/fmnist/*.gz "$_" && gunzip -kf "$_"/*.gz
     pip install --target /tmp/authors-site quadprog tensorboardX tqdm  # the authors' imports
+    export NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR"  # numpy 2.4 on x86-64: their sort's order (docs/protocol.md §8.19)
     PYTHONPATH=/tmp/authors-site python scripts/lockstep_authors_fmnist.py rounds --authors /tmp/Fed-MGDA/main --seed 1 --rounds 5
     PYTHONPATH=/tmp/authors-site python scripts/lockstep_authors_fmnist.py masks --authors /tmp/Fed-MGDA/main --seed 1 --draws 200
 
@@ -57,8 +58,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import math
 import os
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -69,6 +72,8 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from fedmgda.config import RunConfig
+from fedmgda.data import DATASET_SPECS, Partition, make_partition, save_partition
+from fedmgda.data.registry import load_raw, resolve_options
 from fedmgda.scheduler import derived_seed, run_packed
 from fedmgda.simulator import Simulation
 
@@ -79,13 +84,13 @@ FIGURE3_ON_FMNIST = ["--dataset=fmnist", "--model=cnn", "--iid=0", "--local_bs=1
                      "--local_ep=1", "--frac=0.1", "--num_users=100", "--epsilon=0", "--normalize=0"]
 
 
-def package_config(seed: int, rounds: int, raw_dir: str, batched: bool) -> RunConfig:
+def package_config(seed: int, rounds: int, raw_dir: str, batched: bool, partition_file: str | None = None) -> RunConfig:
     """The package's run of the authors' FedAvg on F-MNIST (config/fmnist.yaml's
     ``fmnist_shards_authors_sort`` setting), every user evaluated after the last round only."""
     return RunConfig(dataset="fmnist", algorithm="fedavg", partition="shards", dataset_options={"sort": "quicksort"},
                      raw_dir=raw_dir, batch_size=10, local_lr=0.01, momentum=0.5, participation=0.1, rounds=rounds,
                      seed=seed, eval_every=rounds, per_user_every=rounds, track_improvement=False, batched=batched,
-                     device="cpu", checkpoint_every=0)
+                     device="cpu", checkpoint_every=0, partition_file=partition_file)
 
 
 def without_dropout(sim: Simulation) -> Simulation:
@@ -105,7 +110,72 @@ def in_dtype(sim: Simulation, dtype: torch.dtype) -> Simulation:
 
 
 def lockstep_simulation(args, batched: bool) -> Simulation:
-    return in_dtype(without_dropout(Simulation(package_config(args.seed, args.rounds, args.raw_dir, batched))), args.dtype)
+    """The package's side; with ``args.inputs`` (a recording's), fed the recorded inputs."""
+    inputs = getattr(args, "inputs", None)
+    if inputs is None:
+        return in_dtype(without_dropout(Simulation(package_config(args.seed, args.rounds, args.raw_dir, batched))), args.dtype)
+    with tempfile.TemporaryDirectory() as tmp:
+        part_file = save_partition(recorded_partition(inputs, args.seed, args.raw_dir), Path(tmp) / "partition.npz")
+        sim = Simulation(package_config(args.seed, args.rounds, args.raw_dir, batched, str(part_file)))
+    return in_dtype(without_dropout(fed(sim, inputs)), args.dtype)
+
+
+# ------------------------------------------------------------------ the inputs a recording carries
+PARTS = ("train", "val", "test")
+
+
+def recorded_inputs(sim: Simulation, partition: Partition) -> dict[str, torch.Tensor]:
+    """What both codes were fed, saved with a recording so that the package can be fed it again on
+    any machine: the partition's index lists, each round's participants and every participant's
+    minibatch order (its positions, all minibatches in a row)."""
+    rounds = sim.cfg.rounds
+    participants = [sim.participants(t) for t in range(rounds)]
+    inputs = {f"{part}_{what}": torch.from_numpy(values) for part in PARTS
+              for what, values in zip(("sizes", "idx"), flat(getattr(partition, part)))}
+    inputs["participants"] = torch.tensor(participants)
+    orders = [torch.tensor([i for batch in minibatches(sim, t, u) for i in batch]) for t in range(rounds) for u in participants[t]]
+    inputs["order_sizes"], inputs["order_idx"] = (torch.from_numpy(a) for a in flat(orders))
+    return inputs
+
+
+def flat(lists) -> tuple[np.ndarray, np.ndarray]:
+    return (np.asarray([len(a) for a in lists], dtype=np.int64),
+            np.concatenate([np.asarray(a, dtype=np.int64) for a in lists]))
+
+
+def unflat(inputs: dict[str, torch.Tensor], name: str) -> list[np.ndarray]:
+    sizes, values = inputs[f"{name}_sizes"].numpy(), inputs[f"{name}_idx"].numpy()
+    return np.split(values, np.cumsum(sizes)[:-1])
+
+
+def recorded_partition(inputs: dict[str, torch.Tensor], seed: int, raw_dir: str) -> Partition:
+    """The recording's partition, with the metadata of the package's own ``sort: quicksort`` one."""
+    options = resolve_options(DATASET_SPECS["fmnist"], package_config(seed, 1, raw_dir, batched=True).dataset_options)
+    return Partition(dataset="fmnist", scheme="shards", seed=seed, options=options,
+                     fingerprint=load_raw("fmnist", raw_dir, options).fingerprint(),
+                     **{part: unflat(inputs, part) for part in PARTS})
+
+
+def fed(sim: Simulation, inputs: dict[str, torch.Tensor]) -> Simulation:
+    """``sim`` drawing its participants and minibatch orders from ``inputs`` instead of its seed
+    (the orders are looked up by the client's seed, ``derived_seed(seed, round, user)``)."""
+    participants = inputs["participants"].tolist()
+    keys = [derived_seed(sim.cfg.seed, t, u) for t, users in enumerate(participants) for u in users]
+    orders = dict(zip(keys, (torch.from_numpy(o) for o in unflat(inputs, "order"))))
+    trainer, width = sim.trainer, sim.trainer.hparams.batch_size
+
+    def batch_order(n: int, generator: torch.Generator) -> list[torch.Tensor]:
+        return list(orders[generator.initial_seed()].split(width))
+
+    def padded_batches(idx: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        n = len(idx)
+        padded = torch.full((math.ceil(n / width) * width,), -1, dtype=torch.long)
+        padded[:n] = idx[orders[generator.initial_seed()]]
+        return padded.view(-1, width)
+
+    sim.participants = lambda t: participants[t]
+    trainer.batch_order, trainer.padded_batches = batch_order, padded_batches
+    return sim
 
 
 def minibatches(sim: Simulation, t: int, user: int) -> list[list[int]]:
@@ -244,6 +314,7 @@ def authors_record(args) -> tuple[dict[int, torch.Tensor], np.ndarray]:
                              f"{recorded['dtype']}; run with those options")
         return dict(zip(recorded["rounds_kept"].tolist(), recorded["models"])), recorded["accuracies"].numpy()
     sim = lockstep_simulation(args, batched=True)
+    inputs = recorded_inputs(sim, make_partition("fmnist", args.raw_dir, "shards", args.seed, sim.cfg.dataset_options))
     models, accuracies = authors_rounds(args.authors, sim, dropout=False, dtype=args.dtype)
     theirs = {t + 1: w for t, w in enumerate(models)}
     if args.record is not None:
@@ -251,8 +322,14 @@ def authors_record(args) -> tuple[dict[int, torch.Tensor], np.ndarray]:
             raise SystemExit("--record keeps float64 runs only (--dtype float64)")
         kept = [1, args.rounds]
         torch.save({"seed": args.seed, "rounds": args.rounds, "dtype": str(args.dtype), "rounds_kept": torch.tensor(kept),
-                    "models": torch.stack([theirs[t] for t in kept]), "accuracies": torch.from_numpy(accuracies)}, args.record)
+                    "models": torch.stack([theirs[t] for t in kept]), "accuracies": torch.from_numpy(accuracies),
+                    "inputs": inputs}, args.record)
     return theirs, accuracies
+
+
+def recording_inputs(recorded: Path | None) -> dict[str, torch.Tensor] | None:
+    """The inputs a recording carries (``recorded_inputs``), to feed the package; None without one."""
+    return None if recorded is None else torch.load(recorded, weights_only=True)["inputs"]
 
 
 PATHS = {False: "reference", True: "batched"}
@@ -388,6 +465,7 @@ def main() -> None:
     args.authors = args.authors.resolve() if args.authors is not None else None
     args.raw_dir = str(Path(args.raw_dir).resolve())
     if args.command == "rounds":
+        args.inputs = recording_inputs(args.recorded)
         args.dtype = getattr(torch, args.dtype)
         args.rtol = args.rtol if args.rtol is not None else (1e-10 if args.dtype == torch.float64 else 1e-5)
     sys.exit(check_rounds(args) if args.command == "rounds" else check_masks(args))

@@ -3,6 +3,7 @@
     git clone https://github.com/watml/Fed-MGDA /tmp/Fed-MGDA        # outside this repository
     mkdir -p /tmp/Fed-MGDA/data/fmnist/FashionMNIST/raw && cp resources/raw/fmnist/*.gz "$_" && gunzip -kf "$_"/*.gz
     pip install quadprog tensorboardX tqdm                            # the authors' imports
+    export NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR"  # numpy 2.4 on x86-64: their sort's order (§8.19)
     python scripts/run_authors_fmnist.py run --authors /tmp/Fed-MGDA/main --seed 1 \\
         --out results/fmnist/authors -- --epsilon=0 --normalize=0
     python scripts/run_authors_fmnist.py compare --authors-runs results/fmnist/authors \\
@@ -50,6 +51,7 @@ import pandas as pd
 import torch
 
 from fedmgda.claims import paired_interval
+from fedmgda.data.legacy_sort import numpy_1_17_argsort
 
 FIGURE3_ON_FMNIST = ["--dataset=fmnist", "--model=cnn", "--iid=0", "--local_bs=10", "--lr=0.01",
                      "--local_ep=1", "--epochs=200", "--frac=0.1", "--num_users=100"]
@@ -94,11 +96,26 @@ def speed_up(utils, tensorboardX) -> None:
     tensorboardX.SummaryWriter = NullWriter
 
 
+def require_authors_sort() -> None:
+    """Stop unless this numpy's default ``argsort`` leaves equal labels in the order the authors'
+    numpy (1.17) did: their ``main/sampling.py`` sorts with it, and only then is their partition
+    the package's ``sort: quicksort`` (docs/protocol.md §8.19). Current numpy gets there with its
+    SIMD sorts switched off before it is imported."""
+    labels = np.random.RandomState(0).randint(0, 10, 5000)
+    if not np.array_equal(np.argsort(labels), numpy_1_17_argsort(labels)):
+        umath = getattr(np, "_core", getattr(np, "core", None))._multiarray_umath
+        targets = " ".join(getattr(umath, "__cpu_dispatch__", []))
+        raise SystemExit(f"numpy {np.__version__} on this CPU sorts equal labels otherwise than the authors' numpy 1.17, "
+                         f"so their code would build another partition; rerun with NPY_DISABLE_CPU_FEATURES=\"{targets}\" "
+                         "(docs/protocol.md §8.19)")
+
+
 @contextlib.contextmanager
 def authors_modules(authors: Path):
     """The authors' ``main/`` on the import path and as working directory (their data paths,
     '../data/fmnist/' and '../logs', are relative to it); their modules forgotten afterwards, so a
-    second use imports them afresh."""
+    second use imports them afresh. Stops first if their label sort would not be numpy 1.17's."""
+    require_authors_sort()
     cwd, path = os.getcwd(), list(sys.path)
     os.chdir(authors)
     sys.path.insert(0, str(authors))

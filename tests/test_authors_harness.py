@@ -94,3 +94,20 @@ def test_transformed_dataset_gives_the_same_samples(harness):
     once = harness.Transformed(source)
     assert [(x.tolist(), y) for x, y in (once[0], once[1], once[1])] == [([0.0] * 3, 3), ([1.0] * 3, 1), ([1.0] * 3, 1)]
     assert source.calls == 2 and once.targets == [3, 1]
+
+
+def test_the_authors_code_runs_only_where_numpy_sorts_as_theirs_did(harness, monkeypatch):
+    """Their sampling.py builds the shards with numpy's default argsort: on a numpy that leaves
+    equal labels in another order than numpy 1.17 the harness stops and names the switch."""
+    from fedmgda.data.legacy_sort import numpy_1_17_argsort
+
+    def another_machines_order(keys, *args, **kwargs):  # sorted, each class in descending id order
+        return np.lexsort((-np.arange(len(keys)), np.asarray(keys)))
+
+    monkeypatch.setattr(np, "argsort", another_machines_order)
+    with pytest.raises(SystemExit, match="NPY_DISABLE_CPU_FEATURES"):
+        harness.require_authors_sort()
+    with pytest.raises(SystemExit), harness.authors_modules(Path("/nonexistent")):
+        pass
+    monkeypatch.setattr(np, "argsort", lambda keys, *a, **k: numpy_1_17_argsort(keys))
+    harness.require_authors_sort()
