@@ -327,7 +327,8 @@ def _score_series(vals: list[float], claim: ClaimSpec) -> float:
 
 
 def decide(scores: list[float], kind: str, spread: float | None = None) -> tuple[str, str]:
-    """Verdict and a note from the judged units' scores (see the module docstring)."""
+    """Verdict and a note from the judged units' scores, ties already settled by :func:`tie`
+    (see the module docstring)."""
     s = np.asarray(scores, dtype=float)
     n = len(s)
     if n == 0:
