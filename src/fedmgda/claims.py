@@ -14,8 +14,8 @@ A claim names the paper's sentence (``paper``, ``source``), the runs it is judge
   ordered by a hyper-parameter (``epsilon``; implied defaults such as FedMGDA's epsilon = 1 count)
   or by ``attack`` (the attack's value, e.g. the bias).
 - ``compare``:
-    * ``identical``: |A - B| <= ``tolerance`` (default 1e-6) at every seed; with ``select``, every
-      row equals every other within it. A deterministic claim: any seed off means "fails".
+    * ``identical``: |A - B| <= ``tolerance`` (default 1e-6; ties below) at every seed; with
+      ``select``, every row equals every other within it. A deterministic claim: any seed off means "fails".
     * ``at_least``: A - B >= ``margin`` (default 0).
     * ``close``: |A - B| <= ``tolerance``.
     * ``monotone``: ``direction`` increasing | decreasing along ``by``, every step allowed to go the
@@ -31,7 +31,11 @@ A claim names the paper's sentence (``paper``, ``source``), the runs it is judge
 Verdict. Each judged unit (a seed when paired, the means otherwise) gets a score s whose sign says
 whether the claim holds there (at_least: s = A - B - margin; close / identical: s = tolerance -
 |A - B|; monotone: the smallest step in the claimed direction + tolerance, or the total change -
-margin if smaller, margin defaulting to a hair above 0). Paired, over n seeds with mean m and sample std sd (ddof 1) of s:
+margin if smaller, margin defaulting to a hair above 0). A score within the float resolution of the
+statistics it compares, |s| <= 1e-5 x their size + 1e-9 (:data:`FLOAT_RTOL`, :func:`tie`), is a
+tie, exactly 0: another machine may put it on either side. A tie holds (A - B >= margin, |A - B| <=
+tolerance, a monotone step) except for a monotone total change without a margin, which must be
+positive: a flat series is no trend. Paired, over n seeds with mean m and sample std sd (ddof 1) of s:
 
 - ``holds``: every s >= 0 and (n = 1 or m >= sd);
 - ``fails``: every s < 0 and (n = 1 or -m >= sd);
@@ -69,7 +73,16 @@ SERIES_KINDS = ("identical", "monotone")
 KINDS = ("identical", "at_least", "close", "monotone")
 SOURCE_RE = re.compile(r"^(final|protocol)\.[A-Za-z0-9_]+$|^final_(user|others)\.[0-9]+$|^metrics\.[A-Za-z0-9_]+$")
 VERDICTS = ("holds", "fails", "inconclusive", "not run")
-FLAT = 1e-9  # monotone without a margin: the total change first -> last must exceed this
+FLAT = 1e-9  # a hair above 0: a monotone total change without a margin must exceed it (and tie's floor)
+# The float resolution of a compared statistic, relative to its size (plus FLAT, for statistics
+# near 0): a score within it is a tie, exactly 0 (:func:`tie`). Runs train in float32 (machine
+# epsilon 1.2e-7), and a run's statistics move from one CPU to another: the committed quick
+# claims.csv against a rerun on another machine, a 3-seed mean train loss by 8e-7 relative, and the
+# FedMGDA runs at epsilon 0.5 and 1 on iid users (equal in exact arithmetic: the bound is inactive)
+# from equal to -3.7e-10 apart (2 ulps in 37 of 100 rounds' losses). 1e-5 is 10x the former and far
+# below any difference a claim is about (0.01 pp is one test example in 10 000; the quick profile's
+# smallest deciding difference is 3e-3 on a loss of 0.17, 2e-2 relative).
+FLOAT_RTOL = 1e-5
 
 
 class ClaimError(RegistryError):
@@ -284,25 +297,38 @@ def row_values(row: Row, claim: ClaimSpec, runs_dir: Path) -> tuple[dict[int, fl
     return values, missing
 
 
+def tie(score: float, *values: float) -> float:
+    """``score``, a comparison of the statistics ``values`` (s >= 0 on the claimed side), or exactly
+    0.0 -- a tie -- when |score| <= FLOAT_RTOL * max |values| + FLAT: within the float resolution
+    of those statistics, where another machine may land on either side. Every score is settled by
+    it; a tie holds for ">=" and "<=" (at_least, close, identical, a monotone step) and fails for
+    the one strict ">" (a monotone total change without a margin: a flat series is no trend)."""
+    resolution = FLOAT_RTOL * max((abs(v) for v in values), default=0.0) + FLAT
+    return 0.0 if abs(score) <= resolution else score
+
+
 def _score_pair(a: float, b: float, claim: ClaimSpec) -> float:
     d = a - b
     if claim.compare == "at_least":
-        return d - (claim.margin or 0.0)
-    return claim.tolerance - abs(d)
+        return tie(d - (claim.margin or 0.0), a, b)
+    return tie(claim.tolerance - abs(d), a, b)
 
 
 def _score_series(vals: list[float], claim: ClaimSpec) -> float:
     if claim.compare == "identical":
-        return claim.tolerance - (max(vals) - min(vals))
+        return tie(claim.tolerance - (max(vals) - min(vals)), *vals)
     sign = 1.0 if claim.direction == "increasing" else -1.0
-    steps = [sign * (b - a) for a, b in zip(vals, vals[1:], strict=False)]
-    # a flat series is not a trend: the total change must be positive (or >= margin when given)
-    margin = claim.margin if claim.margin is not None else FLAT
-    return min(min(steps) + claim.tolerance, sign * (vals[-1] - vals[0]) - margin)
+    steps = [tie(sign * (b - a) + claim.tolerance, a, b) for a, b in zip(vals, vals[1:], strict=False)]
+    total = sign * (vals[-1] - vals[0])
+    if claim.margin is not None:
+        return min(min(steps), tie(total - claim.margin, vals[0], vals[-1]))
+    # a flat series is not a trend: the total change, a tie counting as 0, must be positive
+    return min(min(steps), tie(total, vals[0], vals[-1]) - FLAT)
 
 
 def decide(scores: list[float], kind: str, spread: float | None = None) -> tuple[str, str]:
-    """Verdict and a note from the judged units' scores (see the module docstring)."""
+    """Verdict and a note from the judged units' scores, ties already settled by :func:`tie`
+    (see the module docstring)."""
     s = np.asarray(scores, dtype=float)
     n = len(s)
     if n == 0:
@@ -323,18 +349,19 @@ def decide(scores: list[float], kind: str, spread: float | None = None) -> tuple
                             "more seeds would decide")
 
 
-def judge_differences(differences: list[float], margin: float = 0.0) -> dict[str, Any]:
+def judge_differences(differences: list[float], margin: float = 0.0, size: float = 0.0) -> dict[str, Any]:
     """The one rule (:func:`decide`) applied to paired differences A - B, one per seed, for a
     comparison that no claim runs (e.g. a script's package-against-authors gap): "A - B >= margin".
-    Returns n, mean, sd (ddof 1), the interval mean ± sd, the seeds on the claimed side, the
-    verdict and its note."""
+    ``size``: the magnitude of A and B, for the float resolution (:func:`tie`). Returns n, mean,
+    sd (ddof 1), the interval mean ± sd, the seeds on the claimed side, the verdict and its note."""
     d = np.asarray([x for x in differences if not math.isnan(x)], dtype=float)
-    verdict, note = decide(list(d - margin), "at_least")
+    scores = np.asarray([tie(x - margin, size) for x in d], dtype=float)
+    verdict, note = decide(list(scores), "at_least")
     n = len(d)
     mean = float(d.mean()) if n else math.nan
     sd = float(d.std(ddof=1)) if n > 1 else 0.0
     return {"n": n, "mean": mean, "sd": sd, "low": mean - sd, "high": mean + sd,
-            "on_side": int((d >= margin).sum()), "verdict": verdict, "note": note}
+            "on_side": int((scores >= 0).sum()), "verdict": verdict, "note": note}
 
 
 def paired_interval(mean: float, sd: float, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -451,7 +478,8 @@ def evaluate_claim(c: ClaimSpec, runs_dir: str | Path) -> dict[str, Any]:
                        diff_min=float(d.min()), diff_max=float(d.max()))
         b_text = f"threshold {bm:g}" if const is not None else f"B {bm:.2f}±{bsd:.2f}"
         measured = f"A {am:.2f}±{asd:.2f}, {b_text}"
-        if diffs and c.compare == "at_least" and all(d == 0 for d in diffs):
+        if diffs and c.compare == "at_least" and all(
+                tie(per_row[0][s] - per_row[1][s], per_row[0][s], per_row[1][s]) == 0 for s in complete):
             note_extra = "; ".join(x for x in (note_extra, "A equals B at every seed (a tie)") if x)
         if c.seeds == "mean":
             spread = math.sqrt(asd ** 2 + bsd ** 2)
@@ -494,7 +522,8 @@ def to_markdown(df: pd.DataFrame, profile: str = "") -> str:
              "A = first row, B = second (or a threshold); values in % (pp) for accuracies. Paired "
              "differences are per seed (shared initial model and participants). *inconclusive*: the "
              "seeds straddle the threshold or the mean margin is below its seed std (more seeds would "
-             "decide). See docs/workflow.md.", "",
+             "decide). A difference within the float resolution of its values (10⁻⁵ relative) is a tie. "
+             "See docs/workflow.md.", "",
              "| Claim | Paper source | Expected | Measured (mean ± std over seeds) | Verdict |",
              "|---|---|---|---|---|"]
     for _, r in df.iterrows():

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import jsonschema
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -19,7 +20,9 @@ from fedmgda.claims import (
     claim_runs,
     decide,
     evaluate,
+    judge_differences,
     parse_claims,
+    tie,
     to_markdown,
     write_claims,
 )
@@ -204,6 +207,81 @@ def test_a_flat_series_is_not_a_trend(tmp_path):
     assert verdict_of(tmp_path / "flat", {"m": mono}, {k: [1.0, 1.0, 1.0] for k in keys})["m"] == "fails"
     falling = dict(zip(keys, ([0.9, 0.8, 0.9], [0.85, 0.75, 0.88], [0.8, 0.7, 0.85]), strict=True))
     assert verdict_of(tmp_path / "down", {"m": mono}, falling)["m"] == "holds"
+
+
+# ---- ties: a difference below the float resolution of its statistic decides nothing (issue 41)
+TIES = {"ge": claim(scale=1), "le": claim(a="fedavg", b="fedmgda_plus *", scale=1),
+        "close": claim(compare="close", scale=1), "ident": claim(compare="identical", tolerance=0.0, scale=1)}
+
+
+@pytest.mark.parametrize("d, expected", [
+    (-3.7e-10, "holds holds holds holds"),  # another machine's float noise on a loss of ~0.5: a tie
+    (0.0, "holds holds holds holds"),
+    (3.7e-10, "holds holds holds holds"),
+    (1e-3, "holds fails fails fails"),  # well above the resolution: decides as before
+    (-1e-3, "fails holds fails fails"),
+])
+def test_a_difference_within_float_resolution_is_a_tie(tmp_path, d, expected):
+    b = [0.5, 0.4, 0.6]
+    v = verdict_of(tmp_path, TIES, {PLUS: [x + d for x in b], "fedavg": b})
+    assert " ".join(v[k] for k in TIES) == expected
+
+
+EPS_SERIES = {"source": "Fig 1 (d)", "paper": "interpolation", "experiment": "eps", "select": "fedmgda*",
+              "by": "epsilon", "direction": "increasing", "quantity": "metrics.train_loss", "window": {"last": 3},
+              "compare": "monotone"}
+
+
+@pytest.mark.parametrize("d, expected", [(-3.7e-10, "holds"), (0.0, "holds"), (3.7e-10, "holds"), (-1e-3, "fails")])
+def test_epsilon_interpolates_loss_iid_does_not_flip_on_float_noise(tmp_path, d, expected):
+    # the quick profile's iid series: epsilon 0.5 and 1 equal in exact arithmetic, -3.7e-10 apart on one CPU
+    vals = {"fedmgda epsilon=0": [0.1437], "fedmgda epsilon=0.5": [0.1489], "fedmgda": [0.1489 + d]}
+    v = verdict_of(tmp_path, {"m": EPS_SERIES}, vals, seeds=(1,), loss=lambda v: [9.0] * 7 + [v] * 3)
+    assert v["m"] == expected
+    flat = {k: [0.1489 + d * (i - 1)] for i, k in enumerate(vals)}  # a flat series stays no trend
+    assert verdict_of(tmp_path / "flat", {"m": EPS_SERIES}, flat, seeds=(1,), loss=lambda v: [9.0] * 7 + [v] * 3)["m"] == "fails"
+
+
+def test_judge_differences_settles_ties():
+    assert judge_differences([-3.7e-10] * 3, size=0.5)["verdict"] == judge_differences([0.0] * 3)["verdict"] == "holds"
+    assert judge_differences([-1e-3] * 3, size=0.5)["verdict"] == "fails"
+    assert tie(-3.7e-10, 0.5) == 0.0 and tie(-1e-3, 0.5) == -1e-3
+
+
+def perturb(runs: Path, rng: np.random.Generator, rel: float = 1e-9) -> None:
+    """Another machine: every statistic of every run x (1 + u), |u| <= rel, u drawn per value."""
+    for path in runs.rglob("summary.json"):
+        summary = json.loads(path.read_text())
+        for section in ("final", "protocol"):
+            summary[section]["mean_acc"] *= 1 + rng.uniform(-rel, rel)
+        path.write_text(json.dumps(summary))
+        metrics = pd.read_csv(path.parent / "metrics.csv")
+        for col in ("train_loss", "improved_loss"):
+            metrics[col] *= 1 + rng.uniform(-rel, rel, len(metrics))
+        metrics.to_csv(path.parent / "metrics.csv", index=False)
+
+
+def test_verdicts_do_not_change_on_another_machine(tmp_path):
+    """Every kind, with ties (equal rows, an equal monotone step, a flat series) and clear cases;
+    every statistic perturbed by up to 1e-9, then 1e-6, relative: the same verdicts."""
+    flat_bias = {"source": "T7", "paper": "drops", "experiment": "bias", "select": "afl * bias=*", "by": "attack",
+                 "direction": "decreasing", "quantity": "final.mean_acc", "compare": "monotone"}
+    claims = dict(TIES, up=claim(), down=claim(a="fedavg", b="fedmgda_plus *"), mean=claim(seeds="mean"),
+                  threshold=claim(b=50), eps=EPS_SERIES, eps_ident=dict(EPS_SERIES, compare="identical"),
+                  flat=flat_bias, flat_ident=dict(flat_bias, compare="identical"))
+    keys = [f"afl gamma_lambda=0.5 gamma_w=0.01 bias={b}" for b in (0, 1, 10)]
+    values = {PLUS: [0.5, 0.4, 0.6], "fedavg": [0.5, 0.4, 0.6], **{k: [0.5, 0.5, 0.5] for k in keys},
+              "fedmgda epsilon=0": [0.1437] * 3, "fedmgda epsilon=0.5": [0.1489] * 3, "fedmgda": [0.1489] * 3}
+    specs, df, runs = setup(tmp_path, claims, values, loss=lambda v: [9.0] * 7 + [v] * 3)
+    here = df.set_index("claim")["verdict"]
+    assert {k: here[k] for k in ("ge", "le", "close", "ident", "up", "down", "eps", "flat", "flat_ident")} == {
+        "ge": "holds", "le": "holds", "close": "holds", "ident": "holds", "up": "holds", "down": "holds",
+        "eps": "holds", "flat": "fails", "flat_ident": "holds"}  # ties: >= and <= hold, a flat series is no trend
+    rng = np.random.default_rng(41)
+    for rel in (1e-9,) * 3 + (1e-6,) * 3:  # a few ulps averaged; a run's loss between two CPUs (8e-7)
+        perturb(runs, rng, rel)
+        there = evaluate(specs, runs).set_index("claim")["verdict"]
+        assert there.to_dict() == here.to_dict()
 
 
 def test_metrics_window_and_constant_threshold(tmp_path):
