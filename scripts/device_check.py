@@ -6,17 +6,20 @@ printed as well.
     python scripts/device_check.py --dry --out DIR      # the same parts on the CPU, tiny (< 1 min)
     python scripts/device_check.py --parts fairness --resume DIR/fairness_runs.tar.gz   # go on
 
-Parts, in order (files under --out, at most 6, all at its top level):
+Parts, in order (files under --out, at most 7, all at its top level):
 
 0. ``env``: GPU, driver, torch / CUDA / cuDNN versions, which modules import (``env.txt``).
-1. ``pytest_cuda``: the tests that exercise CUDA (``-k "cuda or dropout"`` in the test files that
+1. ``same_results``: this machine's environment stamp (``fedmgda.provenance``, per device) and the
+   tests every machine must pass alike (issue 41): golden partition hashes and the recorded lockstep
+   with the authors' code, on the real F-MNIST files of --raw-dir (``same_results.txt``).
+2. ``pytest_cuda``: the tests that exercise CUDA (``-k "cuda or dropout"`` in the test files that
    test for a CUDA device: batched/sequential updates, CUDA graphs with the F-MNIST CNN's dropout,
    CNN reproducibility, local terms, a whole run); a CUDA test that skips on a CUDA machine fails
    the part (``pytest_cuda.txt``).
-2. ``bench_rounds``: ``benchmarks/bench_rounds.py --device cuda --pack 8`` over the paper's
+3. ``bench_rounds``: ``benchmarks/bench_rounds.py --device cuda --pack 8`` over the paper's
    settings, with the projected wall time of the whole paper DAG; on a time-out the projection is
    made from the settings measured so far (``bench_rounds.txt``).
-3. ``fairness``: the F-MNIST fairness core (``fmnist_core`` of config/fmnist.yaml: FedAvg,
+4. ``fairness``: the F-MNIST fairness core (``fmnist_core`` of config/fmnist.yaml: FedAvg,
    FedMGDA+, FedAvg-n, FedMGDA on real F-MNIST shards) at the paper's 2 000 rounds, seeds in the
    paper's order (1, 5000, 6000, 9000), packed on the GPU, as many seeds per pack as the measured
    F-MNIST round time lets finish, packs until the time is up. The runs come from the experiment
@@ -54,13 +57,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("env", "pytest_cuda", "bench_rounds", "fairness")
+PARTS = ("env", "same_results", "pytest_cuda", "bench_rounds", "fairness")
 STATUSES = ("ok", "partial", "failed", "timeout", "skipped")  # partial: the deadline stopped runs (resumable)
 PAPER_SEEDS = (1, 5000, 6000, 9000)  # Tables 8-11, Figures 3-4 (docs/protocol.md §6.1)
 FMNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
                 "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
 # what each part imports beyond the standard library (the GPU image lacks cvxopt: carry its wheel)
-NEEDS = {"pytest_cuda": ("torch", "numpy", "pandas", "yaml", "cvxopt", "pytest"),
+NEEDS = {"same_results": ("torch", "numpy", "pandas", "yaml", "cvxopt", "pytest"),
+         "pytest_cuda": ("torch", "numpy", "pandas", "yaml", "cvxopt", "pytest"),
          "bench_rounds": ("torch", "numpy", "pandas", "yaml", "cvxopt"),
          "fairness": ("torch", "numpy", "pandas", "yaml", "cvxopt")}
 OPTIONAL = ("matplotlib", "seaborn", "sklearn", "h5py", "scipy", "snakemake", "jsonschema", "tabulate", "papermill")
@@ -190,7 +194,35 @@ def env_note(text: str) -> str:
     return "; ".join(bits)
 
 
-# --------------------------------------------------------------------------- part 1: CUDA tests
+# --------------------------------------------------------------------------- part 1: same results
+# the tests that must pass on any machine (issue 41): golden partition hashes and the recorded
+# lockstep with the authors' code, fed the inputs it carries
+SAME_RESULTS_TESTS = ("tests/data/test_machine_independent.py", "tests/data/test_authors_lockstep.py")
+
+
+def child_same_results(raw_dir: str) -> int:
+    """This machine's environment stamp (fedmgda.provenance) per device, then the same-results tests
+    on the real F-MNIST files of ``raw_dir`` (those tests skip where the files are absent)."""
+    import torch
+
+    from fedmgda.provenance import environment_stamp
+
+    for device in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
+        print(f"environment stamp ({device}): {json.dumps(environment_stamp(device), sort_keys=True)}", flush=True)
+    env = dict(os.environ, FEDMGDA_FMNIST_DIR=str((ROOT / raw_dir / "fmnist").resolve()))
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *SAME_RESULTS_TESTS],
+                          cwd=ROOT, env=env).returncode
+
+
+def same_results_note(text: str) -> str:
+    stamp = re.search(r"^environment stamp \(cpu\): (.*)$", text, re.M)
+    tally = re.findall(r"^=*\s*(\d+ (?:passed|failed).*?) in [\d.]+s", text, re.M)
+    cpu = json.loads(stamp.group(1)) if stamp else {}
+    return "; ".join(filter(None, [tally[-1] if tally else "no pytest tally",
+                                   cpu and f"{cpu.get('cpu')} ({cpu.get('isa')}), numpy {cpu.get('numpy')}, torch {cpu.get('torch')}"]))
+
+
+# --------------------------------------------------------------------------- part 2: CUDA tests
 def cuda_test_files() -> list[str]:
     """Test files (tests/*.py) that test for a CUDA device: where the CUDA tests are (this
     script's own test aside)."""
@@ -504,7 +536,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", default=os.environ.get("OUT") or "results/device-check",
                         help="output folder (default: $OUT when set, else results/device-check)")
     parser.add_argument("--dry", action="store_true", help="the same parts on the CPU, tiny (a check that the script works)")
-    parser.add_argument("--budget", type=float, help="seconds for all parts (default 450; dry: 150)")
+    parser.add_argument("--budget", type=float, help="seconds for all parts (default 450; dry: 240)")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
     parser.add_argument("--raw-dir", default="resources/raw", help="raw data folder holding fmnist/ (the four F-MNIST .gz files)")
     parser.add_argument("--work", default="results/device-check/work",
@@ -579,6 +611,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child == "env":
         return child_env_part()
+    if args.child == "same_results":
+        return child_same_results(args.raw_dir)
     if args.child == "project":
         return child_project(args.measured)
     if args.child == "fairness":
@@ -605,8 +639,8 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
     dry = args.dry
-    budget = args.budget or (150.0 if dry else 450.0)
-    limits = {"env": 30.0 if dry else 60.0, "pytest_cuda": 60.0 if dry else 150.0,
+    budget = args.budget or (240.0 if dry else 450.0)
+    limits = {"env": 30.0 if dry else 60.0, "same_results": 120.0, "pytest_cuda": 60.0 if dry else 150.0,
               "bench_rounds": 60.0 if dry else 150.0}
     rounds = args.rounds or (2 if dry else 2000)
     seeds = args.seeds or ([1] if dry else default_seeds(args.config, args.experiment))
@@ -644,7 +678,17 @@ def main(argv: list[str] | None = None) -> int:
         part.status = "timeout" if rc is None else "ok" if rc == 0 else "failed"
         summary.write()
 
-    # part 1: the CUDA tests
+    # part 1: the same results as on any other machine
+    if "same_results" in parts:
+        part = begin("same_results", min(limits["same_results"], remaining()))
+        log = out / "same_results.txt"
+        log.unlink(missing_ok=True)
+        rc, part.wall, text = run_logged(child("same_results", "--raw-dir", args.raw_dir), part.limit, log, env)
+        part.files, part.note = [log.name], same_results_note(text)
+        part.status = "timeout" if rc is None else "ok" if rc == 0 else "failed"
+        summary.write()
+
+    # part 2: the CUDA tests
     if "pytest_cuda" in parts:
         part = begin("pytest_cuda", min(limits["pytest_cuda"], remaining()))
         log = out / "pytest_cuda.txt"
@@ -665,7 +709,7 @@ def main(argv: list[str] | None = None) -> int:
                 part.status, part.note = "failed", f"pytest exit {rc}; " + part.note
         summary.write()
 
-    # part 2: round times and the paper DAG's projection
+    # part 3: round times and the paper DAG's projection
     bench_log = out / "bench_rounds.txt"
     if "bench_rounds" in parts:
         part = begin("bench_rounds", min(limits["bench_rounds"], remaining()))
@@ -688,7 +732,7 @@ def main(argv: list[str] | None = None) -> int:
             part.note += f"; F-MNIST s/round: 1 run {fm['batched']:.3f}{packed}"
         summary.write()
 
-    # part 3: the F-MNIST fairness core
+    # part 4: the F-MNIST fairness core
     if "fairness" in parts:
         part = begin("fairness", max(0.0, remaining() - 15))
         log = out / "fairness.txt"

@@ -139,12 +139,13 @@ def recorded_inputs(sim: Simulation, partition: Partition) -> dict[str, torch.Te
 
 
 def flat(lists) -> tuple[np.ndarray, np.ndarray]:
-    return (np.asarray([len(a) for a in lists], dtype=np.int64),
-            np.concatenate([np.asarray(a, dtype=np.int64) for a in lists]))
+    """(sizes, values) of a list of index arrays, as int32 (the recording stays small)."""
+    return (np.asarray([len(a) for a in lists], dtype=np.int32),
+            np.concatenate([np.asarray(a, dtype=np.int32) for a in lists]))
 
 
 def unflat(inputs: dict[str, torch.Tensor], name: str) -> list[np.ndarray]:
-    sizes, values = inputs[f"{name}_sizes"].numpy(), inputs[f"{name}_idx"].numpy()
+    sizes, values = inputs[f"{name}_sizes"].numpy(), inputs[f"{name}_idx"].numpy().astype(np.int64)
     return np.split(values, np.cumsum(sizes)[:-1])
 
 

@@ -14,7 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "device_check.py"
-PARTS = ("env", "pytest_cuda", "bench_rounds", "fairness")
+PARTS = ("env", "same_results", "pytest_cuda", "bench_rounds", "fairness")
 
 
 @pytest.mark.slow
@@ -34,6 +34,8 @@ def test_the_dry_mode_runs_every_part(tmp_path):
         status[part] = row.group(1)
     assert status == dict.fromkeys(PARTS, "ok"), f"{summary}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     assert proc.returncode == 0
+    stamp = re.search(r"^environment stamp \(cpu\): (.*)$", (out / "same_results.txt").read_text(), re.M)
+    assert stamp and json.loads(stamp.group(1))["device"] == "cpu"  # this machine's stamp, for the other machine's comparison
     files = sorted(p.name for p in out.iterdir())
     assert len(files) <= 8 and all(re.fullmatch(r"[\w.-]+", f) for f in files), files  # what the device gives back
     with tarfile.open(out / "fairness_runs.tar.gz") as tar:
