@@ -256,7 +256,7 @@ def pytest_report(junit: Path, dry: bool) -> tuple[str, str]:
     return "ok", note
 
 
-# --------------------------------------------------------------------------- part 2: benchmark
+# --------------------------------------------------------------------------- part 3: benchmark
 def bench_measurements(text: str) -> dict[str, dict[str, float]]:
     """Per setting of bench_rounds' table: batched s/round, eval s, and ``pack``: {K: s/round}."""
     measured: dict[str, dict[str, float]] = {}
@@ -288,7 +288,7 @@ def child_project(measured_json: str) -> int:
     return 0
 
 
-# --------------------------------------------------------------------------- part 3: fairness
+# --------------------------------------------------------------------------- part 4: fairness
 def fmnist_files_present(raw_dir: str) -> bool:
     folder = Path(raw_dir) if Path(raw_dir).is_absolute() else ROOT / raw_dir
     return all((folder / "fmnist" / name).is_file() for name in FMNIST_FILES)
@@ -344,7 +344,7 @@ def pack_groups(keys: list[str], registry) -> list[list[str]]:
 
 
 def round_estimate(bench_text: str, runs: int, rounds: int) -> float | None:
-    """Seconds for ``runs`` F-MNIST runs packed over ``rounds`` rounds, from part 2's F-MNIST
+    """Seconds for ``runs`` F-MNIST runs packed over ``rounds`` rounds, from part 3's F-MNIST
     rows (1 run and K runs packed, linear in between and beyond; evaluation every 10 rounds; 1.5x
     for what the benchmark leaves out: per-user statistics, metrics, checkpoints); None without them."""
     row = bench_measurements(bench_text).get("fmnist_b10_p0.1")
@@ -540,16 +540,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
     parser.add_argument("--raw-dir", default="resources/raw", help="raw data folder holding fmnist/ (the four F-MNIST .gz files)")
     parser.add_argument("--work", default="results/device-check/work",
-                        help="where part 3 trains (partitions/, runs/, logs/; checkpoints for a later --resume)")
+                        help="where part 4 trains (partitions/, runs/, logs/; checkpoints for a later --resume)")
     parser.add_argument("--resume", help="a fairness_runs.tar.gz of an earlier check: unpacked into --work first "
                         "(keep --work inside the repository, as its default is: the checkpoints name their partition file by it)")
     parser.add_argument("--report", metavar="TAR", nargs="+", help="no GPU needed: the experiments' tables, figures and claims "
                         "from the finished runs of one or more fairness_runs.tar.gz (with --rounds and --seeds as the checks ran "
                         "them, all seeds of all tars), written to --out")
-    parser.add_argument("--seeds", type=int, nargs="+", help="part 3's seeds (default: the experiment's, then the paper's 1 5000 6000 9000)")
-    parser.add_argument("--rounds", type=int, help="part 3's rounds (default 2000; dry: 2)")
+    parser.add_argument("--seeds", type=int, nargs="+", help="part 4's seeds (default: the experiment's, then the paper's 1 5000 6000 9000)")
+    parser.add_argument("--rounds", type=int, help="part 4's rounds (default 2000; dry: 2)")
     parser.add_argument("--config", default="config/fmnist.yaml")
-    parser.add_argument("--experiment", default="fmnist_core", help="part 3's experiment of --config, or several separated by commas "
+    parser.add_argument("--experiment", default="fmnist_core", help="part 4's experiment of --config, or several separated by commas "
                         "(their shared runs trained once; runs that cannot share a process, such as FedProx's, in packs of their own)")
     parser.add_argument("--pytest-k", help='pytest -k expression (default "cuda or dropout"; dry: "cuda", which all skip)')
     parser.add_argument("--bench-args", help="bench_rounds.py's arguments (default: --device cuda --rounds 2 --pack 8 "
