@@ -28,7 +28,7 @@ from fedmgda.catalog import LOCAL_TESTS, SORTS, shard_geometry
 from fedmgda.data.base import DataError
 from fedmgda.data.legacy_sort import numpy_1_17_argsort
 
-FORMAT_VERSION = 2  # 2: meta carries content_hash; sort 'quicksort' is the fixed order of numpy_1_17_argsort
+FORMAT_VERSION = 2  # 2: meta carries content_hash; sort 'quicksort' is numpy 1.17's order (format 1: the machine's)
 
 
 @dataclass
@@ -350,11 +350,12 @@ def load_partition(path: str | Path) -> Partition:
         raise DataError(f"partition file {path} does not exist")
     with np.load(path, allow_pickle=False) as z:
         meta = json.loads(str(z["meta"]))
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise DataError(f"partition file {path} has format {meta.get('format_version')}, "
-                            f"expected {FORMAT_VERSION} (format 1 files made with sort 'quicksort' "
-                            "depended on the machine's numpy); delete it to rebuild it: "
-                            f"rm {shlex.quote(str(path))}")
+        version = meta.get("format_version")
+        stale = version == 1 and meta.get("options", {}).get("sort") == "quicksort"
+        if version not in (1, FORMAT_VERSION) or stale:
+            why = " (with sort 'quicksort' it holds the order of the numpy that made it)" if stale else ""
+            raise DataError(f"partition file {path} has format {version}, expected {FORMAT_VERSION}{why}; "
+                            f"delete it to rebuild it: rm {shlex.quote(str(path))}")
         parts = {}
         for part in ("train", "val", "test"):
             sizes, flat = z[f"{part}_sizes"], z[f"{part}_idx"]
@@ -362,6 +363,8 @@ def load_partition(path: str | Path) -> Partition:
     partition = Partition(dataset=meta["dataset"], scheme=meta["scheme"], seed=meta["seed"],
                           options=meta["options"], fingerprint=meta["fingerprint"],
                           users=meta["users"], **parts)
+    if version == 1:  # written before files carried their hash; its other readings are unchanged
+        return partition
     if partition.content_hash() != meta["content_hash"]:
         raise DataError(f"partition file {path} is corrupt: its index lists hash to "
                         f"{partition.content_hash()[:16]}..., its header says {meta['content_hash'][:16]}...; "
