@@ -108,6 +108,9 @@ def main(argv: list[str]) -> int:
         stamp()
         return 0
     if argv[:1] == ["check"]:
+        if recorded_digest(LOCK.read_text()) != input_digest():
+            print(f"warning: {LOCK.relative_to(REPO)} is older than pyproject.toml's requirements or "
+                  "the constraints: `make lock` (tests/test_dependencies.py fails until then)", file=sys.stderr)
         problems = differences(pins(LOCK.read_text()), installed(), exact="--exact" in argv)
         if problems:
             print(f"{sys.prefix} is not {LOCK.relative_to(REPO)}:\n  " + "\n  ".join(problems)
