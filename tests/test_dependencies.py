@@ -10,7 +10,7 @@ files are only parsed).
   each pinned to the lock's version.
 - workflow/envs/fedmgda.yaml (each rule's environment under `--software-deployment-method
   conda`): what a job may run, i.e. [project] dependencies + the `workflow` extra less Snakemake
-  and its executor plugin, which run the jobs rather than inside them; pyproject's specifiers.
+  and its executor plugin, which run the jobs rather than inside them; pinned as environment.yml.
 """
 
 from __future__ import annotations
@@ -148,16 +148,21 @@ def test_installed_packages_are_the_locked_versions():
 def test_environment_yml_pins_the_pyproject_requirements_to_the_locked_versions():
     packages, _, pip = _conda_env("environment.yml")
     assert set(packages) == set(_requirements("workflow", "dev"))
-    pins = {CONDA_NAMES.get(name, name): version for name, version in lockfile.pins(LOCK_TEXT).items()}
-    assert {name: str(spec) for name, spec in packages.items()} == {name: f"=={pins[name]}" for name in packages}
+    assert {name: str(spec) for name, spec in packages.items()} == {name: _conda_pins()[name] for name in packages}
     assert pip == ["-e ."]  # the package itself, editable, without re-resolving its dependencies
+
+
+def _conda_pins() -> dict[str, str]:
+    """The lock's versions under their conda names, as conda specifiers."""
+    return {CONDA_NAMES.get(name, name): f"=={version}" for name, version in lockfile.pins(LOCK_TEXT).items()}
 
 
 def test_rule_environment_has_every_requirement_a_job_runs():
     packages, _, pip = _conda_env("workflow/envs/fedmgda.yaml")
-    expected = {k: v for k, v in _requirements("workflow").items() if k not in NOT_IN_RULE_ENV}
-    assert {"papermill", "nbconvert", "ipykernel"} <= set(expected)  # the report rules call them
-    assert packages == expected
+    expected = {k for k in _requirements("workflow") if k not in NOT_IN_RULE_ENV}
+    assert {"papermill", "nbconvert", "ipykernel"} <= expected  # the report rules call them
+    assert set(packages) == expected
+    assert {name: str(spec) for name, spec in packages.items()} == {name: _conda_pins()[name] for name in packages}
     assert pip == []  # rules import the package from src/ (PYTHONPATH set by workflow/rules/common.smk)
 
 
