@@ -63,7 +63,7 @@ endif
 	touch $@
 
 # pip-compile resolves as pip does here (pip's configuration: indexes, find-links); hashes of every
-# file of each pinned release; the pip/setuptools pins too (--allow-unsafe: torch needs setuptools).
+# file of each pinned release; setuptools pinned too (--allow-unsafe: torch needs it). pip is not.
 lock:
 	test -x $(LOCK_VENV)/bin/pip-compile || { python3 -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/python -m pip install -q $(PIP_TOOLS); }
 	CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile -q --generate-hashes --allow-unsafe \
