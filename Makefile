@@ -1,19 +1,26 @@
 # fedmgda-repro: two commands on a fresh machine.
 #   make quick   set up, then reproduce every experiment type of the paper offline (results/quick/)
 #   make test    set up, then run the test suite
-# With a virtualenv or conda environment active, that environment is used; otherwise .venv is
-# created (with access to system site-packages, so an installed torch is reused, not re-downloaded).
+# Both install requirements/lock.txt (every package, exact version and hash; `make lock` remakes it
+# from pyproject.toml). With a virtualenv or conda environment active, that environment is used;
+# otherwise .venv is created, isolated from the system's packages so it holds the lock and nothing else.
 #
 # Then, without activating anything (CORES=N and SNAKEMAKE_ARGS="..." apply to each):
 #   make paper                                     the whole paper (config/config.yaml) -> results/paper/
 #   make target T=results/paper/tables/table7.md   one table, figure or other output, and only the runs it needs
 #   make report                                    after a run: Snakemake's report -> $(REPORT)
 #   make dry-run                                   what would run, job counts per rule
+#   make lock                                      re-resolve requirements/lock.txt after editing pyproject.toml
+#                                                  (keeps the other pins; LOCK_ARGS=--upgrade: newest of everything)
 # Another profile: SNAKEMAKE_ARGS="--configfile config/quick.yaml" (report: REPORT=results/quick/snakemake-report.zip).
 # Or enter the environment once, `source .venv/bin/activate`, and type the README's `snakemake ...`
 # commands as written: the workflow's jobs run with the Python that runs Snakemake.
 
-TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
+LOCK := requirements/lock.txt
+# pip-compile's own environment, apart from the project's (pip-tools pinned: its output format)
+LOCK_VENV := .venv-lock
+PIP_TOOLS := pip-tools==7.6.2
+LOCK_ARGS ?=
 CORES ?= 2
 SNAKEMAKE_ARGS ?=
 PYTEST_ARGS ?=
@@ -39,17 +46,30 @@ PY := .venv/bin/python
 SETUP_STAMP := .venv/.setup-stamp
 endif
 
-.PHONY: setup quick paper target report test test-fast lint dry-run benchmark device-check config-docs paper-reference clean
+.PHONY: setup lock quick paper target report test test-fast lint dry-run benchmark device-check config-docs paper-reference clean
 
 setup: $(SETUP_STAMP)
 
-$(SETUP_STAMP): pyproject.toml
+# The lock's exact files (hash-checked), then the package itself without its dependencies (hash
+# mode refuses an editable line; built with the lock's setuptools), then a check that this Python
+# holds the lock's versions; in .venv, nothing else either (pip install -r never removes a package).
+$(SETUP_STAMP): pyproject.toml $(LOCK)
 ifeq ($(VIRTUAL_ENV)$(CONDA_PREFIX),)
-	test -x .venv/bin/python || python3 -m venv --system-site-packages .venv
+	test -x .venv/bin/python || python3 -m venv .venv
 endif
-	$(PY) -c "import torch, torchvision" 2>/dev/null || $(PY) -m pip install $(TORCH_SPEC)
-	$(PY) -m pip install -q -e ".[workflow,dev]"
+	$(PY) -m pip install -q --require-hashes -r $(LOCK)
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	$(PY) scripts/lockfile.py check $(if $(VIRTUAL_ENV)$(CONDA_PREFIX),,--exact)
 	touch $@
+
+# pip-compile resolves as pip does here (pip's configuration: indexes, find-links); hashes of every
+# file of each pinned release; setuptools pinned too (--allow-unsafe: torch needs it). pip is not.
+lock:
+	test -x $(LOCK_VENV)/bin/pip-compile || { python3 -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/python -m pip install -q $(PIP_TOOLS); }
+	CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile -q --generate-hashes --allow-unsafe \
+	  --strip-extras --extra workflow --extra dev --no-emit-index-url --no-emit-find-links \
+	  -c requirements/constraints.txt -o $(LOCK) $(LOCK_ARGS) pyproject.toml
+	$(LOCK_VENV)/bin/python scripts/lockfile.py stamp
 
 quick: setup
 	$(PY) -m snakemake --cores $(CORES) --configfile config/quick.yaml $(SNAKEMAKE_ARGS)
@@ -71,11 +91,11 @@ dry-run: setup
 # They install Slurm's clients and stop their cluster, after which every Snakemake start waits
 # ~9 s on scontrol (tests/conftest.py); exit 5 = no test selected (PYTEST_ARGS named other tests).
 test: setup
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --maxschedchunk 2 -m "not slurm" $(PYTEST_ARGS)
-	$(PY) -m pytest -q -m slurm $(PYTEST_ARGS) || test $$? -eq 5
+	FEDMGDA_LOCK_CHECK=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --maxschedchunk 2 -m "not slurm" $(PYTEST_ARGS)
+	FEDMGDA_LOCK_CHECK=1 $(PY) -m pytest -q -m slurm $(PYTEST_ARGS) || test $$? -eq 5
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow and not slurm and not realdata" $(PYTEST_ARGS)
+	FEDMGDA_LOCK_CHECK=1 $(PY) -m pytest -q -m "not slow and not slurm and not realdata" $(PYTEST_ARGS)
 
 lint: setup
 	$(PY) -m ruff check src tests scripts
@@ -102,4 +122,4 @@ paper-reference: setup
 	$(PY) scripts/paper_reference.py $(PAPER_TABLES)
 
 clean:
-	rm -rf .venv .setup-stamp-env .snakemake
+	rm -rf .venv $(LOCK_VENV) .setup-stamp-env .snakemake
