@@ -182,6 +182,19 @@ def real_fmnist(tmp_path) -> Path:
     return raw_dir
 
 
+@pytest.fixture
+def real_adult(tmp_path) -> Path:
+    """A raw-data directory whose adult/ links to the real UCI Adult files (FEDMGDA_ADULT_DIR, else
+    ../shared/data/adult beside the checkout); skips where they are absent."""
+    source = Path(os.environ.get("FEDMGDA_ADULT_DIR", Path(__file__).resolve().parents[3] / "shared/data/adult"))
+    if not all((source / name).is_file() for name in ("adult.data", "adult.test")):
+        pytest.skip(f"the real UCI Adult files are not in {source} (set FEDMGDA_ADULT_DIR)")
+    (tmp_path / "adult").mkdir()
+    for name in ("adult.data", "adult.test"):
+        (tmp_path / "adult" / name).symlink_to((source / name).resolve())
+    return tmp_path
+
+
 def restamp_gz(source: Path, dest: Path, mtime: int = 1_234_567_890, filename: str = "restamped") -> None:
     """``dest``: the same decompressed bytes as ``source`` under another gzip header."""
     dest.parent.mkdir(parents=True, exist_ok=True)

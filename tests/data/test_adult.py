@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -150,14 +147,8 @@ def test_split_source_refuses_shift_by_one_and_the_iid_partition(tmp_path, fmt, 
 
 
 @pytest.mark.realdata
-def test_split_source_on_the_real_uci_files(tmp_path):
+def test_split_source_on_the_real_uci_files(real_adult):
     """q-FFL's Adult: PhD 413 / non-PhD 32 148 training rows (all of adult.data), 181 / 16 100 test rows."""
-    source = Path(os.environ.get("FEDMGDA_ADULT_DIR", Path(__file__).resolve().parents[3] / "shared/data/adult"))
-    if not all((source / name).is_file() for name in ("adult.data", "adult.test")):
-        pytest.skip(f"the real UCI Adult files are not in {source} (set FEDMGDA_ADULT_DIR)")
-    (tmp_path / "adult").mkdir()
-    for name in ("adult.data", "adult.test"):
-        (tmp_path / "adult" / name).symlink_to((source / name).resolve())
-    fd = load_federated("adult", tmp_path, options={"split": "source"})
+    fd = load_federated("adult", real_adult, options={"split": "source"})
     assert fd.train_sizes() == [413, 32_148] and fd.test_sizes() == [181, 16_100]
     assert fd.x.shape == (32_561 + 16_281, 99)

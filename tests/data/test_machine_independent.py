@@ -209,17 +209,6 @@ ADULT_GOLDEN = {
 }
 
 
-@pytest.fixture
-def real_adult(tmp_path) -> Path:
-    source = Path(os.environ.get("FEDMGDA_ADULT_DIR", Path(__file__).resolve().parents[3] / "shared/data/adult"))
-    if not all((source / name).is_file() for name in ("adult.data", "adult.test")):
-        pytest.skip(f"the real UCI Adult files are not in {source} (set FEDMGDA_ADULT_DIR)")
-    (tmp_path / "adult").mkdir()
-    for name in ("adult.data", "adult.test"):
-        (tmp_path / "adult" / name).symlink_to((source / name).resolve())
-    return tmp_path
-
-
 @pytest.mark.realdata
 def test_golden_hashes_of_the_adult_readings(real_adult):
     assert content_hashes(real_adult, ADULT_READINGS) == ADULT_GOLDEN
