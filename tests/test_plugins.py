@@ -3,6 +3,7 @@ runs like a built-in -- validated, trained, resumed, labelled."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -10,7 +11,10 @@ import pytest
 import torch
 from toy_federated import make_toy_federated, toy_config
 
-from fedmgda.catalog import algorithms, get_algorithm, load_plugins
+import fedmgda
+from fedmgda.algorithms import PLUGIN_INTERFACE
+from fedmgda.algorithms.base import INTERFACE_1_REMOVED_IN
+from fedmgda.catalog import algorithms, get_algorithm, load_plugins, make_algorithm
 from fedmgda.config import ConfigError
 from fedmgda.experiments import RegistryError, expand
 from fedmgda.scheduler import run
@@ -59,18 +63,95 @@ def test_a_plugin_cannot_take_a_builtin_name(tmp_path):
         load_plugins([f"{tmp_path}/clash.py:Clash"])
 
 
-def test_a_plugin_written_for_the_old_build_is_one_clear_error(tmp_path, monkeypatch):
-    """Plug-ins written against fedmgda.aggregators still import (a deprecated alias), but a
-    ``build`` that takes the ``algorithm=`` it no longer receives is named, not a TypeError."""
+# A plug-in written against plug-in interface 1 (docs/plugins.md, "Interface versions"): its build
+# takes algorithm=, which was its AlgorithmInfo; this one is FedAvg and checks what it receives.
+INTERFACE_1 = """
+from fedmgda.algorithms import Algorithm, HParam
+
+class OldAvg(Algorithm):
+    name = "oldavg"
+    hparams = {"eta": HParam(1.0, 0.0, low_open=True)}
+
+    @classmethod
+    def build(cls, hparams, *, algorithm, rounds, num_users):
+        assert algorithm.cls is cls and algorithm.name == "oldavg" and set(algorithm.hparams) == {"eta"}
+        return cls(hparams["eta"])
+
+    def __init__(self, eta):
+        self.eta = eta
+
+    def aggregate(self, w, updates, ctx):
+        return w + self.eta * updates.mean(dim=0), {"eta": self.eta}
+"""
+
+
+def _deprecations(recorded):
+    return [str(w.message) for w in recorded if issubclass(w.category, DeprecationWarning)]
+
+
+def test_a_plugin_of_interface_1_runs_with_one_deprecation(tmp_path, recwarn, capsys):
+    """The old build still works for one version: it gets algorithm= and the run is FedAvg's; one
+    DeprecationWarning per class (not per run) names the change, the version that removes it and
+    the fix, and the same line goes to stderr (a run's train.log), where the workflow shows it."""
+    (tmp_path / "old.py").write_text(INTERFACE_1)
+    plugin = f"{tmp_path}/old.py:OldAvg"
+    data = make_toy_federated()
+    old = [run(toy_config(algorithm="oldavg", plugin=plugin), data=data, model_name="logreg") for _ in range(2)]
+    [message] = _deprecations(recwarn)
+    assert "old.py:OldAvg" in message and "no longer receives algorithm=" in message
+    assert f"until fedmgda {INTERFACE_1_REMOVED_IN}" in message and "delete `algorithm` from build's parameters" in message
+    assert capsys.readouterr().err.count(f"fedmgda: deprecated: {message}") == 1
+    plain = run(toy_config(algorithm="fedavg"), data=data, model_name="logreg")
+    assert all(torch.equal(plain.final_weights, o.final_weights) for o in old)
+
+
+def test_a_plugin_of_the_current_interface_warns_nothing(tmp_path, recwarn, capsys):
+    (tmp_path / "new.py").write_text(INTERFACE_1.replace("OldAvg", "NewAvg").replace('"oldavg"', '"newavg"')
+                                     .replace("*, algorithm, rounds", "*, rounds").replace("assert algorithm", "assert True or algorithm"))
+    run(toy_config(algorithm="newavg", plugin=f"{tmp_path}/new.py:NewAvg"), data=make_toy_federated(), model_name="logreg")
+    assert _deprecations(recwarn) == [] and "deprecated" not in capsys.readouterr().err
+
+
+def test_a_plugin_written_against_interface_1_names_each_change(tmp_path, monkeypatch):
+    """Interface 1's whole form: the old module fedmgda.aggregators (a deprecated alias) and the
+    old build; each warns once, naming its change, and the plug-in loads and builds."""
     monkeypatch.delitem(sys.modules, "fedmgda.aggregators", raising=False)  # so that its import warns here
     (tmp_path / "old.py").write_text(
         "from fedmgda.aggregators import Aggregator\n"
-        "class Old(Aggregator):\n    name = 'old'\n"
+        "from fedmgda.catalog import HParam\n"
+        "class Old(Aggregator):\n    name = 'old'\n    hparams = {'eta': HParam(1.0, 0.0)}\n"
         "    @classmethod\n    def build(cls, hparams, *, algorithm, rounds, num_users):\n        return cls()\n"
         "    def aggregate(self, w, updates, ctx):\n        return w, {}\n")
-    with pytest.warns(DeprecationWarning, match="fedmgda.algorithms"), \
-            pytest.raises(ConfigError, match="plug-in .*old.py:Old.*build no longer receives algorithm="):
-        load_plugins([f"{tmp_path}/old.py:Old"])
+    with pytest.warns(DeprecationWarning) as recorded:
+        [info] = load_plugins([f"{tmp_path}/old.py:Old"])
+        load_plugins([f"{tmp_path}/old.py:Old"])  # again: no second warning
+    module, build = _deprecations(recorded)
+    assert "fedmgda.aggregators is deprecated" in module and "build no longer receives algorithm=" in build
+    assert isinstance(make_algorithm("old", {}, rounds=3, num_users=4), info.cls)
+
+
+@pytest.mark.parametrize("signature,message", [
+    ("hparams, algorithm, /, *, rounds, num_users", "missing a required argument: 'algorithm'"),  # never served
+    ("hparams, *, rounds, num_users, extra", "missing a required argument: 'extra'"),
+    ("hparams, *, rounds", "unexpected keyword argument 'num_users'"),
+])
+def test_a_build_that_cannot_be_called_is_one_clear_error(tmp_path, signature, message):
+    (tmp_path / "bad.py").write_text(
+        "from fedmgda.algorithms import Algorithm\n"
+        f"class Bad(Algorithm):\n    name = 'bad'\n    @classmethod\n    def build(cls, {signature}):\n        return cls()\n"
+        "    def aggregate(self, w, updates, ctx):\n        return w, {}\n")
+    with pytest.raises(ConfigError, match=f"plug-in .*bad.py:Bad.*: build cannot be called as build\\(hparams, .*{message}"):
+        load_plugins([f"{tmp_path}/bad.py:Bad"])
+
+
+def test_interface_1_is_removed_in_the_version_the_docs_and_changelog_name():
+    """Fails once the package reaches INTERFACE_1_REMOVED_IN: then remove interface 1's forms (the
+    old build's shim in fedmgda.catalog, fedmgda.aggregators) and say so in the changelog."""
+    version = tuple(int(part) for part in fedmgda.__version__.split(".")[:3])
+    assert version < tuple(int(part) for part in INTERFACE_1_REMOVED_IN.split("."))
+    docs, changelog = (REPO / "docs/plugins.md").read_text(), (REPO / "CHANGELOG.md").read_text()
+    assert f"interface version is {PLUGIN_INTERFACE}" in docs and re.search(r"^## .*Interface versions$", docs, re.M)
+    assert f"until fedmgda {INTERFACE_1_REMOVED_IN}" in docs and f"until fedmgda {INTERFACE_1_REMOVED_IN}" in changelog
 
 
 def test_a_plugin_cannot_own_run_options(tmp_path):

@@ -34,8 +34,8 @@ from fedmgda.algorithms import (
     mgda_prox,
     qfedavg,
 )
-from fedmgda.algorithms.base import Algorithm, HParam
-from fedmgda.errors import ConfigError
+from fedmgda.algorithms.base import INTERFACE_1_REMOVED_IN, Algorithm, HParam
+from fedmgda.errors import ConfigError, warn_deprecated
 
 
 @dataclass(frozen=True)
@@ -144,15 +144,44 @@ def describe(cls: Any, plugin: str | None = None) -> AlgorithmInfo:
     implied = tuple(cls.implied or ())
     if set(implied) - set(hparams):
         raise ConfigError(f"{where}: implied names unknown hyper-parameters {sorted(set(implied) - set(hparams))}")
-    if "algorithm" in inspect.signature(cls.build).parameters:  # the contract before build lost it
-        raise ConfigError(f"{where}: build no longer receives algorithm= (the facts are the class's own); "
-                          "remove that parameter (docs/plugins.md)")
     if plugin and cls.own_options:
         raise ConfigError(f"{where}: own_options is for built-ins (a new run option is a RunConfig field); "
                           "name the run-config options it reads in run_options")
     if cls.proximal and "mu" not in hparams:
         raise ConfigError(f"{where}: a proximal algorithm declares its coefficient as hyper-parameter mu")
-    return AlgorithmInfo(cls, plugin)
+    info = AlgorithmInfo(cls, plugin)
+    _check_build(info, where)
+    return info
+
+
+_WARNED_OLD_BUILD: set[type] = set()  # the classes whose interface-1 build was announced (once each)
+
+
+def _old_build(info: AlgorithmInfo) -> bool:
+    """Whether the class's ``build`` is plug-in interface 1's: it takes ``algorithm=`` (which was
+    its AlgorithmInfo), not as a run option it names."""
+    param = inspect.signature(info.cls.build).parameters.get("algorithm")
+    return (param is not None and param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)
+            and "algorithm" not in info.run_options)
+
+
+def _check_build(info: AlgorithmInfo, where: str) -> None:
+    """One ConfigError if ``build`` cannot be called as :func:`make_algorithm` calls it; one
+    deprecation (a DeprecationWarning and a line on stderr) per class if it is interface 1's."""
+    old = _old_build(info)
+    keywords = ["rounds", "num_users", *info.run_options, *(["algorithm"] if old else [])]
+    try:
+        inspect.signature(info.cls.build).bind({}, **dict.fromkeys(keywords))
+    except TypeError as err:
+        raise ConfigError(f"{where}: build cannot be called as build(hparams, *, {', '.join(k + '=' for k in keywords)}): "
+                          f"{err} (docs/plugins.md §1)") from None
+    if old and info.cls not in _WARNED_OLD_BUILD:
+        _WARNED_OLD_BUILD.add(info.cls)
+        warn_deprecated(f"{where}: build(cls, hparams, *, algorithm, rounds, num_users) is plug-in interface 1; "
+                        "since interface 2 build no longer receives algorithm= (the facts are the class's own: "
+                        f"cls.name, cls.hparams, ...). It still gets it until fedmgda {INTERFACE_1_REMOVED_IN}, "
+                        "which removes it: delete `algorithm` from build's parameters "
+                        "(docs/plugins.md, \"Interface versions\")", stacklevel=4)
 
 
 # The built-in algorithms (in the order config/README.md lists them), one module each (docs/plugins.md §5)
@@ -194,6 +223,8 @@ def make_algorithm(name: str, hparams: Mapping[str, Any] | None, rounds: int, nu
     info = get_algorithm(name, plugin)
     resolved = info.resolve(hparams)
     options = {**{option: values[0] for option, values in info.cls.own_options.items()}, **options}
+    if _old_build(info):  # plug-in interface 1 (describe announced it): its AlgorithmInfo, as then
+        options["algorithm"] = info
     rule = info.cls.build(resolved, rounds=rounds, num_users=num_users, **options)
     if info.proximal:
         rule.proximal_mu = info.prox_mu(resolved)

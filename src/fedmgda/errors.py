@@ -1,10 +1,14 @@
 """The error every configuration check raises, the one of a broken algorithm hook and the one
-of a run folder the trainer cannot use, in a module of its own that imports nothing.
+of a run folder the trainer cannot use, in a module of its own that imports nothing (but the
+standard library), and how a deprecation is announced (:func:`warn_deprecated`).
 
 The catalog (names and hyper-parameter ranges), the run config and the registry all raise
 :class:`ConfigError`; keeping it here lets them depend on each other in one direction only
 (errors <- catalog <- config <- experiments, see the README's module map).
 """
+
+import sys
+import warnings
 
 
 class ConfigError(ValueError):
@@ -27,3 +31,12 @@ class RunFolderError(Exception):
     writing it, a file it cannot write (a full disk, a read-only folder). The message is one line
     naming the folder or file, what is wrong and what to do; ``fedmgda train`` prints it and exits
     with status 2, as for a ConfigError."""
+
+
+def warn_deprecated(message: str, stacklevel: int = 2) -> None:
+    """Announce a deprecated form that still works (docs/plugins.md, "Interface versions"): a
+    ``DeprecationWarning`` (for tests and code that shows warnings) and the same message as one
+    line on stderr, since Python hides DeprecationWarnings outside ``__main__``: the line lands in
+    the workflow's output and in a run's ``train.log``. The caller warns once per thing deprecated."""
+    warnings.warn(message, DeprecationWarning, stacklevel=stacklevel + 1)
+    print(f"fedmgda: deprecated: {message}", file=sys.stderr, flush=True)

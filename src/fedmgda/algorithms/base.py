@@ -18,6 +18,13 @@ from fedmgda.errors import ConfigError
 if TYPE_CHECKING:
     import torch
 
+# The version of the plug-in interface, what a plug-in declares and how the engine calls it
+# (docs/plugins.md, "Interface versions"). 2: ``build`` no longer receives ``algorithm=`` and the
+# names are imported from ``fedmgda.algorithms``; interface 1's forms still work, each with a
+# DeprecationWarning, until fedmgda ``INTERFACE_1_REMOVED_IN``.
+PLUGIN_INTERFACE = 2
+INTERFACE_1_REMOVED_IN = "0.2.0"
+
 
 @dataclass(frozen=True)
 class HParam:
@@ -114,7 +121,9 @@ class Algorithm(ABC):
     def build(cls, hparams: dict[str, float | None], *, rounds: int, num_users: int) -> Algorithm:
         """The rule of one run: by default ``cls(**hparams)`` with the resolved hyper-parameters
         (and, as keywords, the values of the run options it names in ``run_options`` and
-        ``own_options``)."""
+        ``own_options``). A ``build`` that still takes ``algorithm`` (plug-in interface 1) gets its
+        ``fedmgda.catalog.AlgorithmInfo`` there, with a DeprecationWarning, until fedmgda
+        ``INTERFACE_1_REMOVED_IN``."""
         return cls(**hparams)
 
     @classmethod  # noqa: B027 (nothing to check by default)
