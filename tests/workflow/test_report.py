@@ -92,3 +92,140 @@ def test_the_report_says_where_its_runs_were_made(tmp_path):
     exec("".join(cells[heading + 1]["source"]), namespace)
     assert shown == ["Made with fedmgda 0.1.0, Python 3.11.7, torch 2.14.1, numpy 2.4.6, cvxopt None on cpu, AMD EPYC "
                      "(x86-64-v4), 2 threads.\n\n1 runs carry no environment stamp (trained before stamping)."]
+
+
+# ---- issue 43: a report that shows any experiment
+
+def _toy_results(root, *, packed: bool = True):
+    """results/<toy>/ of one experiment, ``toy_exp``, that no table or figure shows: FedAvg and
+    FedMGDA (epsilon 0) over two seeds each, the two FedMGDA runs trained in one pack."""
+    from .conftest import write_run
+
+    runs, registry = root / "runs", {}
+    for algorithm, hparams in (("fedavg", {}), ("fedmgda", {"epsilon": 0})):
+        for seed in (1, 2):
+            key = f"toy/{algorithm}/seed{seed}"
+            folder = write_run(runs, key, [0.4 + 0.1 * seed, 0.6, 0.8], rounds=12, seed=seed)
+            summary = json.loads((folder / "summary.json").read_text())
+            config = {"dataset": "toy", "algorithm": algorithm, "hparams": hparams, "seed": seed,
+                      "partition_file": f"p/seed{seed}.npz", "rounds": 12}
+            (folder / "summary.json").write_text(json.dumps({**summary, "config": config, "runtime_s": 100.0 + seed}))
+            registry[key] = {"experiments": ["toy_exp"], "dataset": "toy", "algorithm": algorithm, "seed": seed}
+    if packed:
+        members = [f"results/toy/runs/toy/fedmgda/seed{s}" for s in (1, 2)]
+        for member in members:
+            (runs / member.removeprefix("results/toy/runs/") / "train.log").write_text(
+                f"pack of 2 runs: python -m fedmgda train --config a.yaml b.yaml --out {' '.join(members)}\nround 1\n")
+    (root / "registry.json").write_text(json.dumps(registry))
+    return runs
+
+
+def test_a_pack_counts_once_in_the_training_time(tmp_path):
+    import pandas as pd
+
+    from fedmgda.report import run_pack, training_time
+    from fedmgda.workflow_cli import main
+
+    runs = _toy_results(tmp_path)
+    assert run_pack(runs / "toy/fedavg/seed1") == ""
+    assert run_pack(runs / "toy/fedmgda/seed1") == run_pack(runs / "toy/fedmgda/seed2") != ""
+    assert main(["runs-index", "--runs-dir", str(runs), "--registry", str(tmp_path / "registry.json"),
+                 "--out", str(tmp_path / "runs_index.csv")]) == 0
+    index = pd.read_csv(tmp_path / "runs_index.csv")
+    assert training_time(index) == (101.0 + 102.0 + 102.0, 1)  # the pack: its longest member, once
+    assert training_time(index.drop(columns="pack")) == (406.0, 0)  # an index written before packs were read
+
+
+def test_an_experiment_without_a_table_shows_its_rows(tmp_path):
+    from types import SimpleNamespace
+
+    from fedmgda.report import bare_experiments, curves_figure, experiment_rows, statistics_table
+
+    runs = _toy_results(tmp_path)
+    assert bare_experiments(["a", "b", "c"], [SimpleNamespace(experiments=["a"]), SimpleNamespace(experiments=["c"])]) == ["b"]
+    keys = [f"toy/{a}/seed{s}" for a in ("fedavg", "fedmgda") for s in (1, 2)]
+    rows = experiment_rows(runs, keys)
+    assert rows == {"fedavg": keys[:2], "fedmgda epsilon=0": keys[2:]}
+    assert experiment_rows(runs, keys[2:]) == {"fedmgda epsilon=0": keys[2:]}  # one row: its hparams
+    stats = statistics_table(runs, rows)
+    assert list(stats.index) == list(rows) and set(stats["seeds"]) == {2} and set(stats["status"]) == {"2 ok"}
+    assert stats.loc["fedavg", "final mean_acc"] == "65.00 ± 1.67"  # user means 63.33 %, 66.67 %
+    figure = curves_figure(runs, rows)
+    assert [len(ax.lines) for ax in figure.axes] == [2, 2]
+
+
+def _headings_without_content(page: str) -> list[str]:
+    """The h1-h4 headings of an HTML page under which nothing (text, image, table) comes before
+    the next heading of the same or a higher level."""
+    from html.parser import HTMLParser
+
+    events: list[tuple[int, str]] = []  # (level, heading text) or (0, "content")
+
+    class Walk(HTMLParser):
+        heading, skip = None, 0
+
+        def handle_starttag(self, tag, attrs):
+            if tag in ("style", "script"):
+                self.skip += 1
+            elif re.fullmatch(r"h[1-4]", tag):
+                self.heading = [int(tag[1]), ""]
+            elif tag in ("img", "table", "svg") and not self.skip:
+                events.append((0, tag))
+
+        def handle_endtag(self, tag):
+            if tag in ("style", "script"):
+                self.skip -= 1
+            elif re.fullmatch(r"h[1-4]", tag) and self.heading:
+                events.append((self.heading[0], self.heading[1].strip(" ¶")))
+                self.heading = None
+
+        def handle_data(self, data):
+            if self.heading is not None:
+                self.heading[1] += data
+            elif data.strip() and not self.skip:
+                events.append((0, "text"))
+
+    Walk().feed(page)
+    empty = []
+    for i, (level, text) in enumerate(events):
+        following = next((lv for lv, _ in events[i + 1:]), None) if level else None
+        if level and (following is None or 0 < following <= level):
+            empty.append(text)
+    return empty
+
+
+def test_the_report_of_one_experiment_shows_its_results(tmp_path):
+    """The report of a one-experiment profile (no table, figure or claim): papermill and nbconvert
+    as the rules run them; it shows the experiment's curves and statistics and no empty section."""
+    import pandas as pd
+
+    from fedmgda.workflow_cli import main
+
+    results = tmp_path / "results/toy"
+    results.mkdir(parents=True)
+    runs = _toy_results(results)
+    assert main(["runs-index", "--runs-dir", str(runs), "--registry", str(results / "registry.json"),
+                 "--out", str(results / "runs_index.csv")]) == 0
+    assert len(pd.read_csv(results / "runs_index.csv")) == 4
+    executed, page = results / "report/report.ipynb", results / "report/report.html"
+    executed.parent.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "MPLBACKEND": "Agg"}
+    done = subprocess.run([sys.executable, "-m", "papermill", str(NOTEBOOK), str(executed), "-k", "python3",
+                           "--cwd", str(tmp_path), "-p", "results_dir", "results/toy", "-p", "profile", "toy",
+                           "-p", "tables", "", "-p", "figures", "", "-p", "bare", "toy_exp"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    command = report_html_command().format(input=executed, output=page, log=tmp_path / "nbconvert.log")
+    done = subprocess.run(["bash", "-c", command], env={**env, "FEDMGDA_PYTHON": sys.executable},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (tmp_path / "nbconvert.log").read_text()[-2000:]
+    html = page.read_text()
+    assert _headings_without_content(html) == []
+    assert "Results of the experiments without a table or figure" in html and "toy_exp" in html
+    assert html.count("data:image/png;base64") == 1  # the curves
+    assert "fedmgda epsilon=0" in html and "final mean_acc" in html  # the statistics table
+    assert re.findall(r"<h[1-4][^>]*>([^<]*)", html) == [
+        "FedMGDA+ reproduction report", "What was run", "Results of the experiments without a table or figure",
+        "toy_exp", "Run time", "Where these results were made", "About this report"]
+    assert "Paper vs reproduced" not in html  # no table
+    assert "305 s" in html and "1 pack of runs counted once" in html
