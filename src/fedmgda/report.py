@@ -8,8 +8,8 @@
   summary statistics of its rows (mean ± population std over seeds, as the tables show them).
   A row is the runs whose configs differ only in their seed; its label names the algorithm and
   what else differs between the experiment's rows.
-- :func:`run_pack`, :func:`training_time`: the training time of a profile, a pack (runs trained
-  in one process, ``fedmgda.packs``) counted once.
+- :func:`run_pack`, :func:`training_time`, :func:`jobs_wall_time`: the training time of a profile,
+  a pack (runs trained in one process, ``fedmgda.packs``) counted once.
 
 Nothing here imports torch; matplotlib only when drawing.
 """
@@ -112,6 +112,20 @@ def curves_figure(runs_dir: str | Path, rows: Mapping[str, list[str]]) -> plt.Fi
     return fig
 
 
+def curves_png(runs_dir: str | Path, rows: Mapping[str, list[str]]) -> bytes:
+    """:func:`curves_figure` as PNG bytes (the report shows them as an image, whatever the
+    kernel's matplotlib backend: under ``MPLBACKEND=Agg`` a displayed figure is only its text)."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    figure = curves_figure(runs_dir, rows)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100)
+    plt.close(figure)
+    return buffer.getvalue()
+
+
 def _pm(values: list[float], scale: float) -> str:
     mean, std = seed_stats(values)
     return "n/a" if mean != mean else f"{mean * scale:.2f} ± {std * scale:.2f}"
@@ -161,3 +175,11 @@ def training_time(index: pd.DataFrame) -> tuple[float, int]:
     alone = index.loc[packs == "", "runtime_s"].sum()
     packed = index[packs != ""].groupby(packs[packs != ""])["runtime_s"].max()
     return float(alone + packed.sum()), len(packed)
+
+
+def jobs_wall_time(results_dir: str | Path) -> tuple[float, int]:
+    """The wall clock (s) of the training jobs of a profile and their number, from the benchmark
+    files Snakemake wrote (``benchmarks/train/<run>.tsv``, ``benchmarks/packs/<pack>.tsv``: one per
+    job, a pack's job once; process start and data loading included)."""
+    files = [f for kind in ("train", "packs") for f in sorted((Path(results_dir) / "benchmarks" / kind).rglob("*.tsv"))]
+    return float(sum(pd.read_csv(f, sep="\t")["s"].iloc[0] for f in files)), len(files)

@@ -139,19 +139,20 @@ def test_a_pack_counts_once_in_the_training_time(tmp_path):
 def test_an_experiment_without_a_table_shows_its_rows(tmp_path):
     from types import SimpleNamespace
 
-    from fedmgda.report import bare_experiments, curves_figure, experiment_rows, statistics_table
+    from fedmgda import report
 
     runs = _toy_results(tmp_path)
-    assert bare_experiments(["a", "b", "c"], [SimpleNamespace(experiments=["a"]), SimpleNamespace(experiments=["c"])]) == ["b"]
+    assert report.bare_experiments(["a", "b", "c"], [SimpleNamespace(experiments=["a"]), SimpleNamespace(experiments=["c"])]) == ["b"]
     keys = [f"toy/{a}/seed{s}" for a in ("fedavg", "fedmgda") for s in (1, 2)]
-    rows = experiment_rows(runs, keys)
+    rows = report.experiment_rows(runs, keys)
     assert rows == {"fedavg": keys[:2], "fedmgda epsilon=0": keys[2:]}
-    assert experiment_rows(runs, keys[2:]) == {"fedmgda epsilon=0": keys[2:]}  # one row: its hparams
-    stats = statistics_table(runs, rows)
+    assert report.experiment_rows(runs, keys[2:]) == {"fedmgda epsilon=0": keys[2:]}  # one row: its hparams
+    stats = report.statistics_table(runs, rows)
     assert list(stats.index) == list(rows) and set(stats["seeds"]) == {2} and set(stats["status"]) == {"2 ok"}
     assert stats.loc["fedavg", "final mean_acc"] == "65.00 ± 1.67"  # user means 63.33 %, 66.67 %
-    figure = curves_figure(runs, rows)
+    figure = report.curves_figure(runs, rows)
     assert [len(ax.lines) for ax in figure.axes] == [2, 2]
+    assert report.curves_png(runs, rows).startswith(b"\x89PNG")
 
 
 def _headings_without_content(page: str) -> list[str]:
@@ -207,6 +208,9 @@ def test_the_report_of_one_experiment_shows_its_results(tmp_path):
     assert main(["runs-index", "--runs-dir", str(runs), "--registry", str(results / "registry.json"),
                  "--out", str(results / "runs_index.csv")]) == 0
     assert len(pd.read_csv(results / "runs_index.csv")) == 4
+    for job, seconds in (("train/toy/fedavg/seed1", 110.0), ("train/toy/fedavg/seed2", 120.0), ("packs/toy_exp/g/pack1", 130.5)):
+        (results / "benchmarks" / f"{job}.tsv").parent.mkdir(parents=True, exist_ok=True)
+        (results / "benchmarks" / f"{job}.tsv").write_text(f"s\th:m:s\tmax_rss\n{seconds}\t0:02:00\t800\n")
     executed, page = results / "report/report.ipynb", results / "report/report.html"
     executed.parent.mkdir()
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "MPLBACKEND": "Agg"}
@@ -222,10 +226,13 @@ def test_the_report_of_one_experiment_shows_its_results(tmp_path):
     html = page.read_text()
     assert _headings_without_content(html) == []
     assert "Results of the experiments without a table or figure" in html and "toy_exp" in html
-    assert html.count("data:image/png;base64") == 1  # the curves
+    # the curves, an image (a figure displayed under MPLBACKEND=Agg would be its text, "<Figure size ...>")
+    assert html.count('src="data:image/png;base64') == 1 and "Figure size" not in html
+    assert html.index('id="toy_exp"') < html.index('src="data:image/png;base64') < html.index('id="Run-time"')
     assert "fedmgda epsilon=0" in html and "final mean_acc" in html  # the statistics table
     assert re.findall(r"<h[1-4][^>]*>([^<]*)", html) == [
         "FedMGDA+ reproduction report", "What was run", "Results of the experiments without a table or figure",
         "toy_exp", "Run time", "Where these results were made", "About this report"]
     assert "Paper vs reproduced" not in html  # no table
     assert "305 s" in html and "1 pack of runs counted once" in html
+    assert "Wall clock of the 3 training jobs" in html and "360 s" in html
