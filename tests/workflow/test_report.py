@@ -7,10 +7,13 @@ import ast
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import nbformat
+import pytest
 
 from .conftest import REPO
 
@@ -105,7 +108,8 @@ def _toy_results(root, *, packed: bool = True):
     for algorithm, hparams in (("fedavg", {}), ("fedmgda", {"epsilon": 0})):
         for seed in (1, 2):
             key = f"toy/{algorithm}/seed{seed}"
-            folder = write_run(runs, key, [0.4 + 0.1 * seed, 0.6, 0.8], rounds=12, seed=seed)
+            accs = [0.4 + 0.1 * seed, 0.6, 0.8 if algorithm == "fedavg" else 0.5]
+            folder = write_run(runs, key, accs, rounds=12, seed=seed)
             summary = json.loads((folder / "summary.json").read_text())
             config = {"dataset": "toy", "algorithm": algorithm, "hparams": hparams, "seed": seed,
                       "partition_file": f"p/seed{seed}.npz", "rounds": 12}
@@ -195,13 +199,15 @@ def _headings_without_content(page: str) -> list[str]:
     return empty
 
 
-def test_the_report_of_one_experiment_shows_its_results(tmp_path):
-    """The report of a one-experiment profile (no table, figure or claim): papermill and nbconvert
-    as the rules run them; it shows the experiment's curves and statistics and no empty section."""
+@pytest.fixture(scope="module")
+def toy_report(tmp_path_factory) -> Path:
+    """The HTML report of a one-experiment profile (no table, figure or claim): papermill and
+    nbconvert run as the rules run them, on ``_toy_results`` and three training jobs' benchmarks."""
     import pandas as pd
 
     from fedmgda.workflow_cli import main
 
+    tmp_path = tmp_path_factory.mktemp("toy_report")
     results = tmp_path / "results/toy"
     results.mkdir(parents=True)
     runs = _toy_results(results)
@@ -223,7 +229,13 @@ def test_the_report_of_one_experiment_shows_its_results(tmp_path):
     done = subprocess.run(["bash", "-c", command], env={**env, "FEDMGDA_PYTHON": sys.executable},
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, (tmp_path / "nbconvert.log").read_text()[-2000:]
-    html = page.read_text()
+    return page
+
+
+def test_the_report_of_one_experiment_shows_its_results(toy_report):
+    """It shows the experiment's curves and statistics, the training time with the pack counted
+    once, and no empty section."""
+    html = toy_report.read_text()
     assert _headings_without_content(html) == []
     assert "Results of the experiments without a table or figure" in html and "toy_exp" in html
     # the curves, an image (a figure displayed under MPLBACKEND=Agg would be its text, "<Figure size ...>")
@@ -236,3 +248,27 @@ def test_the_report_of_one_experiment_shows_its_results(tmp_path):
     assert "Paper vs reproduced" not in html  # no table
     assert "305 s" in html and "1 pack of runs counted once" in html
     assert "Wall clock of the 3 training jobs" in html and "360 s" in html
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium (Debian: apt-get install chromium)")
+def test_a_browser_shows_the_curves_of_the_one_experiment_report(toy_report, tmp_path):
+    """Headless Chromium renders the report (docs/report-one-experiment.md has the command): the
+    screenshot has the curves' colours (tab10 blue and orange), which nothing else on the page has."""
+    from PIL import Image
+
+    shot = tmp_path / "report.png"
+    done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                           f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1280,2000",
+                           toy_report.as_uri()], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and shot.is_file(), done.stderr[-2000:]
+    colours = Image.open(shot).convert("RGB").getcolors(maxcolors=1 << 24)
+
+    def pixels_near(ref: tuple[int, int, int]) -> int:
+        return sum(n for n, rgb in colours if sum(abs(a - b) for a, b in zip(rgb, ref)) < 60)
+
+    assert pixels_near((31, 119, 180)) > 200  # tab10 blue: fedavg's lines
+    assert pixels_near((255, 127, 14)) > 200  # tab10 orange: fedmgda's lines
