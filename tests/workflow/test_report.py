@@ -255,7 +255,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shuti
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium (Debian: apt-get install chromium)")
 def test_a_browser_shows_the_curves_of_the_one_experiment_report(toy_report, tmp_path):
-    """Headless Chromium renders the report (docs/report-one-experiment.md has the command): the
+    """Headless Chromium renders the report (docs/workflow.md, "The report", has the command): the
     screenshot has the curves' colours (tab10 blue and orange), which nothing else on the page has."""
     from PIL import Image
 
