@@ -85,9 +85,12 @@ def cmd_figure(args: argparse.Namespace) -> int:
 
 
 def cmd_runs_index(args: argparse.Namespace) -> int:
-    """One line per run: experiments, status, rounds, runtime, device (the report's run times) and
-    environment stamp (JSON; empty for a run trained before stamping, ``fedmgda.provenance``)."""
+    """One line per run: experiments, status, rounds, runtime, device and pack (the report's run
+    times, ``fedmgda.report.run_pack``: empty for a run trained alone) and environment stamp (JSON;
+    empty for a run trained before stamping, ``fedmgda.provenance``)."""
     import pandas as pd
+
+    from fedmgda.report import run_pack
 
     registry = json.loads(_json_text(args.registry))
     records = []
@@ -98,6 +101,7 @@ def cmd_runs_index(args: argparse.Namespace) -> int:
                         "seed": info["seed"], "status": summary.get("status"),
                         "rounds_completed": summary.get("rounds_completed"),
                         "runtime_s": summary.get("runtime_s"), "device": summary.get("device"),
+                        "pack": run_pack(Path(args.runs_dir) / key),
                         "environment": json.dumps(summary["environment"]) if summary.get("environment") else ""})
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame.from_records(records).to_csv(args.out, index=False)

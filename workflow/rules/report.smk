@@ -50,6 +50,8 @@ rule report_notebook:
         profile=PROFILE,
         tables=" ".join(REG.tables),
         figures=" ".join(REG.figures),
+        bare=" ".join(bare_experiments({e for spec in REG.runs.values() for e in spec.experiments},
+                                       [*REG.tables.values(), *REG.figures.values()])),
     log:
         f"{LOGS}/report/papermill.log",
     benchmark:
@@ -59,7 +61,7 @@ rule report_notebook:
     shell:
         "MPLBACKEND=Agg \"$FEDMGDA_PYTHON\" -m papermill {input.notebook} {output} -k python3 --cwd . "
         "-p results_dir {params.results_dir} -p profile {params.profile} "
-        "-p tables '{params.tables}' -p figures '{params.figures}' > {log} 2>&1"
+        "-p tables '{params.tables}' -p figures '{params.figures}' -p bare '{params.bare}' > {log} 2>&1"
 
 
 rule report_html:
