@@ -116,10 +116,10 @@ def test_the_footer_lists_each_environment_with_its_runs_and_the_unstamped_runs(
     text = provenance.footer([STAMP, STAMP, other, None])
     assert "Made in 2 environments:" in text
     assert ("- fedmgda 0.1.0 (abc1234), Python 3.11.7, torch 2.14.1, numpy 2.4.6, cvxopt 1.3.2 on cpu, AMD EPYC "
-            "(x86-64-v4), 2 threads (2 runs)") in text
-    assert "numpy 2.2.6, cvxopt 1.3.2 on cpu, AMD EPYC (x86-64-v4), 2 threads (1 runs)" in text
+            "(x86-64-v4), 2 torch threads (2 runs)") in text
+    assert "numpy 2.2.6, cvxopt 1.3.2 on cpu, AMD EPYC (x86-64-v4), 2 torch threads (1 run)" in text
     assert "Partitions (sha256): 2 distinct: aaaaaaaaaaaa, bbbbbbbbbbbb." in text
-    assert "1 runs carry no environment stamp (trained before stamping)." in text
+    assert "1 run carries no environment stamp (trained before stamping)." in text
     assert provenance.footer([STAMP]).startswith("Made with fedmgda 0.1.0 (abc1234), Python 3.11.7")
     assert "stamp" not in provenance.footer([STAMP])
 

@@ -33,7 +33,6 @@ from typing import Any
 PACKAGE_DIR = Path(__file__).resolve().parent
 # fields that may change a run's numbers: a checkpoint resumed under other values of these says so
 NUMERIC_FIELDS = ("python", "torch", "numpy", "cvxopt", "device", "cpu", "isa")
-UNSTAMPED = "{n} runs carry no environment stamp (trained before stamping)"
 
 
 def environment_stamp(device: Any, partition_hash: str | None = None) -> dict[str, Any]:
@@ -124,7 +123,7 @@ def numpy_isa_level() -> str:
 # --------------------------------------------------------------------------- descriptions
 def describe(stamp: dict[str, Any]) -> str:
     """One line: "fedmgda 0.1.0 (abc1234), Python 3.11.7, torch 2.14.1, numpy 2.4.6, cvxopt 1.3.3
-    on cpu, AMD EPYC (x86-64-v4), 2 threads" (the partition is not part of it)."""
+    on cpu, AMD EPYC (x86-64-v4), 2 torch threads" (the partition is not part of it)."""
     commit = stamp.get("commit")
     source = f" ({commit[:7]}{', modified' if stamp.get('dirty') else ''})" if commit else ""
     device = stamp.get("device")
@@ -132,7 +131,7 @@ def describe(stamp: dict[str, Any]) -> str:
         device = f"{device} ({stamp['gpu']}, CUDA {stamp.get('cuda')})"
     return (f"fedmgda {stamp.get('fedmgda')}{source}, Python {stamp.get('python')}, torch {stamp.get('torch')}, "
             f"numpy {stamp.get('numpy')}, cvxopt {stamp.get('cvxopt')} on {device}, {stamp.get('cpu')} "
-            f"({stamp.get('isa')}), {stamp.get('threads')} threads")
+            f"({stamp.get('isa')}), {stamp.get('threads')} torch thread{'' if stamp.get('threads') == 1 else 's'}")
 
 
 def footer(stamps: list[dict[str, Any] | None]) -> str:
@@ -146,14 +145,19 @@ def footer(stamps: list[dict[str, Any] | None]) -> str:
         lines.append(f"Made with {next(iter(environments))}.")
     elif environments:
         lines.append(f"Made in {len(environments)} environments:\n"
-                     + "\n".join(f"- {text} ({n} runs)" for text, n in environments.most_common()))
+                     + "\n".join(f"- {text} ({runs(n)})" for text, n in environments.most_common()))
     partitions = sorted({s["partition_hash"] for s in stamped if s.get("partition_hash")})
     if partitions:
         shown = ", ".join(h[:12] for h in partitions[:6]) + (", ..." if len(partitions) > 6 else "")
         lines.append(f"Partitions (sha256): {len(partitions)} distinct: {shown}.")
     if len(stamped) < len(stamps):
-        lines.append(UNSTAMPED.format(n=len(stamps) - len(stamped)) + ".")
+        n = len(stamps) - len(stamped)
+        lines.append(f"{runs(n)} {'carries' if n == 1 else 'carry'} no environment stamp (trained before stamping).")
     return "\n\n".join(lines)
+
+
+def runs(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"
 
 
 def environment_changes(before: dict[str, Any], now: dict[str, Any]) -> list[str]:

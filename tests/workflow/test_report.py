@@ -94,7 +94,7 @@ def test_the_report_says_where_its_runs_were_made(tmp_path):
                  "display": shown.append, "Markdown": str}
     exec("".join(cells[heading + 1]["source"]), namespace)
     assert shown == ["Made with fedmgda 0.1.0, Python 3.11.7, torch 2.14.1, numpy 2.4.6, cvxopt None on cpu, AMD EPYC "
-                     "(x86-64-v4), 2 threads.\n\n1 runs carry no environment stamp (trained before stamping)."]
+                     "(x86-64-v4), 2 torch threads.\n\n1 run carries no environment stamp (trained before stamping)."]
 
 
 # ---- issue 43: a report that shows any experiment

@@ -289,8 +289,8 @@ def test_a_tables_markdown_ends_with_where_its_runs_were_made(tmp_path):
     assert md.startswith(to_markdown(df, spec))
     assert "Made in 2 environments:" in footer
     assert ("- fedmgda 0.1.0 (0123456, modified), Python 3.11.7, torch 2.14.1, numpy 2.4.6, cvxopt 1.3.3 on cpu, "
-            "AMD EPYC (x86-64-v4), 2 threads (2 runs)") in footer
-    assert "on cuda:0 (NVIDIA H100, CUDA 13.0), AMD EPYC (x86-64-v4), 2 threads (1 runs)" in footer
+            "AMD EPYC (x86-64-v4), 2 torch threads (2 runs)") in footer
+    assert "on cuda:0 (NVIDIA H100, CUDA 13.0), AMD EPYC (x86-64-v4), 2 torch threads (1 run)" in footer
     assert "Partitions (sha256): 1 distinct: c0ffeec0ffee." in footer
-    assert "1 runs carry no environment stamp (trained before stamping)." in footer
+    assert "1 run carries no environment stamp (trained before stamping)." in footer
     assert "environment" not in (tmp_path / "t.csv").read_text()
