@@ -1,0 +1,107 @@
+"""The numbers the docs show come from committed files (fedmgda.docnumbers), and none is typed.
+
+Each page's ``<!-- n PATH ROW COL [FORMAT] -->value<!-- /n -->`` markers must read what their file
+says (``make docs`` rewrites them); in the sections listed in COVERED, a number that looks like a
+result (a decimal, or one with %, pp, min, s, h) must be inside a marker, or be in ALLOWED (protocol
+settings, dates, counts that are not results).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from fedmgda.docnumbers import PAGES, DocNumberError, Spec, check, render, strip_markers, value
+
+REPO = Path(__file__).resolve().parents[1]
+
+# (page, section heading, paragraph start or "" for the whole section) whose numbers are all rendered
+COVERED = [
+    ("docs/results.md", "## The fairness claim on real Fashion-MNIST", "**The server step also explains"),
+    ("docs/results.md", "## The fairness claim on real Fashion-MNIST", "**In FedMDFG's own setting**"),
+]
+# numbers in the covered text that are not results: the protocol's settings and the rounds read
+ALLOWED = {
+    "docs/results.md": {"0.1", "1.5", "151–200"},
+}
+RESULT_NUMBER = re.compile(r"(?<![\w.])[−+-]?\d+(?:\.\d+)?(?:[–-]\d+(?:\.\d+)?)?(?:\s*(?:%|pp\b|min\b|s\b|h\b))?")
+
+
+def covered_text(page: str, heading: str, start: str) -> str:
+    text = (REPO / page).read_text()
+    assert heading in text, f"{page}: no section {heading!r}; update COVERED"
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    if not start:
+        return section
+    found = [p for p in section.split("\n\n") if p.startswith(start)]
+    assert len(found) == 1, f"{page}: no paragraph starting {start!r} in {heading!r}; update COVERED"
+    return found[0]
+
+
+def typed_results(text: str, allowed: set[str]) -> list[str]:
+    """The result-like numbers of ``text`` outside markers, code, link targets and ALLOWED."""
+    text = strip_markers(text)
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    text = re.sub(r"`[^`]*`", "", text)
+    text = re.sub(r"\]\([^)]*\)", "]", text)
+    text = re.sub(r"\d{4}-\d{2}-\d{2}", "", text)
+    text = re.sub(r"(worst|best)\s+5\s*%|95\s*% interval", "", text)  # statistics' names
+    found = []
+    for m in RESULT_NUMBER.finditer(text):
+        number = m[0].strip()
+        looks_like_result = "." in number or re.search(r"%|pp|min|s|h$", number)
+        if looks_like_result and number not in allowed and re.sub(r"\s*(%|pp|min|s|h)$", "", number) not in allowed:
+            found.append(number)
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_rendered_numbers_are_those_of_their_files(page):
+    wrong = check((REPO / page).read_text(), REPO)
+    assert not wrong, f"{page}: run make docs\n" + "\n".join(wrong)
+
+
+@pytest.mark.parametrize(("page", "heading", "start"), COVERED, ids=lambda x: str(x)[:40])
+def test_covered_sections_type_no_result(page, heading, start):
+    typed = typed_results(covered_text(page, heading, start), ALLOWED.get(page, set()))
+    assert not typed, (f"{page}, {heading} {start}: numbers typed, not rendered: {typed}; write each "
+                       "as a marker <!-- n PATH ROW COL FORMAT -->…<!-- /n --> (fedmgda.docnumbers)")
+
+
+def test_a_drift_fails_both_checks():
+    """The drift of issue 43: docs/results.md quoted FedMDFG's-setting gaps of a file's earlier
+    version. A rendered value edited, or typed outside its marker, fails."""
+    text = covered_text(*COVERED[1])
+    marker = re.search(r"<!-- n [^>]*fmnist_fedmdfg_fedplat_average_late diff_mean \.2f -->6\.04<!-- /n -->", text)
+    assert marker, "the FedMDFG-setting accuracy gap is no longer rendered from claims_fedmdfg.csv"
+    assert check(text, REPO) == []
+    edited = text.replace(marker[0], marker[0].replace("-->6.04<", "-->6.4<"))
+    assert len(check(edited, REPO)) == 1
+    assert render(edited, REPO) == text
+    typed = text.replace(marker[0], "6.4")
+    assert typed_results(typed, ALLOWED["docs/results.md"]) == ["6.4"]
+
+
+def test_cells_of_csv_markdown_and_json(tmp_path):
+    (tmp_path / "a.csv").write_text("claim,diff_mean,verdict\nx,-1.1614,fails\ny,2,holds\n")
+    (tmp_path / "b.md").write_text("intro\n\n| row | seeds | mean_acc |\n|---|---|---|\n"
+                                   "| `r1` | 3 | 79.63 ± 1.22 |\n| r2 | 3 | 81.10 ± 0.33 |\n")
+    (tmp_path / "c.json").write_text(json.dumps({"runs": [{"s": 120.4}]}))
+    assert value(Spec("a.csv", "x", "diff_mean", ".2f"), tmp_path) == "-1.16"
+    assert value(Spec("a.csv", "x", "diff_mean", "neg.2f"), tmp_path) == "1.16"
+    assert value(Spec("a.csv", "y", "verdict", None), tmp_path) == "holds"
+    assert value(Spec("b.md", "r1", "mean_acc", None), tmp_path) == "79.63 ± 1.22"
+    assert value(Spec("b.md", "r1", "mean_acc#2", ".1f"), tmp_path) == "1.2"
+    assert value(Spec("b.md", "r2", "seeds", "d"), tmp_path) == "3"
+    assert value(Spec("c.json", "runs.0.s", "-", ".0f"), tmp_path) == "120"
+    page = "gap <!-- n a.csv x diff_mean neg.2f -->0<!-- /n --> pp"
+    assert render(page, tmp_path) == "gap <!-- n a.csv x diff_mean neg.2f -->1.16<!-- /n --> pp"
+    assert check(page, tmp_path) == ["a.csv x diff_mean neg.2f: the page says '0', the file '1.16'"]
+    for spec in (Spec("no.csv", "x", "diff_mean", None), Spec("a.csv", "z", "diff_mean", None),
+                 Spec("a.csv", "x", "nope", None)):
+        with pytest.raises(DocNumberError):
+            value(spec, tmp_path)
+    assert Spec.parse('b.md "FedMGDA ε=0.1" mean_acc .2f').row == "FedMGDA ε=0.1"
