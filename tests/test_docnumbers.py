@@ -20,11 +20,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 # (page, section heading, paragraph start or "" for the whole section) whose numbers are all rendered
 COVERED = [
+    ("README.md", "## Expected results", ""),
     ("docs/results.md", "## The fairness claim on real Fashion-MNIST", "**The server step also explains"),
     ("docs/results.md", "## The fairness claim on real Fashion-MNIST", "**In FedMDFG's own setting**"),
 ]
 # numbers in the covered text that are not results: the protocol's settings and the rounds read
 ALLOWED = {
+    "README.md": set(),
     "docs/results.md": {"0.1", "1.5", "151–200"},
 }
 RESULT_NUMBER = re.compile(r"(?<![\w.])[−+-]?\d+(?:\.\d+)?(?:[–-]\d+(?:\.\d+)?)?(?:\s*(?:%|pp\b|min\b|s\b|h\b))?")
@@ -71,10 +73,21 @@ def test_covered_sections_type_no_result(page, heading, start):
                        "as a marker <!-- n PATH ROW COL FORMAT -->…<!-- /n --> (fedmgda.docnumbers)")
 
 
+def test_the_quick_rows_run_count_is_the_profiles():
+    """The README's quick row states the quick profile's run count (issue 43: it said 74 after the
+    profile grew to 86): counted here from config/quick.yaml."""
+    from fedmgda.experiments import expand, load_config
+
+    runs = len(expand(load_config(str(REPO / "config" / "quick.yaml"))).runs)
+    row = next(line for line in covered_text("README.md", "## Expected results", "").splitlines()
+               if line.startswith("| quick profile"))
+    assert f"not timed at its {runs} runs" in row, f"the quick profile has {runs} runs; the README: {row[:160]}"
+
+
 def test_a_drift_fails_both_checks():
     """The drift of issue 43: docs/results.md quoted FedMDFG's-setting gaps of a file's earlier
     version. A rendered value edited, or typed outside its marker, fails."""
-    text = covered_text(*COVERED[1])
+    text = covered_text(*COVERED[2])
     marker = re.search(r"<!-- n [^>]*fmnist_fedmdfg_fedplat_average_late diff_mean \.2f -->6\.04<!-- /n -->", text)
     assert marker, "the FedMDFG-setting accuracy gap is no longer rendered from claims_fedmdfg.csv"
     assert check(text, REPO) == []
@@ -97,6 +110,9 @@ def test_cells_of_csv_markdown_and_json(tmp_path):
     assert value(Spec("b.md", "r1", "mean_acc#2", ".1f"), tmp_path) == "1.2"
     assert value(Spec("b.md", "r2", "seeds", "d"), tmp_path) == "3"
     assert value(Spec("c.json", "runs.0.s", "-", ".0f"), tmp_path) == "120"
+    (tmp_path / "d.txt").write_text("Rounds 101-200: package - authors = +0.20 pp, interval [-0.12, +0.51]\n")
+    assert value(Spec("d.txt", "package - authors =", "#1", "+.2f"), tmp_path) == "+0.20"
+    assert value(Spec("d.txt", "interval", "#2", None), tmp_path) == "+0.51"
     page = "gap <!-- n a.csv x diff_mean neg.2f -->0<!-- /n --> pp"
     assert render(page, tmp_path) == "gap <!-- n a.csv x diff_mean neg.2f -->1.16<!-- /n --> pp"
     assert check(page, tmp_path) == ["a.csv x diff_mean neg.2f: the page says '0', the file '1.16'"]

@@ -15,6 +15,8 @@ Files and their cells:
 - ``.md`` (and ``.txt``): Markdown tables; the row whose first cell (backquotes stripped) is the key,
   in a table whose header has the column. The key and column must name exactly one cell.
 - ``.json``: the key a dotted path into the object (``a.b.0``), the column ``-``.
+- any text file, the column ``#k``: the key a phrase on exactly one line, the k-th number after it
+  on that line (``"package - authors =" #1``).
 
 The format: none, the cell as written; a Python format spec (``.2f``, ``+.1f``, ``d``), the cell's
 first number formatted (``neg`` before it: its negative, for a
@@ -98,8 +100,13 @@ def cell(spec: Spec, root: str | Path) -> str:
     path = Path(root) / spec.path
     if not path.is_file():
         raise DocNumberError(f"{spec.path}: no such file, named by a number marker")
-    data = _read(path, path.stat().st_mtime)
     col = spec.col.split("#")[0]
+    if not col:  # ROW is a phrase: the rest of the one line that holds it
+        lines = [line.split(spec.row, 1)[1] for line in path.read_text().splitlines() if spec.row in line]
+        if len(lines) != 1:
+            raise DocNumberError(f"{spec.path}: {len(lines)} lines hold {spec.row!r}; a marker must name one")
+        return lines[0]
+    data = _read(path, path.stat().st_mtime)
     if path.suffix == ".json":
         node = data
         for key in spec.row.split("."):
@@ -164,6 +171,11 @@ def check(text: str, root: str | Path) -> list[str]:
 def strip_markers(text: str) -> str:
     """``text`` without its markers and their values (what is left is typed)."""
     return MARKER_RE.sub("", text)
+
+
+def visible(text: str) -> str:
+    """``text`` as rendered: each marker replaced by its value."""
+    return MARKER_RE.sub(lambda m: m["value"], text)
 
 
 def main(argv: list[str] | None = None) -> int:
