@@ -13,7 +13,8 @@ Files and their cells:
 
 - ``.csv``: the row whose first column is the key, the column by its header.
 - ``.md`` (and ``.txt``): Markdown tables; the row whose first cell (backquotes stripped) is the key,
-  in a table whose header has the column. The key and column must name exactly one cell.
+  in a table whose header has the column (``a::b``: first cell a, second b). The key and column
+  must name exactly one cell.
 - ``.json``: the key a dotted path into the object (``a.b.0``), the column ``-``.
 - any text file, the column ``#k``: the key a phrase on exactly one line, the k-th number after it
   on that line (``"package - authors =" #1``).
@@ -120,7 +121,8 @@ def cell(spec: Spec, root: str | Path) -> str:
         if col not in header:
             continue
         j = header.index(col)
-        found += [r[j] for r in rows if r and r[0].strip("`") == spec.row and j < len(r)]
+        keys = spec.row.split("::")
+        found += [r[j] for r in rows if [c.strip("`") for c in r[:len(keys)]] == keys and j < len(r)]
     if len(found) != 1:
         raise DocNumberError(f"{spec.path}: {len(found)} cells in row {spec.row!r}, column {col!r}; "
                              "a marker must name exactly one")
