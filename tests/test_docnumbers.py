@@ -96,6 +96,19 @@ def test_the_quick_rows_run_count_is_the_profiles():
     assert f"not timed at its {runs} runs" in row, f"the quick profile has {runs} runs; the README: {row[:160]}"
 
 
+def test_no_claims_rows_have_no_claims_file():
+    """Issue 43: two Expected-results rows said 'no claims' beside a committed claims file. A row's
+    table docs/results/fmnist/fmnist_X.md has its claims in claims_X.md when that file exists."""
+    section = covered_text("README.md", "## Expected results", "")
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 5 or cells[3] != "no claims":
+            continue
+        for table in re.findall(r"\(docs/results/fmnist/fmnist_([a-z0-9_]+)\.md\)", cells[4]):
+            claims = REPO / "docs" / "results" / "fmnist" / f"claims_{table}.md"
+            assert not claims.exists(), f"{cells[0]}: 'no claims', but {claims.relative_to(REPO)} exists"
+
+
 def test_a_drift_fails_both_checks():
     """The drift of issue 43: docs/results.md quoted FedMDFG's-setting gaps of a file's earlier
     version. A rendered value edited, or typed outside its marker, fails."""
