@@ -25,7 +25,7 @@ COVERED = [
     ("README.md", "", ""),
     ("docs/results.md", "## The quick profile (offline analogues)", ""),
     ("docs/results.md", "## The fairness claim on real Fashion-MNIST", ""),
-    ("docs/performance.md", "## Wall times", "The CUDA tests passed"),
+    ("docs/performance.md", "## Wall times", ""),
     ("docs/fmnist-fairness.md", "## 8 seeds, and the paper's 2 000 rounds, on a GPU", ""),
     ("docs/fmnist-fairness.md", "## Figures 5–6: the ε interpolation on real F-MNIST", ""),
     ("docs/fmnist-fairness.md", "## Others' numbers, as context", "First measured 2026-11-25: 3 new runs"),
