@@ -148,6 +148,9 @@ def test_cells_of_csv_markdown_and_json(tmp_path):
     page = "gap <!-- n a.csv x diff_mean neg.2f -->0<!-- /n --> pp"
     assert render(page, tmp_path) == "gap <!-- n a.csv x diff_mean neg.2f -->1.16<!-- /n --> pp"
     assert check(page, tmp_path) == ["a.csv x diff_mean neg.2f: the page says '0', the file '1.16'"]
+    starts = "ok\n<!-- n a.csv x diff_mean neg.2f -->1.16<!-- /n --> pp"  # an HTML block on GitHub
+    assert check(starts, tmp_path) == ["line 2: starts with a marker, which Markdown reads as an HTML block; "
+                                       "put a word before it"]
     for spec in (Spec("no.csv", "x", "diff_mean", None), Spec("a.csv", "z", "diff_mean", None),
                  Spec("a.csv", "x", "nope", None)):
         with pytest.raises(DocNumberError):

@@ -158,7 +158,8 @@ def render(text: str, root: str | Path) -> str:
 
 def check(text: str, root: str | Path) -> list[str]:
     """One line per marker whose value differs from its file (or names no cell)."""
-    wrong = []
+    wrong = [f"line {n}: starts with a marker, which Markdown reads as an HTML block; put a word before it"
+             for n, line in enumerate(text.splitlines(), 1) if re.match(r"\s*<!-- n ", line)]
     for m in MARKER_RE.finditer(text):
         try:
             want = value(Spec.parse(m["spec"]), root)
