@@ -7,7 +7,8 @@ A page writes a number as an inline marker around its value::
 The marker (an HTML comment: invisible on GitHub, in tables too) names a file under the repository,
 a row key, a column and an optional format; ``render`` rewrites the value between the markers
 from the file, ``check`` lists every marker whose value differs from it. Fields are split as a
-shell does (quote a key with spaces: ``"FedMGDA ε=0.1"``); no field may hold ``|`` or ``-->``.
+shell does (quote a key with spaces: ``"FedMGDA ε=0.1"``); no field may hold ``|`` or ``--``, and no
+line may start with a marker (Markdown would read an HTML block there).
 
 Files and their cells:
 
@@ -20,12 +21,14 @@ Files and their cells:
   on that line (``"package - authors =" #1``).
 
 The format: none, the cell as written; a Python format spec (``.2f``, ``+.1f``, ``d``), the cell's
-first number formatted (``neg`` before it: its negative, for a
-difference stated the other way round); a column ``name#k`` picks the cell's k-th number (1-based), so
-``mean_acc#2`` of ``79.63 ± 1.22`` is 1.22.
+first number formatted (``neg`` before it: its negative, for a difference stated the other way
+round); a column ``name#k`` picks the cell's k-th number (1-based): ``mean_acc#2`` of
+``79.63 ± 1.22`` is 1.22.
 
 ``python -m fedmgda.docnumbers [--check] [PAGES]`` (``make docs``) re-renders the numbers and the
 verdict tables (fedmgda.claims.render_verdict_blocks) of the pages, by default ``PAGES`` below.
+tests/test_docnumbers.py fails where a value differs from its file, and where a covered section
+types a result-like number outside a marker.
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ class Spec:
 
     @classmethod
     def parse(cls, spec: str) -> Spec:
+        if "--" in spec:  # CommonMark ends an HTML comment's text at "--"
+            raise DocNumberError(f"marker '{spec}': '--' cannot stand in an HTML comment")
         fields = shlex.split(spec)
         if len(fields) not in (3, 4):
             raise DocNumberError(f"marker '{spec}': write 'PATH ROW COL [FORMAT]'")
