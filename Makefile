@@ -46,7 +46,7 @@ PY := .venv/bin/python
 SETUP_STAMP := .venv/.setup-stamp
 endif
 
-.PHONY: setup lock quick paper target report test test-fast lint dry-run benchmark device-check config-docs paper-reference clean
+.PHONY: setup lock quick paper target report test test-fast lint dry-run benchmark device-check config-docs docs paper-reference clean
 
 setup: $(SETUP_STAMP)
 
@@ -116,6 +116,11 @@ device-check:
 # config/README.md's key tables from src/fedmgda/config.schema.yaml (fedmgda.schema)
 config-docs: setup
 	$(PY) -m fedmgda.schema config/README.md
+
+# re-render the numbers and verdict tables of README.md and docs/{results,fmnist-fairness,performance}.md
+# from their committed files (fedmgda.docnumbers; tests/test_docnumbers.py fails where they differ)
+docs: setup
+	$(PY) -m fedmgda.docnumbers
 
 # rewrite the package's copy of the paper's numbers (src/fedmgda/reference/paper_tables.csv)
 paper-reference: setup

@@ -1,0 +1,218 @@
+"""Numbers in the docs rendered from committed result files, not typed.
+
+A page writes a number as an inline marker around its value::
+
+    <!-- n docs/results/fmnist/claims_fedmdfg.csv fmnist_fedmdfg_fedplat_average_late diff_mean .2f -->6.04<!-- /n -->
+
+The marker (an HTML comment: invisible on GitHub, in tables too) names a file under the repository,
+a row key, a column and an optional format; ``render`` rewrites the value between the markers
+from the file, ``check`` lists every marker whose value differs from it. Fields are split as a
+shell does (quote a key with spaces: ``"FedMGDA ε=0.1"``); no field may hold ``|`` or ``--``, and no
+line may start with a marker (Markdown would read an HTML block there).
+
+Files and their cells:
+
+- ``.csv``: the row whose first column is the key, the column by its header.
+- ``.md`` (and ``.txt``): Markdown tables; the row whose first cell (backquotes stripped) is the key,
+  in a table whose header has the column (``a::b``: first cell a, second b). The key and column
+  must name exactly one cell.
+- ``.json``: the key a dotted path into the object (``a.b.0``), the column ``-``.
+- any text file, the column ``#k``: the key a phrase on exactly one line, the k-th number after it
+  on that line (``"package - authors =" #1``).
+
+The format: none, the cell as written; a Python format spec (``.2f``, ``+.1f``, ``d``), the cell's
+first number formatted (``neg`` before it: its negative, for a difference stated the other way
+round); a column ``name#k`` picks the cell's k-th number (1-based): ``mean_acc#2`` of
+``79.63 ± 1.22`` is 1.22.
+
+``python -m fedmgda.docnumbers [--check] [PAGES]`` (``make docs``) re-renders the numbers and the
+verdict tables (fedmgda.claims.render_verdict_blocks) of the pages, by default ``PAGES`` below.
+tests/test_docnumbers.py fails where a value differs from its file, and where a covered section
+types a result-like number outside a marker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import shlex
+import sys
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+PAGES = ("README.md", "docs/results.md", "docs/fmnist-fairness.md", "docs/performance.md")
+MARKER_RE = re.compile(r"<!-- n (?P<spec>(?:(?!-->)[^|\n])+?) -->(?P<value>[^\n]*?)<!-- /n -->")
+NUMBER_RE = re.compile(r"[-+−]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+class DocNumberError(ValueError):
+    """A marker names a file, row or column that does not exist, or a cell that is not a number."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    path: str
+    row: str
+    col: str
+    fmt: str | None
+
+    @classmethod
+    def parse(cls, spec: str) -> Spec:
+        if "--" in spec:  # CommonMark ends an HTML comment's text at "--"
+            raise DocNumberError(f"marker '{spec}': '--' cannot stand in an HTML comment")
+        fields = shlex.split(spec)
+        if len(fields) not in (3, 4):
+            raise DocNumberError(f"marker '{spec}': write 'PATH ROW COL [FORMAT]'")
+        return cls(fields[0], fields[1], fields[2], fields[3] if len(fields) == 4 else None)
+
+
+def _md_tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
+    """Every Markdown table of ``text``: (header cells, body rows' cells)."""
+    tables, lines = [], text.splitlines()
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("|") and i + 1 < len(lines) and re.match(r"\|\s*:?-", lines[i + 1]):
+            cells = [_split_row(lines[i])]
+            i += 2
+            while i < len(lines) and lines[i].startswith("|"):
+                cells.append(_split_row(lines[i]))
+                i += 1
+            tables.append((cells[0], cells[1:]))
+        else:
+            i += 1
+    return tables
+
+
+def _split_row(line: str) -> list[str]:
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+
+
+@cache
+def _read(path: Path, mtime: float) -> object:
+    text = path.read_text()
+    if path.suffix == ".csv":
+        rows = list(csv.reader(text.splitlines()))
+        return [(rows[0], rows[1:])]
+    if path.suffix == ".json":
+        return json.loads(text)
+    return _md_tables(text)
+
+
+def cell(spec: Spec, root: str | Path) -> str:
+    """The cell a marker names, as written in its file."""
+    path = Path(root) / spec.path
+    if not path.is_file():
+        raise DocNumberError(f"{spec.path}: no such file, named by a number marker")
+    col = spec.col.split("#")[0]
+    if not col:  # ROW is a phrase: the rest of the one line that holds it
+        lines = [line.split(spec.row, 1)[1] for line in path.read_text().splitlines() if spec.row in line]
+        if len(lines) != 1:
+            raise DocNumberError(f"{spec.path}: {len(lines)} lines hold {spec.row!r}; a marker must name one")
+        return lines[0]
+    data = _read(path, path.stat().st_mtime)
+    if path.suffix == ".json":
+        node = data
+        for key in spec.row.split("."):
+            try:
+                node = node[int(key)] if isinstance(node, list) else node[key]
+            except (KeyError, IndexError, ValueError, TypeError):
+                raise DocNumberError(f"{spec.path}: no key {spec.row!r}") from None
+        return str(node)
+    found = []
+    for header, rows in data:
+        if col not in header:
+            continue
+        j = header.index(col)
+        keys = spec.row.split("::")
+        found += [r[j] for r in rows if [c.strip("`") for c in r[:len(keys)]] == keys and j < len(r)]
+    if len(found) != 1:
+        raise DocNumberError(f"{spec.path}: {len(found)} cells in row {spec.row!r}, column {col!r}; "
+                             "a marker must name exactly one")
+    return found[0]
+
+
+def value(spec: Spec, root: str | Path) -> str:
+    """What a marker's value should read: its cell, formatted."""
+    text = cell(spec, root)
+    _, _, k = spec.col.partition("#")
+    if spec.fmt is None and not k:
+        return text
+    numbers = NUMBER_RE.findall(text)
+    index = int(k) - 1 if k else 0
+    if index >= len(numbers):
+        raise DocNumberError(f"{spec.path}: row {spec.row!r}, column {spec.col!r}: no number {index + 1} "
+                             f"in {text!r}")
+    number = numbers[index].replace("−", "-")
+    if spec.fmt is None:
+        return number
+    x, fmt = float(number), spec.fmt
+    if fmt.startswith("neg"):
+        x, fmt = -x, fmt[3:]
+    return format(int(round(x)) if fmt.endswith("d") else x, fmt)
+
+
+def render(text: str, root: str | Path) -> str:
+    """``text`` with every marker's value rewritten from its file."""
+    def one(m: re.Match) -> str:
+        return f"<!-- n {m['spec']} -->{value(Spec.parse(m['spec']), root)}<!-- /n -->"
+    return MARKER_RE.sub(one, text)
+
+
+def check(text: str, root: str | Path) -> list[str]:
+    """One line per marker whose value differs from its file (or names no cell)."""
+    wrong = [f"line {n}: starts with a marker, which Markdown reads as an HTML block; put a word before it"
+             for n, line in enumerate(text.splitlines(), 1) if re.match(r"\s*<!-- n ", line)]
+    for m in MARKER_RE.finditer(text):
+        try:
+            want = value(Spec.parse(m["spec"]), root)
+        except DocNumberError as e:
+            wrong.append(f"{m['spec']}: {e}")
+            continue
+        if m["value"] != want:
+            wrong.append(f"{m['spec']}: the page says {m['value']!r}, the file {want!r}")
+    return wrong
+
+
+def strip_markers(text: str) -> str:
+    """``text`` without its markers and their values (what is left is typed)."""
+    return MARKER_RE.sub("", text)
+
+
+def visible(text: str) -> str:
+    """``text`` as rendered: each marker replaced by its value."""
+    return MARKER_RE.sub(lambda m: m["value"], text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from fedmgda.claims import ClaimError, render_verdict_blocks
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("pages", nargs="*", type=Path)
+    parser.add_argument("--root", type=Path, default=Path("."))
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a page differs")
+    args = parser.parse_args(argv)
+    pages = args.pages or [args.root / p for p in PAGES]
+    status = 0
+    for page in pages:
+        text = page.read_text()
+        try:
+            new = render(render_verdict_blocks(text, args.root), args.root)
+        except (ClaimError, DocNumberError) as e:
+            print(f"{page}: {e}", file=sys.stderr)
+            status = 1
+            continue
+        if new != text:
+            if args.check:
+                print(f"{page}: differs from its files; run make docs", file=sys.stderr)
+                status = 1
+            else:
+                page.write_text(new)
+                print(f"{page}: numbers and verdict tables rewritten")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""The numbers the docs show come from committed files (fedmgda.docnumbers), and none is typed.
+
+Each page's ``<!-- n PATH ROW COL [FORMAT] -->value<!-- /n -->`` markers must read what their file
+says (``make docs`` rewrites them); in the sections listed in COVERED, a number that looks like a
+result (a decimal, or one with %, pp, min, s, h) must be inside a marker, or be in ALLOWED (protocol
+settings, dates, counts that are not results).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from fedmgda.claims import VERDICT_BLOCK_RE
+from fedmgda.docnumbers import PAGES, DocNumberError, Spec, check, render, strip_markers, value
+
+REPO = Path(__file__).resolve().parents[1]
+
+# (page, section heading or "" for the whole page, paragraph start or "" for the whole section) whose
+# numbers are all rendered
+COVERED = [
+    ("README.md", "", ""),
+    ("docs/results.md", "", ""),
+    ("docs/performance.md", "## Wall times", ""),
+    ("docs/fmnist-fairness.md", "## 8 seeds, and the paper's 2 000 rounds, on a GPU", ""),
+    ("docs/fmnist-fairness.md", "## What real F-MNIST shows", "`snakemake results/fmnist/tables/fmnist_core.md"),
+    ("docs/fmnist-fairness.md", "## What real F-MNIST shows", "| row | average | std | worst 5 % | best 5 % |"),
+    ("docs/fmnist-fairness.md", "## What real F-MNIST shows", "| row | average | std | worst 5 % |\n"),
+    ("docs/fmnist-fairness.md", "## Table 8's seven algorithms", ""),
+    ("docs/fmnist-fairness.md", "## Figures 5–6: the ε interpolation on real F-MNIST", ""),
+    ("docs/fmnist-fairness.md", "## The protocol, and what was shortened", ""),
+    ("docs/fmnist-fairness.md", "## Readings the ablation varies", ""),
+    ("docs/fmnist-fairness.md", "## Others' numbers, as context", "First measured 2026-11-25: 3 new runs"),
+    ("docs/fmnist-fairness.md", "## Others' numbers, as context", "| row | average | std | worst 5 % | improved"),
+    ("docs/fmnist-fairness.md", "## Others' numbers, as context", "With the third-party step"),
+]
+# numbers in the covered text that are not results: the protocol's settings and the rounds read
+ALLOWED = {
+    # versions; the experimental setup's participation, learning rates and ε
+    "README.md": {"3.11", "2.14", "40 %", "0.5", "0.05", "0.01", "0.1", "0.001"},
+    # η, ε of the grid, lr, momentum, μ, q, sections of the paper and of docs/protocol.md, the rounds read
+    "docs/fmnist-fairness.md": {"0.1", "1.5", "0.05", "0.5", "0.01", "6.1", "6.2", "1.2–1.4", "4.2", "4.4",
+                                "8.4", "151–200"},
+    # η, step sizes, the bands of Table 7 and q-FFL's Table 2, p, the paper's §6.2, chance on digits,
+    # a user's accuracy bound, the rounds read
+    "docs/results.md": {"0.1", "1.5", "0.01", "0.001", "0.5", "0.6", "1.2", "0.55", "0.56", "0.4", "6.2",
+                        "10 %", "100 %", "151–200"},
+}
+RESULT_NUMBER = re.compile(r"(?<![\w.])[−+-]?\d+(?:\.\d+)?(?:[–-]\d+(?:\.\d+)?)?(?:\s*(?:%|pp\b|min\b|s\b|h\b))?")
+
+
+def covered_text(page: str, heading: str, start: str) -> str:
+    text = (REPO / page).read_text()
+    assert heading in text, f"{page}: no section {heading!r}; update COVERED"
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0] if heading else text
+    if not start:
+        return section
+    found = [p for p in section.split("\n\n") if p.startswith(start)]
+    assert len(found) == 1, f"{page}: no paragraph starting {start!r} in {heading!r}; update COVERED"
+    return found[0]
+
+
+def typed_results(text: str, allowed: set[str]) -> list[str]:
+    """The result-like numbers of ``text`` outside markers, code, link targets and ALLOWED."""
+    text = VERDICT_BLOCK_RE.sub("", strip_markers(text))  # verdict tables: tests/test_stated_verdicts.py
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    text = re.sub(r"`[^`]*`", "", text)
+    text = re.sub(r"\]\([^)]*\)", "]", text)
+    text = re.sub(r"\d{4}-\d{2}-\d{2}", "", text)
+    text = re.sub(r"(?i)(worst|best)[\s-]+(5|10)\s*%|95\s*% interval", "", text)  # statistics' names
+    found = []
+    for m in RESULT_NUMBER.finditer(text):
+        number = m[0].strip()
+        looks_like_result = "." in number or re.search(r"%|pp|min|s|h$", number)
+        if looks_like_result and number not in allowed and re.sub(r"\s*(%|pp|min|s|h)$", "", number) not in allowed:
+            found.append(number)
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_rendered_numbers_are_those_of_their_files(page):
+    wrong = check((REPO / page).read_text(), REPO)
+    assert not wrong, f"{page}: run make docs\n" + "\n".join(wrong)
+
+
+@pytest.mark.parametrize(("page", "heading", "start"), COVERED, ids=lambda x: str(x)[:40])
+def test_covered_sections_type_no_result(page, heading, start):
+    typed = typed_results(covered_text(page, heading, start), ALLOWED.get(page, set()))
+    assert not typed, (f"{page}, {heading} {start}: numbers typed, not rendered: {typed}; write each "
+                       "as a marker <!-- n PATH ROW COL FORMAT -->…<!-- /n --> (fedmgda.docnumbers)")
+
+
+def test_the_quick_rows_run_count_is_the_profiles():
+    """The README's quick row states the quick profile's run count (issue 43: it said 74 after the
+    profile grew to 86): counted here from config/quick.yaml."""
+    from fedmgda.experiments import expand, load_config
+
+    runs = len(expand(load_config(str(REPO / "config" / "quick.yaml"))).runs)
+    row = next(line for line in covered_text("README.md", "## Expected results", "").splitlines()
+               if line.startswith("| quick profile"))
+    assert f"not timed at its {runs} runs" in row, f"the quick profile has {runs} runs; the README: {row[:160]}"
+
+
+def test_no_claims_rows_have_no_claims_file():
+    """Issue 43: two Expected-results rows said 'no claims' beside a committed claims file. A row's
+    table docs/results/fmnist/fmnist_X.md has its claims in claims_X.md when that file exists."""
+    section = covered_text("README.md", "## Expected results", "")
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 5 or cells[3] != "no claims":
+            continue
+        for table in re.findall(r"\(docs/results/fmnist/fmnist_([a-z0-9_]+)\.md\)", cells[4]):
+            claims = REPO / "docs" / "results" / "fmnist" / f"claims_{table}.md"
+            assert not claims.exists(), f"{cells[0]}: 'no claims', but {claims.relative_to(REPO)} exists"
+
+
+def test_a_drift_fails_both_checks():
+    """The drift of issue 43: docs/results.md quoted FedMDFG's-setting gaps of a file's earlier
+    version. A rendered value edited, or typed outside its marker, fails."""
+    text = covered_text("docs/results.md", "## The fairness claim on real Fashion-MNIST", "**In FedMDFG's own setting**")
+    marker = re.search(r"<!-- n [^>]*fmnist_fedmdfg_fedplat_average_late diff_mean \.2f -->6\.04<!-- /n -->", text)
+    assert marker, "the FedMDFG-setting accuracy gap is no longer rendered from claims_fedmdfg.csv"
+    assert check(text, REPO) == []
+    edited = text.replace(marker[0], marker[0].replace("-->6.04<", "-->6.4<"))
+    assert len(check(edited, REPO)) == 1
+    assert render(edited, REPO) == text
+    typed = text.replace(marker[0], "6.4")
+    assert typed_results(typed, ALLOWED["docs/results.md"]) == ["6.4"]
+
+
+def test_cells_of_csv_markdown_and_json(tmp_path):
+    (tmp_path / "a.csv").write_text("claim,diff_mean,verdict\nx,-1.1614,fails\ny,2,holds\n")
+    (tmp_path / "b.md").write_text("intro\n\n| row | seeds | mean_acc |\n|---|---|---|\n"
+                                   "| `r1` | 3 | 79.63 ± 1.22 |\n| r2 | 3 | 81.10 ± 0.33 |\n")
+    (tmp_path / "c.json").write_text(json.dumps({"runs": [{"s": 120.4}]}))
+    assert value(Spec("a.csv", "x", "diff_mean", ".2f"), tmp_path) == "-1.16"
+    assert value(Spec("a.csv", "x", "diff_mean", "neg.2f"), tmp_path) == "1.16"
+    assert value(Spec("a.csv", "y", "verdict", None), tmp_path) == "holds"
+    assert value(Spec("b.md", "r1", "mean_acc", None), tmp_path) == "79.63 ± 1.22"
+    assert value(Spec("b.md", "r1", "mean_acc#2", ".1f"), tmp_path) == "1.2"
+    assert value(Spec("b.md", "r2", "seeds", "d"), tmp_path) == "3"
+    assert value(Spec("c.json", "runs.0.s", "-", ".0f"), tmp_path) == "120"
+    (tmp_path / "d.txt").write_text("Rounds 101-200: package - authors = +0.20 pp, interval [-0.12, +0.51]\n")
+    assert value(Spec("d.txt", "package - authors =", "#1", "+.2f"), tmp_path) == "+0.20"
+    assert value(Spec("d.txt", "interval", "#2", None), tmp_path) == "+0.51"
+    page = "gap <!-- n a.csv x diff_mean neg.2f -->0<!-- /n --> pp"
+    assert render(page, tmp_path) == "gap <!-- n a.csv x diff_mean neg.2f -->1.16<!-- /n --> pp"
+    assert check(page, tmp_path) == ["a.csv x diff_mean neg.2f: the page says '0', the file '1.16'"]
+    starts = "ok\n<!-- n a.csv x diff_mean neg.2f -->1.16<!-- /n --> pp"  # an HTML block on GitHub
+    assert check(starts, tmp_path) == ["line 2: starts with a marker, which Markdown reads as an HTML block; "
+                                       "put a word before it"]
+    for spec in (Spec("no.csv", "x", "diff_mean", None), Spec("a.csv", "z", "diff_mean", None),
+                 Spec("a.csv", "x", "nope", None)):
+        with pytest.raises(DocNumberError):
+            value(spec, tmp_path)
+    assert Spec.parse('b.md "FedMGDA ε=0.1" mean_acc .2f').row == "FedMGDA ε=0.1"
