@@ -70,7 +70,10 @@ def test_job_gpu():
     assert job_gpu({"dataset": "cifar10", "device": "auto"}, {"gpu": 1}) == 1
     assert job_gpu({"dataset": "cifar10", "device": "auto"}, {"gpu": 0}) == 0  # a CPU profile asks for none
     assert job_gpu({"dataset": "adult", "device": "auto"}, {"gpu": 1}) == 0
-    assert job_gpu({"dataset": "cifar10", "device": "cpu"}, {"gpu": 1}) == 0
+    assert job_gpu({"dataset": "digits"}, {"gpu": 1}) == 0
+    # an explicit device keeps the config's resources (tests/slurm: device: cpu runs asking for a GPU)
+    assert job_gpu({"dataset": "digits", "device": "cpu"}, {"gpu": 1}) == 1
+    assert job_gpu({"dataset": "adult", "device": "cuda"}, {"gpu": 0}) == 0
 
 
 def test_device_is_not_part_of_the_run_identity():

@@ -157,9 +157,10 @@ def test_pack_resources():
 
 
 def test_pack_resources_gpu_only_for_runs_that_train_on_the_gpu():
-    """``gpu: 1`` in the resources of a dataset whose runs train on a CPU core (device: auto and
-    measured faster there, or a model that is not a CNN/LSTM, or device: cpu) asks for no GPU."""
-    for dataset, device, gpu in [("adult", "auto", 0), ("digits", "auto", 0), ("cifar10", "cpu", 0),
+    """``gpu: 1`` in the resources of a dataset whose ``device: auto`` runs train on a CPU core
+    (measured faster there, or a model that is not a CNN/LSTM) asks for no GPU; an explicit device
+    keeps the config's resources."""
+    for dataset, device, gpu in [("adult", "auto", 0), ("digits", "auto", 0), ("cifar10", "cpu", 1),
                                  ("cifar10", "auto", 1), ("adult", "cuda", 1), ("digits", "cuda:1", 1)]:
         specs = [spec("a", dataset=dataset, device=device), spec("b", dataset=dataset, device=device)]
         for s in specs:

@@ -95,8 +95,12 @@ def run_device(config: Mapping[str, Any], cuda_available: bool) -> str:
 
 
 def job_gpu(config: Mapping[str, Any], resources_: Mapping[str, Any]) -> int:
-    """The ``gpu`` resource of a run's training job: ``resources.<dataset>.gpu`` when the run would
-    train on a GPU on a machine that has one (``device: cuda``, or ``auto`` chosen as cuda), else 0,
-    so a CPU job (Adult's, or any ``device: cpu`` run) never waits for a GPU."""
+    """The ``gpu`` resource of a run's training job: ``resources.<dataset>.gpu``, except for a
+    ``device: auto`` run that :func:`choose_device` sends to a CPU core on a machine with a GPU
+    (Adult's, the linear models'): 0, so its job never waits for (or, on Slurm, asks for) a GPU.
+    A run with an explicit device keeps the resources its config gives (e.g. the Slurm tests' CPU
+    runs that ask for a GPU on purpose)."""
     gpu = int(resources_.get("gpu", 0))
-    return gpu if run_device(config, cuda_available=True).startswith("cuda") else 0
+    if str(config.get("device") or "auto") == "auto" and run_device(config, cuda_available=True) == "cpu":
+        return 0
+    return gpu
