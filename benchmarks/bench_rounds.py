@@ -268,6 +268,29 @@ def measured_rows(measured: dict[str, tuple[float, float]], packed: dict[str, fl
     return rows
 
 
+def print_choices(rows) -> None:
+    """Per measured setting: seconds per run-round (evaluation included) on each device, alone and
+    in the best measured pack, and the device ``device: auto`` takes on a GPU machine, before
+    (always the GPU) and now (fedmgda.devices.choose_device over ``rows``)."""
+    from fedmgda.devices import choose_device
+
+    print(f"\n{'setting':20} {'GPU 1 run':>10} {'GPU packed':>11} {'CPU':>9}  auto before  auto now   (s per run-round)")
+    for setting in SETTINGS:
+        mine = [r for r in rows if r.setting == setting.name]
+        if not mine:
+            continue
+
+        def best(device, runs=None, mine=mine):
+            times = [r.per_run_round() for r in mine if r.device == device and (runs is None or r.runs == runs)]
+            return f"{min(times):.4f}" if times else "-"
+
+        packed = [r for r in mine if r.device == "cuda" and r.runs > 1]
+        model = mine[0].model
+        now = choose_device(setting.dataset, model, cuda_available=True, table=rows)
+        label = f"{best('cuda', max(r.runs for r in packed))} x{max(r.runs for r in packed)}" if packed else "-"
+        print(f"{setting.name:20} {best('cuda', 1):>10} {label:>11} {best('cpu'):>9}  {'cuda':11}  {now}")
+
+
 def print_plan(rows, cores: int, gpus: int, config: str = "config/config.yaml") -> None:
     """The paper DAG's makespan as the workflow would run it on ``gpus`` GPUs and ``cores`` CPU
     cores (fedmgda.makespan.schedule), per dataset and in all, beside today's projection: every run
@@ -316,6 +339,7 @@ def main() -> None:
         print("round times: src/fedmgda/reference/round_times.csv")
         for source in sorted({(r.device, r.machine, r.source) for r in rows}):
             print(f"  {source[0]:5} {source[1]}: {source[2]}")
+        print_choices(rows)
         print_plan(rows, args.cores, args.gpus)
         return
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device == "auto" else args.device))

@@ -83,3 +83,16 @@ def test_a_gpu_measurement_gives_the_plan_its_gpu_rows(bench, capsys):
     bench.print_plan(committed, 16, 1, CONFIG)
     assert capsys.readouterr().out == live
     assert "\nall " in live and "snakemake --cores 16 --resources gpu=1" in live
+
+
+def test_plan_command_prints_choices_and_makespan():
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "benchmarks/bench_rounds.py", "--plan", "--cores", "16", "--gpus", "1"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "adult_b10" in out and out.count("  cuda         cuda") == 7 and "  cuda         cpu" in out
+    all_line = next(line for line in out.splitlines() if line.startswith("all "))
+    runs, jobs, back, alone, ends = all_line.split()[1:]
+    assert int(runs) == 1519 and float(back) == 133.2 and float(alone) == float(ends) < float(back)
