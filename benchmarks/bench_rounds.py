@@ -25,6 +25,9 @@ table (src/fedmgda/reference/round_times.csv). ``--plan`` measures nothing and p
 table alone:
 
     python benchmarks/bench_rounds.py --plan --cores 16 --gpus 1
+
+``--csv PATH --source FILE`` also writes the measured round times as rows of that table, to add to
+it once the run's output is committed as FILE (the rows' ``source``).
 """
 
 from __future__ import annotations
@@ -252,20 +255,44 @@ def plan_jobs(rows, gpus: int = 1, config: str = "config/config.yaml"):
     return jobs, runs, sorted(notes)
 
 
-def measured_rows(measured: dict[str, tuple[float, float]], packed: dict[str, float], pack: int, machine: str):
-    """This run's GPU round times as rows of the round-time table (1 run, and ``pack`` runs where
-    timed), with the committed table's CPU rows (fedmgda.devices.round_times)."""
-    from fedmgda.devices import RoundTime, round_times
+def run_rows(measured: dict[str, tuple[float, float]], packed: dict[str, float], pack: int, device: str, machine: str,
+             threads: int = 1, source: str = "this run"):
+    """This run's round times as rows of the round-time table (fedmgda.devices.RoundTime): per
+    setting, 1 run batched, and ``pack`` runs packed where timed."""
+    from fedmgda.devices import RoundTime
 
     by_name = {s.name: s for s in SETTINGS}
-    rows = [r for r in round_times() if r.device == "cpu"]
+    rows = []
     for setting_name, (batched, eval_s) in measured.items():
         setting = by_name[setting_name]
         model = DATASET_SPECS[setting.dataset].model
-        rows.append(RoundTime(setting_name, setting.dataset, model, "cuda", machine, 1, 1, batched, eval_s, "this run"))
+        rows.append(RoundTime(setting_name, setting.dataset, model, device, machine, threads, 1, batched, eval_s, source))
         if setting_name in packed:
-            rows.append(RoundTime(setting_name, setting.dataset, model, "cuda", machine, 1, pack, packed[setting_name], eval_s, "this run"))
+            rows.append(RoundTime(setting_name, setting.dataset, model, device, machine, threads, pack, packed[setting_name], eval_s, source))
     return rows
+
+
+def write_rows(rows, path: str) -> None:
+    """Rows in the format of src/fedmgda/reference/round_times.csv (to add to it, naming the
+    committed measurement file in ``source``)."""
+    import csv
+    import dataclasses
+
+    from fedmgda.devices import RoundTime
+
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow([field.name for field in dataclasses.fields(RoundTime)])
+        for r in rows:
+            writer.writerow([f"{v:.3f}" if isinstance(v, float) else v for v in dataclasses.astuple(r)])
+
+
+def measured_rows(measured: dict[str, tuple[float, float]], packed: dict[str, float], pack: int, machine: str):
+    """This run's GPU round times as rows of the round-time table (1 run, and ``pack`` runs where
+    timed), with the committed table's CPU rows (fedmgda.devices.round_times)."""
+    from fedmgda.devices import round_times
+
+    return [r for r in round_times() if r.device == "cpu"] + run_rows(measured, packed, pack, "cuda", machine)
 
 
 def print_choices(rows) -> None:
@@ -331,6 +358,8 @@ def main() -> None:
     parser.add_argument("--plan", action="store_true", help="measure nothing: project the paper DAG's makespan on --cores and --gpus from the committed round times (src/fedmgda/reference/round_times.csv)")
     parser.add_argument("--cores", type=int, default=16, help="CPU cores of the machine the plan is projected on")
     parser.add_argument("--gpus", type=int, default=1, help="GPUs of the machine the plan is projected on")
+    parser.add_argument("--csv", metavar="PATH", help="also write this run's round times as rows of src/fedmgda/reference/round_times.csv (source: --source)")
+    parser.add_argument("--source", default="this run", help="the source column of --csv's rows: the measurement file they will be committed as")
     args = parser.parse_args()
     if args.plan:
         from fedmgda.devices import round_times
@@ -372,6 +401,8 @@ def main() -> None:
             packed_s[setting.name] = packed
         if args.profile:
             profile_round(setting, data, str(device))
+    if measured and args.csv:
+        write_rows(run_rows(measured, packed_s, args.pack, device.type, name, 1 if device.type == "cuda" else torch.get_num_threads(), args.source), args.csv)
     if measured:
         seconds, runs, approximated = project_paper(measured)
         print(f"\nprojected wall time of the paper DAG ({runs} training runs, batched path, one device, runs back to back): "

@@ -1,6 +1,7 @@
 """benchmarks/bench_rounds.py --plan: the paper DAG's makespan from the committed round times,
 beside today's back-to-back projection."""
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -96,3 +97,19 @@ def test_plan_command_prints_choices_and_makespan():
     all_line = next(line for line in out.splitlines() if line.startswith("all "))
     runs, jobs, back, alone, ends = all_line.split()[1:]
     assert int(runs) == 1519 and float(back) == 133.2 and float(alone) == float(ends) < float(back)
+
+
+def test_a_run_writes_rows_of_the_committed_table(bench, tmp_path):
+    """--csv: the rows a measurement adds to src/fedmgda/reference/round_times.csv, read back as written."""
+    from fedmgda.devices import RoundTime
+
+    rows = bench.run_rows({"adult_b10": (0.2134, 0.001), "fmnist_b10_p0.1": (1.8444, 0.307)}, {"adult_b10": 0.257}, 8,
+                          "cpu", "CPU (2 threads)", 2, "benchmarks/measurements/x.txt")
+    assert rows[:2] == [RoundTime("adult_b10", "adult", "logreg", "cpu", "CPU (2 threads)", 2, 1, 0.2134, 0.001, "benchmarks/measurements/x.txt"),
+                        RoundTime("adult_b10", "adult", "logreg", "cpu", "CPU (2 threads)", 2, 8, 0.257, 0.001, "benchmarks/measurements/x.txt")]
+    assert rows[2].model == "cnn_fmnist" and len(rows) == 3
+    bench.write_rows(rows, tmp_path / "t.csv")
+    text = (tmp_path / "t.csv").read_text()
+    assert text.splitlines()[0] == (ROOT / "src/fedmgda/reference/round_times.csv").read_text().splitlines()[0]
+    back = parse_round_times(text)
+    assert back == [dataclasses.replace(rows[0], s_per_round=0.213), rows[1], dataclasses.replace(rows[2], s_per_round=1.844)]
