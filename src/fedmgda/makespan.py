@@ -6,7 +6,7 @@ is a :class:`Job` of known length on the device :func:`fedmgda.devices.choose_de
 ``snakemake --cores C --resources gpu=G`` does: a job starts as soon as its resources are free
 (a GPU job holds one GPU and its ``threads`` cores, a CPU job its ``threads`` cores), and the
 waiting jobs are tried longest first (list scheduling; Snakemake knows no job lengths, so its own
-order can only be slower or equal). Pure Python, no torch.
+order may differ, and a long job started last can end later). Pure Python, no torch.
 
 :func:`pack_round_seconds` is the time model of a pack: the seconds per round of ``k`` runs
 trained packed, from the measured rows (``reference/round_times.csv``) of 1 and of n runs.
