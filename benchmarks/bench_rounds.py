@@ -16,7 +16,18 @@ time is extrapolated this way. The evaluation of every user's test split is time
 prints their throughput against the same K runs trained one after another.
 
 Finally the wall time of the whole paper DAG (config/config.yaml, every training run) is projected
-from the measured round times: sum over runs of T x (round time + evaluation time / eval_every).
+from the measured round times: sum over runs of T x (round time + evaluation time / eval_every),
+every run on this device, one after another. On a GPU it is followed by the plan's makespan
+(``print_plan``): the workflow's jobs (packs and single runs) on the device ``device: auto`` gives
+each (``fedmgda.devices``: Adult's logistic regression on a CPU core), list-scheduled on ``--gpus``
+GPUs beside ``--cores`` CPU cores (``fedmgda.makespan``), with the CPU round times of the committed
+table (src/fedmgda/reference/round_times.csv). ``--plan`` measures nothing and projects from that
+table alone:
+
+    python benchmarks/bench_rounds.py --plan --cores 16 --gpus 1
+
+``--csv PATH --source FILE`` also writes the measured round times as rows of that table, to add to
+it once the run's output is committed as FILE (the rows' ``source``).
 """
 
 from __future__ import annotations
@@ -157,33 +168,182 @@ def profile_round(setting: Setting, data: FederatedDataset, device: str, rows: i
         print(f"kernel launches in the round: {len(kernels)}")
 
 
-def project_paper(per_setting: dict[str, tuple[float, float]]) -> tuple[dict[str, float], int, list[str]]:
+def match_setting(cfg: dict, names: set[str] | dict) -> tuple[Setting, int, str | None] | None:
+    """The measured setting (of ``names``) nearest a run config: its dataset, the same kind of
+    batch (full or minibatch), the nearest clients per round; with the run's clients per round and
+    a note when the match is not exact (its times are scaled by the clients per round). None when
+    no setting of the run's dataset is measured."""
+    dataset, batch = cfg["dataset"], cfg.get("batch_size", 10)
+    per_round = cfg.get("clients_per_round") or max(1, int(cfg.get("participation", 0.1) * (2 if dataset == "adult" else 31 if dataset == "shakespeare" else 100) + 1e-9))
+    candidates = [s for s in SETTINGS if s.dataset == dataset and s.name in names]
+    if not candidates:
+        return None
+    full_batch = batch in ("full", 400)  # CIFAR-10's b = 400 is its clients' full batch
+    same_kind = [s for s in candidates if (s.batch_size == "full") == full_batch] or candidates
+    chosen = min(same_kind, key=lambda s: abs(s.per_round - per_round))
+    note = None
+    if (chosen.batch_size == "full") != full_batch or chosen.per_round != per_round:
+        note = f"{dataset} b={batch} n={per_round} ~ {chosen.name} x {per_round}/{chosen.per_round}"
+    return chosen, per_round, note
+
+
+def project_paper(per_setting: dict[str, tuple[float, float]], config: str = "config/config.yaml") -> tuple[dict[str, float], int, list[str]]:
     """Projected seconds per dataset for every training run of config/config.yaml, the run count,
     and the settings that had to be approximated by the nearest measured one."""
     from fedmgda.experiments import expand, load_config
 
-    registry = expand(load_config("config/config.yaml"))
+    registry = expand(load_config(config))
     seconds: dict[str, float] = {}
     approximated, skipped = set(), 0
     for spec in registry.runs.values():
         cfg = spec.config
-        dataset, batch = cfg["dataset"], cfg.get("batch_size", 10)
-        per_round = cfg.get("clients_per_round") or max(1, int(cfg.get("participation", 0.1) * (2 if dataset == "adult" else 31 if dataset == "shakespeare" else 100) + 1e-9))
-        candidates = [s for s in SETTINGS if s.dataset == dataset and s.name in per_setting]
-        if not candidates:
+        match = match_setting(cfg, per_setting)
+        if match is None:
             skipped += 1
             continue
-        full_batch = batch in ("full", 400)  # CIFAR-10's b = 400 is its clients' full batch
-        same_kind = [s for s in candidates if (s.batch_size == "full") == full_batch] or candidates
-        chosen = min(same_kind, key=lambda s: abs(s.per_round - per_round))
-        if (chosen.batch_size == "full") != full_batch or chosen.per_round != per_round:
-            approximated.add(f"{dataset} b={batch} n={per_round} ~ {chosen.name} x {per_round}/{chosen.per_round}")
+        chosen, per_round, note = match
+        if note:
+            approximated.add(note)
         round_s, eval_s = per_setting[chosen.name]
         round_s *= per_round / chosen.per_round
-        seconds[dataset] = seconds.get(dataset, 0.0) + cfg["rounds"] * (round_s + eval_s / cfg.get("eval_every", 1))
+        seconds[cfg["dataset"]] = seconds.get(cfg["dataset"], 0.0) + cfg["rounds"] * (round_s + eval_s / cfg.get("eval_every", 1))
     if skipped:
         approximated.add(f"{skipped} runs of datasets not measured here are left out of the total")
     return seconds, len(registry.runs), sorted(approximated)
+
+
+def plan_jobs(rows, gpus: int = 1, config: str = "config/config.yaml"):
+    """The paper DAG as the workflow's training jobs (``fedmgda.packs.assign_packs``: one job per
+    pack, one per run outside packs), each a ``fedmgda.makespan.Job`` on the device
+    ``device: auto`` gives it (``fedmgda.devices.choose_device`` over ``rows``; cpu with no GPU)
+    and lasting its rounds x the pack's round time (``fedmgda.makespan.pack_round_seconds`` from the
+    rows of its matched setting and device) plus each run's evaluations. Returns the jobs, the runs
+    per dataset, and notes (approximations, runs left out)."""
+    from fedmgda.devices import choose_device
+    from fedmgda.experiments import expand, load_config
+    from fedmgda.makespan import Job, pack_round_seconds
+    from fedmgda.packs import assign_packs, pack_resources
+
+    registry = expand(load_config(config))
+    packs = assign_packs(registry.runs)
+    in_pack = {k for keys in packs.values() for k in keys}
+    groups = list(packs.items()) + [(k, [k]) for k in registry.runs if k not in in_pack]
+    jobs, notes, skipped, runs = [], set(), {}, {}
+    for name, keys in groups:
+        specs = [registry.runs[k] for k in keys]
+        cfg = specs[0].config
+        dataset = cfg["dataset"]
+        device = str(cfg.get("device") or "auto")
+        if device == "auto":
+            device = choose_device(dataset, cfg.get("model"), cuda_available=gpus > 0, table=rows)
+        device = "cpu" if device == "cpu" else "cuda"
+        match = match_setting(cfg, {r.setting for r in rows if r.device == device})
+        if match is None:
+            skipped[(dataset, device)] = skipped.get((dataset, device), 0) + len(keys)
+            continue
+        setting, per_round, note = match
+        if note:
+            notes.add(note)
+        mine = [r for r in rows if r.setting == setting.name and r.device == device]
+        round_s = pack_round_seconds({r.runs: r.s_per_round for r in mine}, len(keys)) * per_round / setting.per_round
+        eval_s = max(r.eval_s for r in mine)
+        seconds = max(s.config["rounds"] for s in specs) * round_s + sum(s.config["rounds"] * eval_s / s.config.get("eval_every", 1) for s in specs)
+        jobs.append(Job(name, dataset, device, seconds, pack_resources(specs)["threads"]))
+        runs[dataset] = runs.get(dataset, 0) + len(keys)
+    for (dataset, device), n in sorted(skipped.items()):
+        notes.add(f"{n} {dataset} runs ({device}) left out: no {device} round time measured for {dataset}")
+    return jobs, runs, sorted(notes)
+
+
+def run_rows(measured: dict[str, tuple[float, float]], packed: dict[str, float], pack: int, device: str, machine: str,
+             threads: int = 1, source: str = "this run"):
+    """This run's round times as rows of the round-time table (fedmgda.devices.RoundTime): per
+    setting, 1 run batched, and ``pack`` runs packed where timed."""
+    from fedmgda.devices import RoundTime
+
+    by_name = {s.name: s for s in SETTINGS}
+    rows = []
+    for setting_name, (batched, eval_s) in measured.items():
+        setting = by_name[setting_name]
+        model = DATASET_SPECS[setting.dataset].model
+        rows.append(RoundTime(setting_name, setting.dataset, model, device, machine, threads, 1, batched, eval_s, source))
+        if setting_name in packed:
+            rows.append(RoundTime(setting_name, setting.dataset, model, device, machine, threads, pack, packed[setting_name], eval_s, source))
+    return rows
+
+
+def write_rows(rows, path: str) -> None:
+    """Rows in the format of src/fedmgda/reference/round_times.csv (to add to it, naming the
+    committed measurement file in ``source``)."""
+    import csv
+    import dataclasses
+
+    from fedmgda.devices import RoundTime
+
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow([field.name for field in dataclasses.fields(RoundTime)])
+        for r in rows:
+            writer.writerow([f"{v:.3f}" if isinstance(v, float) else v for v in dataclasses.astuple(r)])
+
+
+def measured_rows(measured: dict[str, tuple[float, float]], packed: dict[str, float], pack: int, machine: str):
+    """This run's GPU round times as rows of the round-time table (1 run, and ``pack`` runs where
+    timed), with the committed table's CPU rows (fedmgda.devices.round_times)."""
+    from fedmgda.devices import round_times
+
+    return [r for r in round_times() if r.device == "cpu"] + run_rows(measured, packed, pack, "cuda", machine)
+
+
+def print_choices(rows) -> None:
+    """Per measured setting: seconds per run-round (evaluation included) on each device, alone and
+    in the best measured pack, and the device ``device: auto`` takes on a GPU machine, before
+    (always the GPU) and now (fedmgda.devices.choose_device over ``rows``)."""
+    from fedmgda.devices import choose_device
+
+    print(f"\n{'setting':20} {'GPU 1 run':>10} {'GPU packed':>11} {'CPU':>9}  auto before  auto now   (s per run-round)")
+    for setting in SETTINGS:
+        mine = [r for r in rows if r.setting == setting.name]
+        if not mine:
+            continue
+
+        def best(device, runs=None, mine=mine):
+            times = [r.per_run_round() for r in mine if r.device == device and (runs is None or r.runs == runs)]
+            return f"{min(times):.4f}" if times else "-"
+
+        packed = [r for r in mine if r.device == "cuda" and r.runs > 1]
+        model = mine[0].model
+        now = choose_device(setting.dataset, model, cuda_available=True, table=rows)
+        label = f"{best('cuda', max(r.runs for r in packed))} x{max(r.runs for r in packed)}" if packed else "-"
+        print(f"{setting.name:20} {best('cuda', 1):>10} {label:>11} {best('cpu'):>9}  {'cuda':11}  {now}")
+
+
+def print_plan(rows, cores: int, gpus: int, config: str = "config/config.yaml") -> None:
+    """The paper DAG's makespan as the workflow would run it on ``gpus`` GPUs and ``cores`` CPU
+    cores (fedmgda.makespan.schedule), per dataset and in all, beside today's projection: every run
+    on the GPU, batched, one after another (:func:`project_paper`)."""
+    from fedmgda.makespan import makespan_by_dataset, schedule
+
+    singles = {r.setting: (r.s_per_round, r.eval_s) for r in rows if r.device == "cuda" and r.runs == 1}
+    back, total_runs, back_notes = project_paper(singles, config) if singles else ({}, 0, [])
+    jobs, runs, notes = plan_jobs(rows, gpus, config)
+    alone = makespan_by_dataset(jobs, cores, gpus)
+    together = schedule(jobs, cores, gpus)
+    print(f"\nplan: the paper DAG's training jobs on {gpus} GPU(s) and {cores} CPU cores "
+          f"(snakemake --cores {cores} --resources gpu={gpus}), list-scheduled longest first; a projection from round times")
+    print(f"{'dataset':12} {'runs':>5} {'jobs':>5} {'device':>7} {'back to back h':>15} {'plan alone h':>13} {'ends in plan h':>15}")
+    for dataset in sorted(runs, key=lambda d: -alone[d]):
+        mine = [j for j in jobs if j.dataset == dataset]
+        devices = "/".join(sorted({j.device for j in mine}))
+        print(f"{dataset:12} {runs[dataset]:>5} {len(mine):>5} {devices:>7} {back.get(dataset, float('nan')) / 3600:>15.1f} "
+              f"{alone[dataset] / 3600:>13.2f} {together.finish(mine) / 3600:>15.2f}")
+    gpu_busy = sum(j.seconds for j in jobs if j.device == "cuda")
+    print(f"{'all':12} {sum(runs.values()):>5} {len(jobs):>5} {'':>7} {sum(back.values()) / 3600:>15.1f} {alone['all'] / 3600:>13.2f} "
+          f"{together.makespan / 3600:>15.2f}")
+    print(f"  back to back: every run on the GPU, batched, one after another ({total_runs} runs; the projection above); "
+          f"GPU busy in the plan: {gpu_busy / 3600:.2f} h")
+    for line in sorted(set(notes) | {n for n in back_notes if "left out" in n}):
+        print(f"  note: {line}")
 
 
 def main() -> None:
@@ -195,13 +355,29 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", help="setting names")
     parser.add_argument("--profile", action="store_true", help="also profile one batched round of each setting")
     parser.add_argument("--pack", type=int, default=1, help="also time K runs (seeds 1..K) trained packed, and print their throughput against K batched runs one after another")
+    parser.add_argument("--plan", action="store_true", help="measure nothing: project the paper DAG's makespan on --cores and --gpus from the committed round times (src/fedmgda/reference/round_times.csv)")
+    parser.add_argument("--cores", type=int, default=16, help="CPU cores of the machine the plan is projected on")
+    parser.add_argument("--gpus", type=int, default=1, help="GPUs of the machine the plan is projected on")
+    parser.add_argument("--csv", metavar="PATH", help="also write this run's round times as rows of src/fedmgda/reference/round_times.csv (source: --source)")
+    parser.add_argument("--source", default="this run", help="the source column of --csv's rows: the measurement file they will be committed as")
     args = parser.parse_args()
+    if args.plan:
+        from fedmgda.devices import round_times
+
+        rows = round_times()
+        print("round times: src/fedmgda/reference/round_times.csv")
+        for source in sorted({(r.device, r.machine, r.source) for r in rows}):
+            print(f"  {source[0]:5} {source[1]}: {source[2]}")
+        print_choices(rows)
+        print_plan(rows, args.cores, args.gpus)
+        return
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device == "auto" else args.device))
     fractions = {name: float(f) for name, f in (item.split("=") for item in args.fraction_of)}
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
     print(f"device: {name}; torch {torch.__version__}; CUDA graphs: {device.type == 'cuda'}")
     print(f"{'setting':22} {'clients':>7} {'samples kept':>12} {'sequential s/round':>19} {'batched s/round':>16} {'speed-up':>9} {'batched rounds/s':>17} {'eval s':>7}")
     measured: dict[str, tuple[float, float]] = {}
+    packed_s: dict[str, float] = {}
     for setting in SETTINGS:
         if args.only and setting.name not in args.only:
             continue
@@ -222,8 +398,11 @@ def main() -> None:
             packed = time_rounds(setting, data, batched=True, rounds=args.rounds, device=str(device), pack=args.pack)[0] / fraction
             print(f"{'':22} {args.pack} runs packed: {packed:.3f} s per round of all {args.pack} "
                   f"(throughput {args.pack * bat / packed:.2f}x that of the runs one after another)", flush=True)
+            packed_s[setting.name] = packed
         if args.profile:
             profile_round(setting, data, str(device))
+    if measured and args.csv:
+        write_rows(run_rows(measured, packed_s, args.pack, device.type, name, 1 if device.type == "cuda" else torch.get_num_threads(), args.source), args.csv)
     if measured:
         seconds, runs, approximated = project_paper(measured)
         print(f"\nprojected wall time of the paper DAG ({runs} training runs, batched path, one device, runs back to back): "
@@ -231,6 +410,8 @@ def main() -> None:
         print("  by dataset: " + ", ".join(f"{name} {s / 3600:.1f} h" for name, s in sorted(seconds.items(), key=lambda kv: -kv[1])))
         for line in approximated:
             print(f"  approximated: {line}")
+        if device.type == "cuda":  # the plan: these GPU times, the committed CPU times (one core each)
+            print_plan(measured_rows(measured, packed_s, args.pack, name), args.cores, args.gpus)
 
 
 if __name__ == "__main__":

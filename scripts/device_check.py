@@ -17,8 +17,10 @@ Parts, in order (files under --out, at most 7, all at its top level):
    CNN reproducibility, local terms, a whole run); a CUDA test that skips on a CUDA machine fails
    the part (``pytest_cuda.txt``).
 3. ``bench_rounds``: ``benchmarks/bench_rounds.py --device cuda --pack 8`` over the paper's
-   settings, with the projected wall time of the whole paper DAG; on a time-out the projection is
-   made from the settings measured so far (``bench_rounds.txt``).
+   settings, with the projected wall time of the whole paper DAG back to back and, after it, the
+   plan's makespan (packs, each run on its faster device, the GPU queue beside the CPU cores:
+   docs/performance.md, "Projection as the plan's makespan"); on a time-out the back-to-back
+   projection is made from the settings measured so far (``bench_rounds.txt``).
 4. ``fairness``: the F-MNIST fairness core (``fmnist_core`` of config/fmnist.yaml: FedAvg,
    FedMGDA+, FedAvg-n, FedMGDA on real F-MNIST shards) at the paper's 2 000 rounds, seeds in the
    paper's order (1, 5000, 6000, 9000), packed on the GPU, as many seeds per pack as the measured
@@ -268,6 +270,19 @@ def bench_measurements(text: str) -> dict[str, dict[str, float]]:
         elif (m := PACK_LINE.match(line)) and last:
             measured[last]["pack"][int(m["k"])] = float(m["s"])
     return measured
+
+
+def projection_note(text: str) -> str:
+    """The summary's words for bench_rounds' projections: back to back, and the plan's makespan
+    (its ``all`` row: the jobs on the GPU beside the CPU cores) when it printed one."""
+    projection = re.search(r"projected wall time of the paper DAG \((\d+) training runs.*?: ([\d.]+) h", text)
+    if not projection:
+        return "; no projection"
+    note = f"; paper DAG ({projection.group(1)} runs) projected {projection.group(2)} h back to back"
+    plan = re.search(r"^plan: .*? on (\d+) GPU\(s\) and (\d+) CPU cores.*?^all\s+(\d+)\s+\d+\s+[\d.]+\s+([\d.]+)", text, re.M | re.S)
+    if plan:
+        note += f", {plan.group(4)} h as planned on {plan.group(1)} GPU(s) and {plan.group(2)} cores ({plan.group(3)} runs)"
+    return note
 
 
 def child_project(measured_json: str) -> int:
@@ -723,9 +738,7 @@ def main(argv: list[str] | None = None) -> int:
         if "projected wall time" not in text and measured:  # a time-out: project from what was measured
             _, _, more = run_logged(child("project", "--measured", json.dumps(measured)), 60, bench_log, env)
             text += more
-        projection = re.search(r"projected wall time of the paper DAG \((\d+) training runs.*?: ([\d.]+) h", text)
-        part.note = f"{len(measured)} settings measured" + (f"; paper DAG ({projection.group(1)} runs) projected {projection.group(2)} h"
-                                                          if projection else "; no projection")
+        part.note = f"{len(measured)} settings measured" + projection_note(text)
         fm = measured.get("fmnist_b10_p0.1")
         if fm:
             packed = "".join(f", {k} packed {s:.3f}" for k, s in fm["pack"].items())

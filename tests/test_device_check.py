@@ -88,3 +88,16 @@ def test_several_experiments_share_their_runs_and_train_apart_what_cannot_pack(t
     assert alone == ["fedprox", "mgda_prox"] and len(groups) == 3 and sum(map(len, groups)) == len(keys)
     with pytest.raises(SystemExit, match="has no experiment nope"):
         check.fairness_registry(argparse.Namespace(**{**vars(args), "experiment": "fmnist_core,nope"}))
+
+
+def test_projection_note_gives_back_to_back_and_the_plan():
+    module = load_script()
+    text = ("projected wall time of the paper DAG (1599 training runs, batched path, one device, runs back to back): 133.2 h\n"
+            "plan: the paper DAG's training jobs on 1 GPU(s) and 16 CPU cores (snakemake --cores 16 --resources gpu=1), ...\n"
+            "dataset       runs  jobs  device  back to back h  plan alone h  ends in plan h\n"
+            "adult          630    11     cpu            18.8          0.04            0.04\n"
+            "all           1519   163                   133.2         92.18           92.18\n")
+    assert module.projection_note(text) == ("; paper DAG (1599 runs) projected 133.2 h back to back, "
+                                            "92.18 h as planned on 1 GPU(s) and 16 cores (1519 runs)")
+    assert module.projection_note(text.split("plan:")[0]) == "; paper DAG (1599 runs) projected 133.2 h back to back"
+    assert module.projection_note("") == "; no projection"

@@ -148,12 +148,24 @@ def test_paper_profile_packs_table7_in_its_own_jobs():
 
 
 def test_pack_resources():
-    specs = [spec("a", runtime=10), spec("b", runtime=30)]
+    specs = [spec("a", runtime=10, dataset="cifar10"), spec("b", runtime=30, dataset="cifar10")]
     specs[1].resources.update(gpu=1, threads=4, mem_mb=3000)
     assert pack_resources(specs) == {"threads": 4, "gpu": 1, "mem_mb": 3000, "runtime": 40}
     for s in specs:
         s.resources.update(pack_runtime=0.25, pack_mem_mb=500)
     assert pack_resources(specs) == {"threads": 4, "gpu": 1, "mem_mb": 3500, "runtime": 30}  # >= the longest run
+
+
+def test_pack_resources_gpu_only_for_runs_that_train_on_the_gpu():
+    """``gpu: 1`` in the resources of a dataset whose ``device: auto`` runs train on a CPU core
+    (measured faster there, or a model that is not a CNN/LSTM) asks for no GPU; an explicit device
+    keeps the config's resources."""
+    for dataset, device, gpu in [("adult", "auto", 0), ("digits", "auto", 0), ("cifar10", "cpu", 1),
+                                 ("cifar10", "auto", 1), ("adult", "cuda", 1), ("digits", "cuda:1", 1)]:
+        specs = [spec("a", dataset=dataset, device=device), spec("b", dataset=dataset, device=device)]
+        for s in specs:
+            s.resources["gpu"] = 1
+        assert pack_resources(specs)["gpu"] == gpu, (dataset, device)
 
 
 def test_train_pack_gives_every_run_its_config_and_log(tmp_path):

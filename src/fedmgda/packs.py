@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fedmgda.catalog import get_algorithm
+from fedmgda.devices import job_gpu
 from fedmgda.experiments import RUN_DEFAULTS, RunSpec, _fmt_value, fmt_num
 from fedmgda.schema import def_defaults
 
@@ -145,7 +146,8 @@ def pack_rule_name(pack: str) -> str:
 def pack_resources(specs: list[RunSpec]) -> dict[str, int]:
     """What a pack job asks the scheduler for, from its runs' resources (per dataset):
 
-    - ``threads``, ``gpu``: the largest of the runs' (one process, one device);
+    - ``threads``, ``gpu``: the largest of the runs' (one process, one device); a run's ``gpu`` is
+      :func:`fedmgda.devices.job_gpu`: 0 when it would train on a CPU core on a GPU machine;
     - ``mem_mb``: the largest of the runs' plus ``pack_mem_mb`` (default 0) per further run (the
       runs share one copy of the samples; each adds its model, optimiser and metrics);
     - ``runtime``: the *sum* of the runs' runtimes times ``pack_runtime`` (default 1, i.e. no
@@ -160,7 +162,7 @@ def pack_resources(specs: list[RunSpec]) -> dict[str, int]:
     longest = max(int(r["runtime"]) for r in res)
     return {
         "threads": max(int(r["threads"]) for r in res),
-        "gpu": max(int(r["gpu"]) for r in res),
+        "gpu": max(job_gpu(s.config, r) for s, r in zip(specs, res)),
         "mem_mb": max(int(r["mem_mb"]) for r in res) + per_run_mem * (len(res) - 1),
         "runtime": max(longest, math.ceil(factor * sum(int(r["runtime"]) for r in res))),
     }

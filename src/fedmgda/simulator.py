@@ -58,9 +58,17 @@ from fedmgda.runfolder import FRESH_OPTION, writing
 CHECKPOINT = "checkpoint.pt"
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, dataset: str | None = None, model: str | None = None) -> torch.device:
+    """``name`` as a torch device; ``auto``: cpu without CUDA, else the faster device for the
+    run's dataset and model by the measured round times (:func:`fedmgda.devices.choose_device`)."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if not torch.cuda.is_available():
+            return torch.device("cpu")
+        if dataset is None:
+            return torch.device("cuda")
+        from fedmgda.devices import choose_device
+
+        return torch.device(choose_device(dataset, model, cuda_available=True))
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"device {name!r} requested but CUDA is not available on this machine")
     return torch.device(name)
@@ -192,7 +200,7 @@ class Simulation:
 
     def __init__(self, cfg: RunConfig, data: FederatedDataset | None = None, model_name: str | None = None):
         self.cfg = cfg
-        self.device = resolve_device(cfg.device)
+        self.device = resolve_device(cfg.device, cfg.dataset, model_name or cfg.model)
         if self.device.type == "cuda":  # explicit: PyTorch's default lets cuDNN use TF32
             torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
             torch.backends.cudnn.allow_tf32 = cfg.tf32

@@ -10,6 +10,7 @@ from snakemake.exceptions import WorkflowError
 
 from fedmgda.claims import parse_claims
 from fedmgda.catalog import DATASETS, OFFLINE_DATASETS, RAW_FOLDERS
+from fedmgda.devices import job_gpu
 from fedmgda.experiments import RegistryError, item_spec, validate_runs
 from fedmgda.experiments import expand as expand_registry
 from fedmgda.packs import RUN_FILES, assign_packs, pack_resources, pack_rule_name, trained_runs

@@ -28,7 +28,7 @@ rule train:
         f"{R}/benchmarks/train/{{run}}.tsv"
     threads: lambda w: REG.runs[w.run].resources["threads"]
     resources:
-        gpu=lambda w: REG.runs[w.run].resources["gpu"],
+        gpu=lambda w: job_gpu(REG.runs[w.run].config, REG.runs[w.run].resources),
         mem_mb=lambda w: REG.runs[w.run].resources["mem_mb"],
         runtime=lambda w: REG.runs[w.run].resources["runtime"],
     conda:

@@ -1,0 +1,103 @@
+"""device: auto per run (fedmgda.devices): the measured round-time table, the device choice and the
+training job's gpu resource."""
+
+from pathlib import Path
+
+import pytest
+
+from fedmgda.devices import choose_device, job_gpu, parse_round_times, round_times, run_device
+from fedmgda.experiments import NON_IDENTITY_FIELDS
+
+ROOT = Path(__file__).resolve().parents[1]
+HEADER = "setting,dataset,model,device,machine,threads,runs,s_per_round,eval_s,source\n"
+
+
+def table(*rows: str):
+    return parse_round_times(HEADER + "".join(r + "\n" for r in rows))
+
+
+def test_committed_table_names_existing_measurement_files():
+    rows = round_times()
+    assert rows and {r.device for r in rows} == {"cpu", "cuda"}
+    for r in rows:
+        assert (ROOT / r.source).is_file(), r.source
+        assert r.runs >= 1 and r.s_per_round > 0 and r.eval_s >= 0 and r.threads >= 1
+
+
+def test_committed_round_times_are_those_of_the_measurement_files():
+    """Each number of the table is printed in the file it names (a copy, no typo)."""
+    for r in round_times():
+        text = (ROOT / r.source).read_text()
+        assert f"{r.s_per_round:.3f}" in text, (r.setting, r.device, r.runs)
+        if r.eval_s:
+            assert f"{r.eval_s:.3f}" in text, (r.setting, r.device)
+
+
+@pytest.mark.parametrize("dataset", ["cifar10", "fmnist", "femnist", "shakespeare", "adult", "fmnist3", "synthetic", "digits"])
+def test_no_cuda_always_cpu(dataset):
+    assert choose_device(dataset, cuda_available=False) == "cpu"
+    assert run_device({"dataset": dataset, "device": "auto"}, cuda_available=False) == "cpu"
+
+
+def test_with_cuda_the_measured_faster_device():
+    expected = {"cifar10": "cuda", "fmnist": "cuda", "femnist": "cuda", "shakespeare": "cuda", "adult": "cpu",
+                "fmnist3": "cpu", "synthetic": "cpu", "digits": "cpu"}
+    assert {d: choose_device(d, cuda_available=True) for d in expected} == expected
+
+
+def test_choice_follows_the_table_and_model_kind():
+    rows = table("s,adult,logreg,cuda,G,1,8,0.08,0,f", "s,adult,logreg,cpu,C,1,100,2.0,0,f")
+    assert choose_device("adult", "logreg", True, rows) == "cuda"  # 0.01 s a run-round on the GPU, 0.02 on a core
+    rows = table("s,adult,logreg,cuda,G,1,8,0.32,0,f", "s,adult,logreg,cpu,C,1,100,2.0,0,f")
+    assert choose_device("adult", "logreg", True, rows) == "cpu"
+    rows = table("s,adult,logreg,cuda,G,1,1,0.01,0.5,f", "s,adult,logreg,cpu,C,1,1,0.2,0,f")
+    assert choose_device("adult", "logreg", True, rows) == "cpu"  # evaluation counted
+    # measured on one device only, or not at all: by the model
+    only_gpu = table("s,fmnist,cnn_fmnist,cuda,G,1,1,9.0,0,f")
+    assert choose_device("fmnist", "cnn_fmnist", True, only_gpu) == "cuda"
+    assert choose_device("fmnist", "mlp_fmnist", True, only_gpu) == "cpu"  # another model: not this row
+    assert choose_device("shakespeare", None, True, []) == "cuda"
+    assert choose_device("synthetic", None, True, []) == "cpu"
+
+
+def test_explicit_device_is_kept():
+    assert run_device({"dataset": "adult", "device": "cuda:1"}, cuda_available=True) == "cuda:1"
+    assert run_device({"dataset": "cifar10", "device": "cpu"}, cuda_available=True) == "cpu"
+    assert run_device({"dataset": "cifar10"}, cuda_available=True) == "cuda"  # no device: auto
+
+
+def test_job_gpu():
+    assert job_gpu({"dataset": "cifar10", "device": "auto"}, {"gpu": 1}) == 1
+    assert job_gpu({"dataset": "cifar10", "device": "auto"}, {"gpu": 0}) == 0  # a CPU profile asks for none
+    assert job_gpu({"dataset": "adult", "device": "auto"}, {"gpu": 1}) == 0
+    assert job_gpu({"dataset": "digits"}, {"gpu": 1}) == 0
+    # an explicit device keeps the config's resources (tests/slurm: device: cpu runs asking for a GPU)
+    assert job_gpu({"dataset": "digits", "device": "cpu"}, {"gpu": 1}) == 1
+    assert job_gpu({"dataset": "adult", "device": "cuda"}, {"gpu": 0}) == 0
+
+
+def test_device_is_not_part_of_the_run_identity():
+    assert "device" in NON_IDENTITY_FIELDS
+
+
+def test_simulation_auto_resolves_per_dataset(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from fedmgda.simulator import resolve_device
+
+    assert resolve_device("auto", "cifar10", "cnn_cifar") == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto", "adult", "logreg") == torch.device("cpu")
+    assert resolve_device("auto", "cifar10", "cnn_cifar") == torch.device("cuda")
+    assert resolve_device("auto") == torch.device("cuda")
+
+
+def test_paper_config_asks_a_gpu_exactly_for_the_runs_that_train_on_one():
+    """config/config.yaml: every run's job asks for the GPU its device choice uses (Adult, Synthetic
+    and q-FFL's F-MNIST on CPU cores, the CNNs and the LSTM on the GPU), so the declared gpu
+    resources of today's DAG are unchanged."""
+    from fedmgda.experiments import expand, load_config
+
+    reg = expand(load_config(str(ROOT / "config/config.yaml")))
+    for spec in reg.runs.values():
+        assert job_gpu(spec.config, spec.resources) == spec.resources["gpu"], spec.key
+        assert (run_device(spec.config, cuda_available=True) == "cuda") == (spec.resources["gpu"] == 1), spec.key
