@@ -58,7 +58,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import math
 import os
 import sys
 import tempfile
@@ -163,19 +162,8 @@ def fed(sim: Simulation, inputs: dict[str, torch.Tensor]) -> Simulation:
     participants = inputs["participants"].tolist()
     keys = [derived_seed(sim.cfg.seed, t, u) for t, users in enumerate(participants) for u in users]
     orders = dict(zip(keys, (torch.from_numpy(o) for o in unflat(inputs, "order"))))
-    trainer, width = sim.trainer, sim.trainer.hparams.batch_size
-
-    def batch_order(n: int, generator: torch.Generator) -> list[torch.Tensor]:
-        return list(orders[generator.initial_seed()].split(width))
-
-    def padded_batches(idx: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        n = len(idx)
-        padded = torch.full((math.ceil(n / width) * width,), -1, dtype=torch.long)
-        padded[:n] = idx[orders[generator.initial_seed()]]
-        return padded.view(-1, width)
-
     sim.participants = lambda t: participants[t]
-    trainer.batch_order, trainer.padded_batches = batch_order, padded_batches
+    sim.trainer.epoch_order = lambda n, generator: orders[generator.initial_seed()]  # one local epoch
     return sim
 
 

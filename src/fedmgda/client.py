@@ -115,13 +115,18 @@ class LocalTrainer:
         buf = grad if first else self.hparams.momentum * buf + grad
         return w - self.hparams.lr * buf, buf, loss
 
+    def epoch_order(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """One local epoch's order of the client's n samples (positions), drawn from ``generator``:
+        the one draw both training paths make per epoch."""
+        return torch.randperm(n, generator=generator)
+
     def batch_order(self, n: int, generator: torch.Generator) -> list[torch.Tensor]:
         """The minibatches (positions into the client's samples) of every local epoch, in order."""
         if self.hparams.batch_size is None:  # one full batch per epoch: its order changes nothing
             return [torch.arange(n)] * self.hparams.epochs
         batches = []
         for _ in range(self.hparams.epochs):
-            batches.extend(torch.randperm(n, generator=generator).split(self.hparams.batch_size))
+            batches.extend(self.epoch_order(n, generator).split(self.hparams.batch_size))
         return batches
 
     def dropout_masks(self, steps: int, width: int, generator: torch.Generator | None, device: torch.device) -> tuple[torch.Tensor, ...] | None:
@@ -159,7 +164,7 @@ class LocalTrainer:
         width = n if self.hparams.batch_size is None else min(self.hparams.batch_size, n)
         rows = []
         for _ in range(self.hparams.epochs):
-            perm = idx if self.hparams.batch_size is None else idx[torch.randperm(n, generator=generator).to(idx.device)]
+            perm = idx if self.hparams.batch_size is None else idx[self.epoch_order(n, generator).to(idx.device)]
             padded = torch.full((math.ceil(n / width) * width,), -1, dtype=torch.long, device=idx.device)
             padded[:n] = perm
             rows.append(padded.view(-1, width))
