@@ -54,9 +54,9 @@ def _pm(tok: str) -> tuple[float, float]:
 
 
 def parse(md_path: str | Path) -> list[dict]:
+    """The paper's Tables 6-14 from their transcription: one dict per (table, row, column)."""
     out: list[dict] = []
-    text = Path(md_path).read_text()
-    for table, lines in _blocks(text):
+    for table, lines in _blocks(Path(md_path).read_text()):
         cols = COLUMNS.get(table, STATS4)
         header: list[str] = []
         seen: set[str] = set()
@@ -69,66 +69,71 @@ def parse(md_path: str | Path) -> list[dict]:
             head = [t for t in toks if "±" not in t]
             if len(vals) != len(cols):
                 raise ValueError(f"{table}: cannot parse {line!r}")
-            note = ""
-            hp: dict = {}
-            run: dict = {}
             if table == "table7":
-                name = " ".join(head)
-                m = re.match(r"(AFL|q-FedAvg, q=([\d.]+)|FedMGDA\+|Baseline_PhD)\s*(\S*)$", name)
-                if not m:
-                    raise ValueError(f"table7: cannot parse {line!r}")
-                if m.group(1) == "Baseline_PhD":
-                    key, label = "baseline_phd", "Baseline_PhD (train on PhD data only)"
-                    note = "not in the authors' code (docs/protocol.md §5.1)"
-                else:
-                    bias = m.group(3)
-                    if m.group(1) == "AFL":
-                        alg, hp = "afl", dict(AFL_HP)
-                    elif m.group(1).startswith("q-FedAvg"):
-                        alg, hp = "qfedavg", {"q": float(m.group(2)), "L": 1.0}
-                    else:
-                        alg, hp = "fedmgda_plus", dict(FEDMGDA_PLUS_ADULT)
-                    value = "*" if bias == "Arbitrary" else bias
-                    key = row_key(alg, hp, run, {"kind": "bias", "value": 0})
-                    key = key.rsplit(" bias=", 1)[0] + f" bias={value if value == '*' else format(float(value), 'g')}"
-                    label = f"{m.group(1)} [bias {bias}]"
+                key, label, note = _table7_row(head, line)
             elif table == "table6":
-                alg = NAMES[head[0]]
-                key, label = alg, f"{head[0]} (best row of Table 13)"
+                key, label, note = NAMES[head[0]], f"{head[0]} (best row of Table 13)", ""
             else:
-                alg = NAMES[head[0]]
-                args = head[1:]
-                if args:
-                    if len(args) != len(header):
-                        raise ValueError(f"{table}: {line!r} does not match header {header}")
-                    named = dict(zip(header, args, strict=True))
-                    if header == ["η", "decay"]:
-                        hp = {"eta": float(named["η"]), "decay": named["decay"]}
-                    elif header == ["μ"]:
-                        hp = {"mu": float(named["μ"])}
-                    elif header == ["q", "L"]:
-                        hp = {"q": float(named["q"]), "L": float(named["L"])}
-                    elif header == ["η", "momentum"]:
-                        run = {"local_lr": float(named["η"]), "momentum": float(named["momentum"])}
-                        if alg == "fedprox":
-                            hp = {"mu": 0.001}
-                    else:
-                        raise ValueError(f"{table}: unknown header {header}")
-                key = row_key(alg, hp, run, None)
-                if table == "table12" and key in seen and key == "fedmgda_plus decay=0.5 eta=1":
-                    # docs/protocol.md §8.16: printed twice; the 5th FedMGDA+ row is 1.0, 1/5
-                    hp = {"eta": 1.0, "decay": "1/5"}
-                    key = row_key(alg, hp, run, None)
-                    note = "printed as '1.0 1/2' (twice); read as decay 1/5 (docs/protocol.md §8.16)"
-                if table == "table9" and alg == "mgda_prox" and not args:
-                    note = "printed without hyper-parameters; equals FedProx mu=0.1 (docs/protocol.md §8.16); not matched"
-                label = " ".join([head[0]] + [f"{h}={a}" for h, a in zip(header, args, strict=False)] if args else [head[0]])
+                key, label, note = _grid_row(table, head, header, seen, line)
             seen.add(key)
             for col, tok in zip(cols, vals, strict=True):
                 mean, std = _pm(tok)
                 out.append({"table": table, "row": key, "label": label, "column": col,
                             "mean": mean, "std": std, "note": note})
     return out
+
+
+def _table7_row(head: list[str], line: str) -> tuple[str, str, str]:
+    """(key, label, note) of a Table 7 row: an algorithm and its bias value, or Baseline_PhD."""
+    name = " ".join(head)
+    m = re.match(r"(AFL|q-FedAvg, q=([\d.]+)|FedMGDA\+|Baseline_PhD)\s*(\S*)$", name)
+    if not m:
+        raise ValueError(f"table7: cannot parse {line!r}")
+    if m.group(1) == "Baseline_PhD":
+        return "baseline_phd", "Baseline_PhD (train on PhD data only)", "not in the authors' code (docs/protocol.md §5.1)"
+    bias = m.group(3)
+    if m.group(1) == "AFL":
+        alg, hp = "afl", dict(AFL_HP)
+    elif m.group(1).startswith("q-FedAvg"):
+        alg, hp = "qfedavg", {"q": float(m.group(2)), "L": 1.0}
+    else:
+        alg, hp = "fedmgda_plus", dict(FEDMGDA_PLUS_ADULT)
+    value = "*" if bias == "Arbitrary" else bias
+    key = row_key(alg, hp, {}, {"kind": "bias", "value": 0})
+    key = key.rsplit(" bias=", 1)[0] + f" bias={value if value == '*' else format(float(value), 'g')}"
+    return key, f"{m.group(1)} [bias {bias}]", ""
+
+
+def _grid_hparams(table: str, alg: str, header: list[str], args: list[str], line: str) -> tuple[dict, dict]:
+    """(hyper-parameters, run settings) a row of Tables 8-14 names under its header."""
+    if len(args) != len(header):
+        raise ValueError(f"{table}: {line!r} does not match header {header}")
+    named = dict(zip(header, args, strict=True))
+    if header == ["η", "decay"]:
+        return {"eta": float(named["η"]), "decay": named["decay"]}, {}
+    if header == ["μ"]:
+        return {"mu": float(named["μ"])}, {}
+    if header == ["q", "L"]:
+        return {"q": float(named["q"]), "L": float(named["L"])}, {}
+    if header == ["η", "momentum"]:
+        run = {"local_lr": float(named["η"]), "momentum": float(named["momentum"])}
+        return ({"mu": 0.001} if alg == "fedprox" else {}), run
+    raise ValueError(f"{table}: unknown header {header}")
+
+
+def _grid_row(table: str, head: list[str], header: list[str], seen: set[str], line: str) -> tuple[str, str, str]:
+    """(key, label, note) of a row of Tables 8-14: an algorithm with the values of its header."""
+    alg, args = NAMES[head[0]], head[1:]
+    hp, run = _grid_hparams(table, alg, header, args, line) if args else ({}, {})
+    key, note = row_key(alg, hp, run, None), ""
+    if table == "table12" and key in seen and key == "fedmgda_plus decay=0.5 eta=1":
+        # docs/protocol.md §8.16: printed twice; the 5th FedMGDA+ row is 1.0, 1/5
+        key = row_key(alg, {"eta": 1.0, "decay": "1/5"}, run, None)
+        note = "printed as '1.0 1/2' (twice); read as decay 1/5 (docs/protocol.md §8.16)"
+    if table == "table9" and alg == "mgda_prox" and not args:
+        note = "printed without hyper-parameters; equals FedProx mu=0.1 (docs/protocol.md §8.16); not matched"
+    label = " ".join([head[0]] + [f"{h}={a}" for h, a in zip(header, args, strict=False)] if args else [head[0]])
+    return key, label, note
 
 
 def parse_qffl(md_path: str | Path) -> list[dict]:
