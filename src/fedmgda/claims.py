@@ -629,6 +629,31 @@ def read_claims(path: str | Path) -> pd.DataFrame:
     return df[COLUMNS]
 
 
+def claim_meaning(row: pd.Series) -> tuple[str, str]:
+    """What a claims file's row claims: its expected relation and the number of seeds it was judged
+    on (from ``n_seeds``, or the Measured text of a claims.md)."""
+    n = str(row["n_seeds"]) if str(row.get("n_seeds", "")) not in ("", "nan") else ""
+    if not n:
+        m = re.search(r"\(n=(\d+) seeds?\)", str(row["measured"]))
+        n = m[1] if m else ""
+    return str(row["expected"]), n
+
+
+def id_conflicts(paths: list[str | Path]) -> list[str]:
+    """One line per claim id that two of the claims files ``paths`` (csv, or md without its csv)
+    give two meanings (:func:`claim_meaning`): one id must name one claim (docs/workflow.md,
+    "One id, one meaning")."""
+    seen: dict[str, dict[tuple[str, str], str]] = {}
+    for path in paths:
+        df = read_claims(path)
+        for _, row in df.iterrows():
+            if row["verdict"] == "not run":
+                continue
+            seen.setdefault(str(row["claim"]), {}).setdefault(claim_meaning(row), str(path))
+    return [f"{cid}: " + "; ".join(f"{where}: {exp} (n={n})" for (exp, n), where in meanings.items())
+            for cid, meanings in seen.items() if len(meanings) > 1]
+
+
 def verdict_table(df: pd.DataFrame, pattern: str | None = None) -> str:
     """The claims of a claims.csv (those matching ``pattern``) as a short markdown table: the claim,
     what it expects, the paired A - B over seeds (mean ± sd, min to max, and its 95 % t interval,
