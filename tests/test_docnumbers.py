@@ -152,3 +152,18 @@ def test_cells_of_csv_markdown_and_json(tmp_path):
         with pytest.raises(DocNumberError):
             value(spec, tmp_path)
     assert Spec.parse('b.md "FedMGDA ε=0.1" mean_acc .2f').row == "FedMGDA ε=0.1"
+
+
+def test_a_claims_csv_gives_its_interval(tmp_path):
+    """ci95_low / ci95_high / ci95_half: the verdict tables' 95 % t interval of a claims row."""
+    from fedmgda.claims import paired_interval
+
+    (tmp_path / "c.csv").write_text("claim,diff_mean,diff_std,n_seeds\nc1@seeds=1,2,3,2.78,2.72,8\n")
+    low, high = paired_interval(2.78, 2.72, 8)
+    spec = Spec.parse('c.csv "c1@seeds=1,2,3" ci95_low +.2f')
+    assert value(spec, tmp_path) == f"{low:+.2f}" == "+0.51"
+    assert value(Spec("c.csv", "c1@seeds=1,2,3", "ci95_high", "+.2f"), tmp_path) == f"{high:+.2f}"
+    assert value(Spec("c.csv", "c1@seeds=1,2,3", "ci95_half", ".1f"), tmp_path) == f"{(high - low) / 2:.1f}"
+    with pytest.raises(DocNumberError):
+        value(Spec("c.csv", "c2", "ci95_low", None), tmp_path)
+
