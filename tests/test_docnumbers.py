@@ -158,7 +158,7 @@ def test_a_claims_csv_gives_its_interval(tmp_path):
     """ci95_low / ci95_high / ci95_half: the verdict tables' 95 % t interval of a claims row."""
     from fedmgda.claims import paired_interval
 
-    (tmp_path / "c.csv").write_text("claim,diff_mean,diff_std,n_seeds\nc1@seeds=1,2,3,2.78,2.72,8\n")
+    (tmp_path / "c.csv").write_text("claim,diff_mean,diff_std,n_seeds\n\"c1@seeds=1,2,3\",2.78,2.72,8\n")
     low, high = paired_interval(2.78, 2.72, 8)
     spec = Spec.parse('c.csv "c1@seeds=1,2,3" ci95_low +.2f')
     assert value(spec, tmp_path) == f"{low:+.2f}" == "+0.51"
