@@ -145,7 +145,7 @@ def parse_claims(config: dict[str, Any], reg: Registry) -> list[ClaimSpec]:
         exps = _claim_experiments(cid, claim, known)
         if any(e not in reg.rows for e in exps):  # left out by `only`
             continue
-        spec = _claim_spec(cid, claim, kind, quantity, window)
+        spec = _claim_spec(cid + evaluation_tag(config, exps), claim, kind, quantity, window)
         if "select" in claim:
             spec.update(_series_rows(cid, claim, kind, reg))
         else:
@@ -154,6 +154,43 @@ def parse_claims(config: dict[str, Any], reg: Registry) -> list[ClaimSpec]:
             spec["margin"] = float(spec["margin"])
         out.append(ClaimSpec(**spec))
     return out
+
+
+def _rounds(config: dict[str, Any], exp: dict[str, Any], overridden: bool) -> Any:
+    """The rounds T of an experiment's runs (as :func:`fedmgda.experiments._run_layers` layers
+    them); ``overridden``: with the top-level ``rounds`` and ``run_overrides`` laid over."""
+    setting = exp.get("setting")
+    setting = (config.get("settings") or {}).get(setting, {}) if isinstance(setting, str) else (setting or {})
+    rounds = (config.get("run_defaults") or {}).get("rounds")
+    rounds = (exp.get("run") or {}).get("rounds", setting.get("rounds", rounds))
+    if exp.get("rounds") is not None:
+        rounds = exp["rounds"]
+    if overridden:
+        if config.get("rounds") is not None:
+            rounds = config["rounds"]
+        rounds = (config.get("run_overrides") or {}).get("rounds", rounds)
+    return rounds
+
+
+def evaluation_tag(config: dict[str, Any], experiments: list[str]) -> str:
+    """What a claim's id carries when it is judged on other runs than its registry entry names:
+    ``""`` when its experiments' runs are the registered ones, else ``@`` and what differs, ``T=<rounds>``
+    (the top-level ``rounds``, ``run_overrides`` or ``experiment_overrides``) and ``seeds=<s,...>``
+    (the seeds judged, from the top-level ``seeds`` or ``experiment_overrides``), joined by ``;``:
+    ``fmnist_fairness_std@seeds=1,5000,6000`` is ``fmnist_fairness_std`` judged on 3 of its
+    experiment's 8 seeds. One id, one meaning: claims files that judge one registry claim on different
+    runs give it different ids (tests/test_claim_ids.py)."""
+    over = config.get("experiment_overrides") or {}
+    registered = {e: (config.get("experiments") or {}).get(e) or {} for e in experiments}
+    layered = {e: {**exp, **(over.get(e) or {})} for e, exp in registered.items()}
+    parts = []
+    rounds = [_rounds(config, layered[e], True) for e in experiments]
+    if rounds != [_rounds(config, registered[e], False) for e in experiments]:
+        parts.append(f"T={rounds[0]}")
+    judged = list(dict.fromkeys(s for e in experiments for s in (config.get("seeds") or layered[e].get("seeds") or [1])))
+    if judged != list(dict.fromkeys(s for e in experiments for s in (registered[e].get("seeds") or [1]))):
+        parts.append("seeds=" + ",".join(str(s) for s in judged))
+    return "@" + ";".join(parts) if parts else ""
 
 
 def _claim_form(cid: str, claim: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
@@ -433,6 +470,8 @@ def with_spread(c: ClaimSpec, a_std: float, b_std: float) -> ClaimSpec:
 
 
 def evaluate_claim(c: ClaimSpec, runs_dir: str | Path) -> dict[str, Any]:
+    """One claim judged on its runs: a record of :data:`COLUMNS` (a series by
+    :func:`_judge_series`, a pair by :func:`_judge_pair`, the verdict by :func:`decide`)."""
     runs_dir = Path(runs_dir)
     rows = c.compared_rows
     per_row, missing = [], 0
@@ -447,58 +486,60 @@ def evaluate_claim(c: ClaimSpec, runs_dir: str | Path) -> dict[str, Any]:
         rec.update(measured=f"{missing}/{total} runs missing", verdict="not run", note="build the runs first",
                    n_seeds=0)
         return rec
-    series = c.is_series
-    const = c.threshold
-    if const is not None:
-        per_row.append({s: const for s in per_row[0]})
-    means = [seed_stats(v.values()) for v in per_row]
+    if c.threshold is not None:
+        per_row.append({s: c.threshold for s in per_row[0]})
     common = sorted(set.intersection(*(set(v) for v in per_row)))
     complete = [s for s in common if all(not math.isnan(v[s]) for v in per_row)]
     dropped = sorted(set().union(*(set(v) for v in per_row)) - set(complete))
-    note_extra = f"seed(s) {', '.join(map(str, dropped))} left out (no value or not shared)" if dropped else ""
-
-    if series:
-        scores = [_score_series([v[s] for v in per_row], c) for s in complete]
-        names = _series_names(c)
-        rec["values"] = json.dumps({n: round(m, 4) for n, (m, _) in zip(names, means, strict=True)})
-        measured = ", ".join(f"{n}: {m:.2f}±{sd:.2f}" for n, (m, sd) in zip(names, means, strict=True))
-        if c.seeds == "mean":
-            spread = math.sqrt(sum(sd ** 2 for _, sd in means))
-            scores = [_score_series([m for m, _ in means], c)]
-        else:
-            spread = None
-    else:
-        (am, asd), (bm, bsd) = means
-        c = with_spread(c, asd, bsd)
-        diffs = [per_row[0][s] - per_row[1][s] for s in complete]
-        rec.update(a=c.a.label, b=_b_label(c), a_mean=am, a_std=asd, b_mean=bm, b_std=bsd)
-        if diffs:
-            d = np.asarray(diffs)
-            rec.update(diff_mean=float(d.mean()), diff_std=float(d.std(ddof=1)) if len(d) > 1 else 0.0,
-                       diff_min=float(d.min()), diff_max=float(d.max()))
-        b_text = f"threshold {bm:g}" if const is not None else f"B {bm:.2f}±{bsd:.2f}"
-        measured = f"A {am:.2f}±{asd:.2f}, {b_text}"
-        if diffs and c.compare == "at_least" and all(
-                tie(per_row[0][s] - per_row[1][s], per_row[0][s], per_row[1][s]) == 0 for s in complete):
-            note_extra = "; ".join(x for x in (note_extra, "A equals B at every seed (a tie)") if x)
-        if c.seeds == "mean":
-            spread = math.sqrt(asd ** 2 + bsd ** 2)
-            scores = [_score_pair(am, bm, c)] if not (math.isnan(am) or math.isnan(bm)) else []
-            measured += f"; A−B {am - bm:+.3g}"
-        else:
-            spread = None
-            scores = [_score_pair(per_row[0][s], per_row[1][s], c) for s in complete]
-            if diffs:
-                measured += (f"; paired A−B {rec['diff_mean']:+.3g} (min {rec['diff_min']:+.3g}, "
-                             f"max {rec['diff_max']:+.3g})")
+    notes = [f"seed(s) {', '.join(map(str, dropped))} left out (no value or not shared)"] if dropped else []
+    judge = _judge_series if c.is_series else _judge_pair
+    measured, scores, spread = judge(c, per_row, complete, rec, notes)
     if scores:
         rec.update(score_mean=float(np.mean(scores)), score_min=float(np.min(scores)),
                    score_max=float(np.max(scores)))
-    verdict, note = decide(scores, c.compare, spread if c.seeds == "mean" else None)
+    verdict, note = decide(scores, c.compare, spread)
     n = len(complete) if c.seeds == "paired" else max(len(v) for v in per_row)
     rec.update(measured=measured + f" (n={n} seed{'s' if n != 1 else ''})", verdict=verdict,
-               note="; ".join(x for x in (note, note_extra) if x), n_seeds=n)
+               note="; ".join(x for x in (note, *notes) if x), n_seeds=n)
     return rec
+
+
+def _judge_series(c: ClaimSpec, per_row: list[dict[int, float]], complete: list[int], rec: dict[str, Any],
+                  notes: list[str]) -> tuple[str, list[float], float | None]:
+    """A series claim's measured text, scores and (``seeds: mean``) spread; its values into ``rec``."""
+    means = [seed_stats(v.values()) for v in per_row]
+    names = _series_names(c)
+    rec["values"] = json.dumps({n: round(m, 4) for n, (m, _) in zip(names, means, strict=True)})
+    measured = ", ".join(f"{n}: {m:.2f}±{sd:.2f}" for n, (m, sd) in zip(names, means, strict=True))
+    if c.seeds == "mean":
+        return measured, [_score_series([m for m, _ in means], c)], math.sqrt(sum(sd ** 2 for _, sd in means))
+    return measured, [_score_series([v[s] for v in per_row], c) for s in complete], None
+
+
+def _judge_pair(c: ClaimSpec, per_row: list[dict[int, float]], complete: list[int], rec: dict[str, Any],
+                notes: list[str]) -> tuple[str, list[float], float | None]:
+    """A pairwise claim's measured text, scores and (``seeds: mean``) spread; its A, B and paired
+    differences (sample sd, ddof 1) into ``rec``, a tie at every seed into ``notes``."""
+    (am, asd), (bm, bsd) = (seed_stats(v.values()) for v in per_row)
+    c = with_spread(c, asd, bsd)
+    diffs = [per_row[0][s] - per_row[1][s] for s in complete]
+    rec.update(a=c.a.label, b=_b_label(c), a_mean=am, a_std=asd, b_mean=bm, b_std=bsd)
+    if diffs:
+        d = np.asarray(diffs)
+        rec.update(diff_mean=float(d.mean()), diff_std=float(d.std(ddof=1)) if len(d) > 1 else 0.0,
+                   diff_min=float(d.min()), diff_max=float(d.max()))
+    b_text = f"threshold {bm:g}" if c.threshold is not None else f"B {bm:.2f}±{bsd:.2f}"
+    measured = f"A {am:.2f}±{asd:.2f}, {b_text}"
+    if diffs and c.compare == "at_least" and all(
+            tie(per_row[0][s] - per_row[1][s], per_row[0][s], per_row[1][s]) == 0 for s in complete):
+        notes.append("A equals B at every seed (a tie)")
+    if c.seeds == "mean":
+        scores = [_score_pair(am, bm, c)] if not (math.isnan(am) or math.isnan(bm)) else []
+        return measured + f"; A−B {am - bm:+.3g}", scores, math.sqrt(asd ** 2 + bsd ** 2)
+    if diffs:
+        measured += (f"; paired A−B {rec['diff_mean']:+.3g} (min {rec['diff_min']:+.3g}, "
+                     f"max {rec['diff_max']:+.3g})")
+    return measured, [_score_pair(per_row[0][s], per_row[1][s], c) for s in complete], None
 
 
 COLUMNS = ["claim", "source", "paper", "expected", "measured", "verdict", "note", "compare", "seeds_mode",
@@ -514,6 +555,10 @@ def evaluate(claims: list[ClaimSpec], runs_dir: str | Path) -> pd.DataFrame:
     return df[COLUMNS] if len(df) else pd.DataFrame(columns=COLUMNS)
 
 
+# the Measured column: A's and B's mean ± population std over their seeds, as tables show them
+MEASURED = "Measured (mean ± population std over seeds, ddof 0)"
+
+
 def to_markdown(df: pd.DataFrame, profile: str = "") -> str:
     counts = df["verdict"].value_counts().to_dict() if len(df) else {}
     summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS)
@@ -521,10 +566,10 @@ def to_markdown(df: pd.DataFrame, profile: str = "") -> str:
              f"{len(df)} claims: {summary}.", "",
              "A = first row, B = second (or a threshold); values in % (pp) for accuracies. Paired "
              "differences are per seed (shared initial model and participants). *inconclusive*: the "
-             "seeds straddle the threshold or the mean margin is below its seed std (more seeds would "
-             "decide). A difference within the float resolution of its values (10⁻⁵ relative) is a tie. "
-             "See docs/workflow.md.", "",
-             "| Claim | Paper source | Expected | Measured (mean ± std over seeds) | Verdict |",
+             "seeds straddle the threshold or the mean margin is below the sample sd (ddof 1) of the "
+             "per-seed differences (more seeds would decide). A difference within the float resolution "
+             "of its values (10⁻⁵ relative) is a tie. See docs/workflow.md.", "",
+             f"| Claim | Paper source | Expected | {MEASURED} | Verdict |",
              "|---|---|---|---|---|"]
     for _, r in df.iterrows():
         verdict = f"**{r['verdict']}**" + (f" ({r['note']})" if isinstance(r["note"], str) and r["note"] else "")
@@ -582,6 +627,31 @@ def read_claims(path: str | Path) -> pd.DataFrame:
         if col not in df.columns:
             df[col] = ""
     return df[COLUMNS]
+
+
+def claim_meaning(row: pd.Series) -> tuple[str, str]:
+    """What a claims file's row claims: its expected relation and the number of seeds it was judged
+    on (from ``n_seeds``, or the Measured text of a claims.md)."""
+    n = str(row["n_seeds"]) if str(row.get("n_seeds", "")) not in ("", "nan") else ""
+    if not n:
+        m = re.search(r"\(n=(\d+) seeds?\)", str(row["measured"]))
+        n = m[1] if m else ""
+    return str(row["expected"]), n
+
+
+def id_conflicts(paths: list[str | Path]) -> list[str]:
+    """One line per claim id that two of the claims files ``paths`` (csv, or md without its csv)
+    give two meanings (:func:`claim_meaning`): one id must name one claim (docs/workflow.md,
+    "One id, one meaning")."""
+    seen: dict[str, dict[tuple[str, str], str]] = {}
+    for path in paths:
+        df = read_claims(path)
+        for _, row in df.iterrows():
+            if row["verdict"] == "not run":
+                continue
+            seen.setdefault(str(row["claim"]), {}).setdefault(claim_meaning(row), str(path))
+    return [f"{cid}: " + "; ".join(f"{where}: {exp} (n={n})" for (exp, n), where in meanings.items())
+            for cid, meanings in seen.items() if len(meanings) > 1]
 
 
 def verdict_table(df: pd.DataFrame, pattern: str | None = None) -> str:

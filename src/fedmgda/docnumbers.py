@@ -19,6 +19,8 @@ Files and their cells:
 - ``.json``: the key a dotted path into the object (``a.b.0``), the column ``-``.
 - any text file, the column ``#k``: the key a phrase on exactly one line, the k-th number after it
   on that line (``"package - authors =" #1``).
+- a claims csv (fedmgda.claims), also ``ci95_low``, ``ci95_high``, ``ci95_half``: the 95 % t
+  interval of the row's mean paired difference, as its verdict table shows it.
 
 The format: none, the cell as written; a Python format spec (``.2f``, ``+.1f``, ``d``), the cell's
 first number formatted (``neg`` before it: its negative, for a difference stated the other way
@@ -46,6 +48,8 @@ from pathlib import Path
 PAGES = ("README.md", "docs/results.md", "docs/fmnist-fairness.md", "docs/performance.md")
 MARKER_RE = re.compile(r"<!-- n (?P<spec>(?:(?!-->)[^|\n])+?) -->(?P<value>[^\n]*?)<!-- /n -->")
 NUMBER_RE = re.compile(r"[-+−]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+# a claims csv's columns computed from its row (:func:`_interval`)
+INTERVAL_COLUMNS = ("ci95_low", "ci95_high", "ci95_half")
 
 
 class DocNumberError(ValueError):
@@ -121,6 +125,8 @@ def cell(spec: Spec, root: str | Path) -> str:
             except (KeyError, IndexError, ValueError, TypeError):
                 raise DocNumberError(f"{spec.path}: no key {spec.row!r}") from None
         return str(node)
+    if path.suffix == ".csv" and col in INTERVAL_COLUMNS:
+        return _interval(spec, data[0])
     found = []
     for header, rows in data:
         if col not in header:
@@ -132,6 +138,21 @@ def cell(spec: Spec, root: str | Path) -> str:
         raise DocNumberError(f"{spec.path}: {len(found)} cells in row {spec.row!r}, column {col!r}; "
                              "a marker must name exactly one")
     return found[0]
+
+
+def _interval(spec: Spec, table: tuple[list[str], list[list[str]]]) -> str:
+    """A claims csv row's 95 % t interval of the mean paired difference, as the verdict tables show
+    it (fedmgda.claims.paired_interval of diff_mean, diff_std, n_seeds): its low or high end, or
+    its half-width (the smallest mean difference those seeds resolve)."""
+    from fedmgda.claims import paired_interval
+
+    header, rows = table
+    hits = [dict(zip(header, r, strict=False)) for r in rows if r and r[0] == spec.row]
+    if len(hits) != 1 or not {"diff_mean", "diff_std", "n_seeds"} <= set(header):
+        raise DocNumberError(f"{spec.path}: {len(hits)} claims rows {spec.row!r} with diff_mean, diff_std, n_seeds")
+    row = hits[0]
+    low, high = paired_interval(float(row["diff_mean"]), float(row["diff_std"]), int(float(row["n_seeds"])))
+    return repr({"ci95_low": low, "ci95_high": high, "ci95_half": (high - low) / 2}[spec.col.split("#")[0]])
 
 
 def value(spec: Spec, root: str | Path) -> str:

@@ -116,8 +116,8 @@ def plot_curves(spec: FigureSpec, runs_dir: Path, ax: plt.Axes) -> None:
         ax.set_yscale("log")
     ax.grid(alpha=0.3)
     smoothing = f"each seed smoothed (EWM, span {spec.ewm})" if spec.ewm and spec.ewm > 1 else "no smoothing"
-    ax.legend(fontsize=7, loc="best", title=f"line: mean over n seeds, band: ±1 std over seeds;\n{smoothing}",
-              title_fontsize=7)
+    ax.legend(fontsize=7, loc="best", title_fontsize=7,
+              title=f"line: mean over n seeds, band: ±1 std over seeds (population, ddof 0);\n{smoothing}")
     if spec.inset_last and drawn:
         _inset(ax, drawn, spec.inset_last)
 
@@ -186,7 +186,7 @@ def plot_bars(spec: FigureSpec, runs_dir: Path, ax: plt.Axes) -> None:
         ax.bar(x + (j - (len(columns) - 1) / 2) * width, means, width, yerr=stds, capsize=2, label=col)
     ax.set_xticks(x, [r.label for r in rows], rotation=30, ha="right", fontsize=7)
     ax.set_ylabel(spec.ylabel or "accuracy (%)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, title="error bars: ±1 std over seeds (population, ddof 0)", title_fontsize=7)
     ax.grid(axis="y", alpha=0.3)
 
 

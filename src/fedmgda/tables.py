@@ -89,76 +89,83 @@ def _match(paper_rows: pd.DataFrame, key: str) -> pd.DataFrame:
 
 
 def build_table(spec: TableSpec, runs_dir: str | Path, paper: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The reproduced table (one row per registry row, plus paper rows not run). A table whose
-    columns are bound to experiments (``column_experiment``) is built per experiment and joined
-    by row key (:func:`join_parts`)."""
+    """The reproduced table (one row per registry row, :func:`_row_record`, plus paper rows not
+    run, :func:`_paper_only_records`). A table whose columns are bound to experiments
+    (``column_experiment``) is built per experiment and joined by row key (:func:`join_parts`)."""
     if spec.column_experiment:
         return join_parts(spec, runs_dir, paper)
     runs_dir = Path(runs_dir)
-    columns = spec.columns
-    tolerance = spec.tolerance
     scale = float(spec.scale) if spec.scale is not None else None
-    paper_table = spec.paper
-    paper_rows = _paper_lookup(paper if paper is not None else (paper_reference() if paper_table else None),
-                               paper_table)
+    paper_rows = _paper_lookup(paper if paper is not None else (paper_reference() if spec.paper else None),
+                               spec.paper)
 
     computed = []
     for row in spec.rows:
-        _, problem, values = _row_values(row, columns, runs_dir, scale)
-        stats = {c: seed_stats(v) for c, v in values.items()}
-        computed.append((row, problem, stats))
-
+        _, problem, values = _row_values(row, spec.columns, runs_dir, scale)
+        computed.append((row, problem, {c: seed_stats(v) for c, v in values.items()}))
     if spec.kind == "best_of":
-        computed = _best_of(computed, spec.rank_by or next(iter(columns)))
+        computed = _best_of(computed, spec.rank_by or next(iter(spec.columns)))
 
-    records = []
     matched: set[str] = set()
-    for row, problem, stats in computed:
-        n = len(row.runs)
-        rec: dict[str, Any] = {"table": spec.name, "row": row.key, "label": row.label,
-                               "seeds": n, "status": problem or "ok"}
-        hits = _match(paper_rows, row.key) if paper_rows is not None else None
-        if hits is not None and len(hits):
-            matched.update(hits["row"])
-        for c in columns:
-            mean, std = stats[c]
-            h = hits[hits["column"] == c] if hits is not None else None
-            if h is None or not len(h):
-                p_mean, p_std, p_text = math.nan, math.nan, NOT_IN_PAPER
-            else:
-                p_mean, p_std = float(h["mean"].iloc[0]), float(h["std"].iloc[0])
-                p_text = f"{p_mean:.2f}±{p_std:.2f}"
-            if problem:
-                r_text, diff, verd = problem, math.nan, problem.split(" (")[0]
-                mean = std = math.nan
-            else:
-                r_text = "n/a" if math.isnan(mean) else f"{mean:.2f}±{std:.2f}"
-                diff = mean - p_mean
-                verd = verdict(mean, p_mean, p_std, n, tolerance.get(c, 0.0))
-            if paper_rows is None:  # no paper reference: the reproduced statistic only
-                rec.update({f"{c} reproduced": r_text, f"{c} repro_mean": mean, f"{c} repro_std": std})
-                continue
-            rec.update({f"{c} paper": p_text, f"{c} paper_mean": p_mean, f"{c} paper_std": p_std,
-                        f"{c} reproduced": r_text, f"{c} repro_mean": mean, f"{c} repro_std": std,
-                        f"{c} diff": diff, f"{c} verdict": verd})
-        records.append(rec)
-
+    records = [_row_record(spec, row, problem, stats, paper_rows, matched) for row, problem, stats in computed]
     if paper_rows is not None:  # rows the paper reports that this registry does not run
-        for key, grp in paper_rows.groupby("row", sort=False):
-            if key in matched:
-                continue
-            note = grp["note"].iloc[0]
-            rec = {"table": spec.name, "row": key, "label": grp["label"].iloc[0], "seeds": 0,
-                   "status": "not run" + (f": {note}" if note else "")}
-            for c in columns:
-                h = grp[grp["column"] == c]
-                p_mean = float(h["mean"].iloc[0]) if len(h) else math.nan
-                p_std = float(h["std"].iloc[0]) if len(h) else math.nan
-                rec.update({f"{c} paper": f"{p_mean:.2f}±{p_std:.2f}", f"{c} paper_mean": p_mean,
-                            f"{c} paper_std": p_std, f"{c} reproduced": "not run", f"{c} repro_mean": math.nan,
-                            f"{c} repro_std": math.nan, f"{c} diff": math.nan, f"{c} verdict": "not run"})
-            records.append(rec)
+        records += _paper_only_records(spec, paper_rows, matched)
     return pd.DataFrame.from_records(records)
+
+
+def _row_record(spec: TableSpec, row: Row, problem: str, stats: dict[str, tuple[float, float]],
+                paper_rows: pd.DataFrame | None, matched: set[str]) -> dict[str, Any]:
+    """One registry row of the table: per column the reproduced mean ± population std (ddof 0)
+    over seeds and, with a paper reference, the paper's, the difference and the verdict; the
+    paper rows it matches are added to ``matched``."""
+    n = len(row.runs)
+    rec: dict[str, Any] = {"table": spec.name, "row": row.key, "label": row.label,
+                           "seeds": n, "status": problem or "ok"}
+    hits = _match(paper_rows, row.key) if paper_rows is not None else None
+    if hits is not None and len(hits):
+        matched.update(hits["row"])
+    for c in spec.columns:
+        mean, std = stats[c]
+        h = hits[hits["column"] == c] if hits is not None else None
+        if h is None or not len(h):
+            p_mean, p_std, p_text = math.nan, math.nan, NOT_IN_PAPER
+        else:
+            p_mean, p_std = float(h["mean"].iloc[0]), float(h["std"].iloc[0])
+            p_text = f"{p_mean:.2f}±{p_std:.2f}"
+        if problem:
+            r_text, diff, verd = problem, math.nan, problem.split(" (")[0]
+            mean = std = math.nan
+        else:
+            r_text = "n/a" if math.isnan(mean) else f"{mean:.2f}±{std:.2f}"
+            diff = mean - p_mean
+            verd = verdict(mean, p_mean, p_std, n, spec.tolerance.get(c, 0.0))
+        if paper_rows is None:  # no paper reference: the reproduced statistic only
+            rec.update({f"{c} reproduced": r_text, f"{c} repro_mean": mean, f"{c} repro_std": std})
+            continue
+        rec.update({f"{c} paper": p_text, f"{c} paper_mean": p_mean, f"{c} paper_std": p_std,
+                    f"{c} reproduced": r_text, f"{c} repro_mean": mean, f"{c} repro_std": std,
+                    f"{c} diff": diff, f"{c} verdict": verd})
+    return rec
+
+
+def _paper_only_records(spec: TableSpec, paper_rows: pd.DataFrame, matched: set[str]) -> list[dict[str, Any]]:
+    """The rows the paper reports that no registry row matched: the paper's numbers, "not run"."""
+    records = []
+    for key, grp in paper_rows.groupby("row", sort=False):
+        if key in matched:
+            continue
+        note = grp["note"].iloc[0]
+        rec = {"table": spec.name, "row": key, "label": grp["label"].iloc[0], "seeds": 0,
+               "status": "not run" + (f": {note}" if note else "")}
+        for c in spec.columns:
+            h = grp[grp["column"] == c]
+            p_mean = float(h["mean"].iloc[0]) if len(h) else math.nan
+            p_std = float(h["std"].iloc[0]) if len(h) else math.nan
+            rec.update({f"{c} paper": f"{p_mean:.2f}±{p_std:.2f}", f"{c} paper_mean": p_mean,
+                        f"{c} paper_std": p_std, f"{c} reproduced": "not run", f"{c} repro_mean": math.nan,
+                        f"{c} repro_std": math.nan, f"{c} diff": math.nan, f"{c} verdict": "not run"})
+        records.append(rec)
+    return records
 
 
 def _best_of(computed: list[tuple], rank: str) -> list[tuple]:
