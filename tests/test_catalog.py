@@ -22,6 +22,7 @@ from fedmgda.catalog import (
     make_algorithm,
 )
 from fedmgda.config import CHOICES, RunConfig
+from fedmgda.partitioners import PARTITIONERS, Partitioner
 from fedmgda.schema import SCHEMA_PATH
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,9 +51,23 @@ def test_dataset_registry_is_the_catalog():
     for name, spec in DATASET_SPECS.items():
         info = DATASETS[name]
         assert (spec.model, spec.default_partition, spec.partitions) == (info.model, info.default_partition, info.partitions)
-        assert info.default_partition in info.partitions and set(info.seeded_partitions) <= {"shards", "iid"}
+        assert info.default_partition in info.partitions and set(info.partitions) <= set(PARTITIONERS)
         assert info.offline == (spec.raw_files == ()), name  # offline = nothing to download
         assert {rf.dataset for rf in spec.raw_files} <= {info.raw_folder}, name  # the folder the workflow downloads
+
+
+def test_partitions_are_the_partitioners_registry():
+    """The partition names a config can give are the registry's (one entry per partitioner, as
+    fedmgda.metrics.STATISTICS); each entry's facts are coherent, and every dataset's defaults are
+    options its partitions take."""
+    assert PARTITIONS == tuple(PARTITIONERS)
+    for name, partitioner in PARTITIONERS.items():
+        assert isinstance(partitioner, Partitioner) and partitioner.name == name
+        assert partitioner.seeded in (True, False) or partitioner.seeded in partitioner.reads, name
+        assert set(partitioner.owns) <= set(partitioner.reads), name
+    for info in DATASETS.values():
+        for partition in info.partitions:
+            assert info.size_error(partition, {}) is None, (info.name, partition)
 
 
 @pytest.mark.parametrize("name", list(BUILTIN_ALGORITHMS))

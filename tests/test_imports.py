@@ -100,13 +100,15 @@ def test_no_import_cycles():
 
 
 def test_the_catalog_is_the_bottom_layer():
-    """errors <- algorithms <- catalog <- config <- ...: the names and ranges every other module
-    asks for depend on nothing but the algorithms' declarations (which need only the error type
-    and the QP) and the error type, so that anything may import them."""
+    """errors <- algorithms, partitioners <- catalog <- config <- ...: the names and ranges every
+    other module asks for depend on nothing but the algorithms' and the partitioners' declarations
+    (which need only the error type, the QP and the authors' label sort) and the error type, so
+    that anything may import them."""
     algorithms = {m for m in MODULES if m.startswith("fedmgda.algorithms.")}
     assert GRAPH["fedmgda.errors"] == set()
     assert set().union(*(GRAPH[m] for m in algorithms)) <= algorithms | {"fedmgda.errors", "fedmgda.qp"}
-    assert GRAPH["fedmgda.catalog"] <= algorithms | {"fedmgda.errors"}
+    assert GRAPH["fedmgda.partitioners"] <= {"fedmgda.errors", "fedmgda.legacy_sort"}
+    assert GRAPH["fedmgda.catalog"] <= algorithms | {"fedmgda.errors", "fedmgda.partitioners"}
     assert GRAPH["fedmgda.config"] == {"fedmgda.catalog", "fedmgda.errors"}
 
 

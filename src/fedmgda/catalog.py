@@ -4,6 +4,10 @@ The registry (``fedmgda.experiments``), the config checks, the simulator, the da
 (``fedmgda.data.registry``, which adds loaders and raw files) and the Snakefile's wildcard
 constraints all ask this module. It imports no torch, so the Snakefile parses fast.
 
+Datasets are ``DATASETS`` below: each names the partitions it offers, entries of the partitioner
+registry ``fedmgda.partitioners.PARTITIONERS`` (``PARTITIONS``: their names), and declares the
+options they and its loader read (docs/datasets.md §6: adding one).
+
 Algorithms are the paper's eight, one module each in ``fedmgda.algorithms`` (listed in
 ``BUILTIN_CLASSES`` below), plus any plug-ins a config names under ``plugins`` (docs/plugins.md).
 Both are subclasses of ``fedmgda.algorithms.Algorithm`` that declare their facts on the class, and
@@ -36,6 +40,13 @@ from fedmgda.algorithms import (
 )
 from fedmgda.algorithms.base import INTERFACE_1_REMOVED_IN, Algorithm, HParam
 from fedmgda.errors import ConfigError, warn_deprecated
+from fedmgda.partitioners import (  # noqa: F401  (MIN_USER_SAMPLES: imported from here too)
+    LOCAL_TESTS,
+    MIN_USER_SAMPLES,
+    PARTITIONERS,
+    SORTS,
+    options_error,
+)
 
 
 @dataclass(frozen=True)
@@ -286,31 +297,22 @@ OPTION_MINIMA = {"num_users": 1, "num_shards": 1, "shard_size": 1, "shards_per_u
 # 200, --PN 2) and DataLoader_fashion.py L83 (60 000 // 200 = 300 images a shard), 2 per user
 FMNIST_SHARD_SETTINGS = {"code": (300, 200), "paper": (500, 120), "fedmdfg": (200, 300)}
 
-# a user's samples are cut 80/10/10 by position (fedmgda.data.partition.split_user): from 2 samples
-# on, it has one to train on and one to test on
-MIN_USER_SAMPLES = 2
-
-
-def shard_geometry(options: Mapping[str, Any], n: int) -> tuple[int, int]:
-    """(number of shards, samples a shard) of the shards partition of ``n`` samples under a
-    dataset's options (defaults filled in)."""
-    if "shard_setting" in options:  # fmnist
-        return FMNIST_SHARD_SETTINGS[options["shard_setting"]]
-    if "num_shards" in options and "shard_size" in options:
-        return int(options["num_shards"]), int(options["shard_size"])
-    num_shards = int(options["num_users"]) * int(options["shards_per_user"])
-    return num_shards, n // num_shards
-
 
 @dataclass(frozen=True)
 class Dataset:
     """What the registry and the workflow need to know about a dataset (loaders: fedmgda.data).
 
-    seeded_partitions: the partitions whose result depends on the run seed (others are fixed).
+    partitions: the partitions it offers (``fedmgda.partitioners.PARTITIONERS``), the default one
+        (``default_partition``) among them; whether one depends on the run seed is the
+        partitioner's (``is_seeded``).
     offline: generated or shipped with a library, so it needs no download.
     raw_files_of: the dataset whose raw files (``<raw_dir>/<that name>/``) it reads; "" = its own.
-    options: its dataset options and their defaults (partition settings included).
+    options: its dataset options and their defaults: those its loader and its partitions read
+        (a partitioner's ``reads``).
     option_values: for options with a closed set of values, the allowed values.
+    presets: options whose value stands for values of other options, expanded before a
+        partitioner reads them: ``{option: {value: {other option: its value, ...}}}``
+        (F-MNIST's ``shard_setting: code`` is ``num_shards: 300, shard_size: 200``).
     samples: how many samples its shards and iid partitions deal out to users (its training
         file's), known without loading them, so that too many users are caught before any job
         (``size_error``); 0: nothing to check (generated data, natural users).
@@ -320,12 +322,12 @@ class Dataset:
     model: str
     default_partition: str
     partitions: tuple[str, ...]
-    seeded_partitions: tuple[str, ...] = ("shards", "iid")
     offline: bool = False
     description: str = ""
     raw_files_of: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)
     option_values: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    presets: Mapping[str, Mapping[Any, Mapping[str, Any]]] = field(default_factory=dict)
     samples: int = 0
 
     def option_error(self, options: Mapping[str, Any] | None) -> str | None:
@@ -347,34 +349,48 @@ class Dataset:
                     return f"{self.name}: option {key} must be {what} >= {least}, got {value!r}"
         return None
 
+    def partition_error(self, partition: str | None) -> str | None:
+        """``partition`` (None: the default) if it is not one the dataset offers, or None."""
+        if (partition or self.default_partition) in self.partitions:
+            return None
+        return f"{self.name}: unknown partition {partition!r}; valid: {list(self.partitions)}"
+
+    def expand(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """``options`` with each preset option replaced by the options it stands for."""
+        out = dict(options)
+        for key, table in self.presets.items():
+            if key in out:
+                if out[key] not in table:
+                    raise ConfigError(f"{self.name}: option {key}={out[key]!r} not in {list(table)}")
+                out.update(table[out.pop(key)])
+        return out
+
     def size_error(self, partition: str | None, options: Mapping[str, Any] | None) -> str | None:
-        """What leaves a user of ``partition`` (None: the default) fewer than MIN_USER_SAMPLES of
-        the dataset's ``samples`` under ``options`` (valid ones, ``option_error``), or None: too
-        many users, or shards that need more samples than it has."""
-        scheme, n = partition or self.default_partition, self.samples
-        if not n or scheme not in ("shards", "iid"):
+        """What makes ``options`` (valid ones, ``option_error``) unusable under ``partition`` (one
+        it offers; None: the default), or None: an option value that only another partition
+        honours, a combination its partitioner refuses (``check``), or a user left fewer than
+        MIN_USER_SAMPLES of the dataset's ``samples``: too many users, or shards that need more
+        samples than it has (``size_error`` of the partitioner)."""
+        scheme = partition or self.default_partition
+        if scheme not in PARTITIONERS:
             return None
-        out = {**self.options, **(options or {})}
-        users, least = out["num_users"], MIN_USER_SAMPLES
-        needs = f"a user needs at least {least} (one to train on, one to test on)"
-        if scheme == "iid":
-            if n // users < least:
-                return f"{self.name}: num_users = {users} gives each user {n // users} of its {n} samples (iid); {needs}: use num_users <= {n // least}"
-            return None
-        shards, size = shard_geometry(out, n)
-        if "shards_per_user" in out:  # shards cut to fit: each user gets shards_per_user x (n // shards)
-            per_user = out["shards_per_user"] * size
-            if per_user < least:
-                return (f"{self.name}: num_users x shards_per_user = {users} x {out['shards_per_user']} shards of its {n} samples "
-                        f"give each user {per_user}; {needs}: lower num_users or shards_per_user so that num_users x max(shards_per_user, {least}) <= {n}")
-            return None
-        if shards * size > n:
-            return f"{self.name}: num_shards x shard_size = {shards} x {size} needs {shards * size} samples, it has {n}: lower them"
-        per_user = shards // users * size
-        if per_user < least:
-            return (f"{self.name}: num_users = {users} with {shards} shards of {size} samples gives each user {per_user}; "
-                    f"{needs}: use num_users <= {shards // -(-least // size)}")
-        return None
+        partitioner, out = PARTITIONERS[scheme], self.expand({**self.options, **(options or {})})
+        error = options_error(scheme, out, self.options)
+        if error:
+            return f"{self.name}: {error}"
+        return partitioner.size_error(self.name, self.samples, partitioner.select(out)) if self.samples else None
+
+    def is_seeded(self, partition: str | None, options: Mapping[str, Any] | None = None) -> bool:
+        """Whether ``partition`` (None: the default) under ``options`` depends on the run seed (its
+        partitioner's ``seeded``); a partition that does not is stored once, with seed 0."""
+        partitioner = PARTITIONERS.get(partition or self.default_partition)
+        return partitioner is not None and partitioner.is_seeded({**self.options, **(options or {})})
+
+    @property
+    def seeded_partitions(self) -> tuple[str, ...]:
+        """The partitions it offers whose partitioner is always seeded (``is_seeded`` with options
+        says it for a given run)."""
+        return tuple(p for p in self.partitions if p in PARTITIONERS and PARTITIONERS[p].seeded is True)
 
     @property
     def raw_folder(self) -> str:
@@ -382,10 +398,7 @@ class Dataset:
         return self.raw_files_of or self.name
 
 
-# the values of dataset options that several datasets (or their loaders, fedmgda.data) read
-SORTS = ("stable", "quicksort")  # numpy's argsort of the labels; quicksort: the authors' call
-LOCAL_TESTS = ("own_shard", "global_shards")  # fmnist: a user's test samples (docs/datasets.md)
-_SORT = {"sort": SORTS}
+_SORT = {"sort": SORTS}  # the authors' label sort or a stable one (fedmgda.partitioners.SORTS)
 
 DATASETS: Mapping[str, Dataset] = MappingProxyType({d.name: d for d in (
     Dataset("cifar10", "cnn_cifar", "shards", ("shards", "iid"),
@@ -397,17 +410,19 @@ DATASETS: Mapping[str, Dataset] = MappingProxyType({d.name: d for d in (
                         "paper text: 500 shards of 120, 5 per user; fedmdfg: 200 shards of 300, 2 per user",
             options={"num_users": 100, "shard_setting": "code", "sort": "stable", "local_test": "own_shard"},
             option_values={**_SORT, "shard_setting": tuple(FMNIST_SHARD_SETTINGS), "local_test": LOCAL_TESTS},
+            presets={"shard_setting": {setting: {"num_shards": shards, "shard_size": size}
+                                       for setting, (shards, size) in FMNIST_SHARD_SETTINGS.items()}},
             samples=60_000),
-    Dataset("fmnist3", "logreg", "natural", ("natural",), seeded_partitions=(), raw_files_of="fmnist",
+    Dataset("fmnist3", "logreg", "natural", ("natural",), raw_files_of="fmnist",
             description="q-FFL's Fashion-MNIST: classes T-shirt/top, pullover, shirt, one user per "
                         "class, pixels standardised over all training images (fair_flearn "
                         "data/fmnist/create_dataset.py)",
             options={"split": "source"}, option_values={"split": ("source",)}),
-    Dataset("femnist", "cnn_femnist", "natural", ("natural",), seeded_partitions=(),
+    Dataset("femnist", "cnn_femnist", "natural", ("natural",),
             description="TFF federated EMNIST-62, one user per writer (3 400)",
             options={"split": "source", "max_users": 0, "shuffle": False},
             option_values={"split": ("source", "80_10_10"), "shuffle": (False, True)}),
-    Dataset("shakespeare", "lstm_shakespeare", "natural", ("natural",), seeded_partitions=(),
+    Dataset("shakespeare", "lstm_shakespeare", "natural", ("natural",),
             description="LEAF Shakespeare, 31 roles (q-FFL subsample), next-character prediction",
             options={"split": "source", "shuffle": False},
             option_values={"split": ("source", "80_10_10"), "shuffle": (False, True)}),
@@ -416,7 +431,7 @@ DATASETS: Mapping[str, Dataset] = MappingProxyType({d.name: d for d in (
             options={"shift_by_one": False, "num_users": 2, "clients": "both", "split": "80_10_10"},
             option_values={"shift_by_one": (False, True), "clients": ("both", "phd"),
                            "split": ("80_10_10", "source")}, samples=32_561),
-    Dataset("synthetic", "logreg", "natural", ("natural",), seeded_partitions=(), offline=True,
+    Dataset("synthetic", "logreg", "natural", ("natural",), offline=True,
             description="q-FFL Synthetic(alpha, beta), one user per generated device",
             options={"alpha": 1.0, "beta": 1.0, "num_users": 30, "data_seed": 0, "max_samples": 500,
                      "split": "80_10_10", "shuffle": False, "sizes": "script"},
@@ -430,7 +445,7 @@ MODELS = ("cnn_cifar", "cnn_fmnist", "cnn_femnist", "lstm_shakespeare", "logreg"
 OFFLINE_DATASETS = tuple(name for name, d in DATASETS.items() if d.offline)
 DOWNLOADED_DATASETS = tuple(name for name, d in DATASETS.items() if not d.offline)
 RAW_FOLDERS = tuple(dict.fromkeys(d.raw_folder for d in DATASETS.values() if not d.offline))
-PARTITIONS = tuple(dict.fromkeys(p for d in DATASETS.values() for p in d.partitions))
+PARTITIONS = tuple(PARTITIONERS)  # every partition a run config can name (the schema's enum)
 
 
 def get_dataset(name: str) -> Dataset:

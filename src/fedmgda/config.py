@@ -180,7 +180,10 @@ class RunConfig:
             error = dataset.option_error(self.dataset_options)
             if error:
                 raise ConfigError(f"dataset_options: {error}")
-            error = dataset.size_error(self.partition, self.dataset_options)  # too many users for its samples
+            error = dataset.partition_error(self.partition)  # one it offers
+            if error:
+                raise ConfigError(f"partition: {error}")
+            error = dataset.size_error(self.partition, self.dataset_options)  # options it cannot take, too many users
             if error:
                 raise ConfigError(f"dataset_options: {error}")
         info = get_algorithm(self.algorithm, self.plugin)

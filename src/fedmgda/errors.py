@@ -1,6 +1,7 @@
-"""The error every configuration check raises, the one of a broken algorithm hook and the one
-of a run folder the trainer cannot use, in a module of its own that imports nothing (but the
-standard library), and how a deprecation is announced (:func:`warn_deprecated`).
+"""The error every configuration check raises, the one of a broken algorithm hook, the one of a
+run folder the trainer cannot use and the one of data (raw files, partitions), in a module of its
+own that imports nothing (but the standard library), and how a deprecation is announced
+(:func:`warn_deprecated`).
 
 The catalog (names and hyper-parameter ranges), the run config and the registry all raise
 :class:`ConfigError`; keeping it here lets them depend on each other in one direction only
@@ -13,6 +14,11 @@ import warnings
 
 class ConfigError(ValueError):
     """An invalid configuration; the message names the offending key."""
+
+
+class DataError(Exception):
+    """A raw file is missing, corrupt or cannot be downloaded, or a dataset option or partition is
+    invalid (raised by ``fedmgda.data`` and the partitioners, ``fedmgda.partitioners``)."""
 
 
 class PluginError(Exception):

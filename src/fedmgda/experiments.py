@@ -154,7 +154,7 @@ def partition_key(cfg: dict[str, Any]) -> str:
     dataset = dataset_info(cfg["dataset"])
     scheme = cfg.get("partition") or dataset.default_partition
     name = f"{cfg['dataset']}-{scheme}" + (f"_{opts}" if opts else "")
-    seeded = scheme in dataset.seeded_partitions or bool(options.get("shuffle"))
+    seeded = dataset.is_seeded(scheme, options)  # its partitioner's ``seeded`` (fedmgda.partitioners)
     return f"{name}/seed{cfg['seed']}" if seeded else f"{name}/fixed"
 
 

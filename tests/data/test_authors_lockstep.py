@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 import torch
 
+from fedmgda import partitioners
 from fedmgda.data import make_partition
-from fedmgda.data import partition as partition_module
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDING = ROOT / "tests" / "data" / "authors_lockstep_seed1.pt"
@@ -54,7 +54,7 @@ def test_package_rounds_equal_the_authors_code_fed_the_same_inputs(lockstep, rea
     and the check still fails when the authors' model moves by 1e-8 of its size."""
     args = lockstep_args(lockstep, real_fmnist)
     own = make_partition("fmnist", real_fmnist, "shards", 1, {"sort": "quicksort"})
-    monkeypatch.setattr(partition_module, "numpy_1_17_argsort", another_machines_order)
+    monkeypatch.setattr(partitioners, "numpy_1_17_argsort", another_machines_order)
     elsewhere = make_partition("fmnist", real_fmnist, "shards", 1, {"sort": "quicksort"})
     assert elsewhere.content_hash() != own.content_hash()  # the simulated machine's partition differs
 

@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-
-class DataError(Exception):
-    """A raw file is missing, corrupt or cannot be downloaded, or a dataset option is invalid."""
+from fedmgda.errors import DataError  # noqa: F401  (its home is fedmgda.errors; fedmgda.data exports it)
 
 
 @dataclass

@@ -1,16 +1,29 @@
-"""The dataset registry: ``DATASET_SPECS``, one :class:`DatasetSpec` per dataset (loader, model,
-partitions, options, raw files), and the entry points that everything else uses,
+"""The dataset registry: ``DATASET_SPECS``, one :class:`DatasetSpec` per dataset (its loader, raw
+files, classes and input shape; its name, model, partitions and options are its catalog entry's,
+``fedmgda.catalog.DATASETS``, torch-free), and the entry points that everything else uses,
 ``ensure_raw_files``, ``make_partition`` and ``load_federated``.
 
-Adding a dataset = one module with ``RAW_FILES`` and ``load(raw_dir, options) -> RawData``, one
-``fedmgda.catalog.Dataset`` (its name, model, partitions and options) and one ``DatasetSpec`` below.
-(``fedmgda.catalog.DATASETS`` holds the names, models, partitions and options, without torch.)
+Adding a dataset touches these files (docs/datasets.md §6 says what goes in each;
+tests/data/test_recipes.py follows the steps with a toy dataset):
+
+1. ``src/fedmgda/data/<name>.py``: ``RAW_FILES`` (``RawFile``s with their published checksums; ``()``
+   for generated data) and ``load(raw_dir, options) -> RawData``.
+2. ``src/fedmgda/catalog.py``: a ``Dataset`` in ``DATASETS`` (model, partitions among
+   ``fedmgda.partitioners.PARTITIONERS``, options and their defaults, option values, presets,
+   samples, offline).
+3. This module: the module in the ``from fedmgda.data import ...`` line and a ``DatasetSpec`` in
+   ``DATASET_SPECS``.
+4. ``src/fedmgda/config.schema.yaml``: the name in the ``dataset`` enum (a new numeric option under
+   ``dataset_options``), then ``make config-docs``.
+5. docs/datasets.md: its raw files, preprocessing, partitions and options.
+
+A new partitioner is one entry of ``fedmgda.partitioners.PARTITIONERS`` (its module docstring).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -31,53 +44,70 @@ from fedmgda.data.partition import (
 
 @dataclass(frozen=True)
 class DatasetSpec:
-    """Everything the rest of the package needs to know about one dataset.
+    """The loader side of one dataset; the rest (model, partitions, options) is its catalog entry's
+    (``info``, ``fedmgda.catalog.DATASETS``), read through the properties below.
 
-    options:      allowed dataset options and their defaults (partition settings included).
-    option_values: for options with a closed set of values, the allowed values.
-    seeded_partitions: partitions whose result depends on the run seed (others are fixed).
     load:         ``load(raw_dir, options) -> RawData`` reading (or generating) the samples.
+    raw_files:    the files it reads (``()``: generated, nothing to download).
+    global_tests: the names of the global test sets its RawData carries.
     """
 
     name: str
-    model: str
     num_classes: int
     input_shape: tuple[int, ...]
-    default_partition: str
-    partitions: tuple[str, ...]
     raw_files: tuple[RawFile, ...]
-    options: Mapping[str, Any]
     load: Callable[[Path, dict[str, Any]], RawData]
     global_tests: tuple[str, ...] = ()
-    option_values: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
-    seeded_partitions: tuple[str, ...] = ("shards", "iid")
-    description: str = ""
 
+    @property
+    def info(self) -> catalog.Dataset:
+        return catalog.DATASETS[self.name]
 
-def _spec(name: str, **kw) -> DatasetSpec:
-    """The loader side of a dataset; its name, model, partitions and options come from the catalog."""
-    info = catalog.DATASETS[name]
-    return DatasetSpec(name=name, model=info.model, default_partition=info.default_partition, partitions=info.partitions,
-                       seeded_partitions=info.seeded_partitions, description=info.description,
-                       options=MappingProxyType(dict(info.options)),
-                       option_values=MappingProxyType(dict(info.option_values)), **kw)
+    @property
+    def model(self) -> str:
+        return self.info.model
+
+    @property
+    def default_partition(self) -> str:
+        return self.info.default_partition
+
+    @property
+    def partitions(self) -> tuple[str, ...]:
+        return self.info.partitions
+
+    @property
+    def seeded_partitions(self) -> tuple[str, ...]:
+        return self.info.seeded_partitions
+
+    @property
+    def options(self) -> Mapping[str, Any]:
+        """Its options and their defaults (partition settings included)."""
+        return MappingProxyType(dict(self.info.options))
+
+    @property
+    def option_values(self) -> Mapping[str, tuple[Any, ...]]:
+        return MappingProxyType(dict(self.info.option_values))
+
+    @property
+    def description(self) -> str:
+        return self.info.description
 
 
 DATASET_SPECS: dict[str, DatasetSpec] = {spec.name: spec for spec in (
-    _spec("cifar10", num_classes=10, input_shape=(3, 32, 32), raw_files=cifar10.RAW_FILES,
-          load=cifar10.load, global_tests=("test",)),
-    _spec("fmnist", num_classes=10, input_shape=(1, 28, 28), raw_files=fmnist.RAW_FILES,
-          load=fmnist.load, global_tests=("test",)),
-    _spec("fmnist3", num_classes=3, input_shape=(784,), raw_files=fmnist.RAW_FILES,
-          load=fmnist.load_three_classes, global_tests=("all", *fmnist.THREE_CLASSES)),
-    _spec("femnist", num_classes=62, input_shape=(1, 28, 28), raw_files=femnist.RAW_FILES,
-          load=femnist.load),
-    _spec("shakespeare", num_classes=80, input_shape=(80,), raw_files=shakespeare.RAW_FILES,
-          load=shakespeare.load),
-    _spec("adult", num_classes=2, input_shape=(99,), raw_files=adult.RAW_FILES, load=adult.load,
-          global_tests=("uniform", "phd", "non_phd")),
-    _spec("synthetic", num_classes=10, input_shape=(60,), raw_files=(), load=synthetic.load),
-    _spec("digits", num_classes=10, input_shape=(64,), raw_files=(), load=digits.load),
+    DatasetSpec("cifar10", num_classes=10, input_shape=(3, 32, 32), raw_files=cifar10.RAW_FILES,
+                load=cifar10.load, global_tests=("test",)),
+    DatasetSpec("fmnist", num_classes=10, input_shape=(1, 28, 28), raw_files=fmnist.RAW_FILES,
+                load=fmnist.load, global_tests=("test",)),
+    DatasetSpec("fmnist3", num_classes=3, input_shape=(784,), raw_files=fmnist.RAW_FILES,
+                load=fmnist.load_three_classes, global_tests=("all", *fmnist.THREE_CLASSES)),
+    DatasetSpec("femnist", num_classes=62, input_shape=(1, 28, 28), raw_files=femnist.RAW_FILES,
+                load=femnist.load),
+    DatasetSpec("shakespeare", num_classes=80, input_shape=(80,), raw_files=shakespeare.RAW_FILES,
+                load=shakespeare.load),
+    DatasetSpec("adult", num_classes=2, input_shape=(99,), raw_files=adult.RAW_FILES, load=adult.load,
+                global_tests=("uniform", "phd", "non_phd")),
+    DatasetSpec("synthetic", num_classes=10, input_shape=(60,), raw_files=(), load=synthetic.load),
+    DatasetSpec("digits", num_classes=10, input_shape=(64,), raw_files=(), load=digits.load),
 )}
 
 
@@ -109,10 +139,10 @@ def resolve_options(spec: DatasetSpec, options: Mapping[str, Any] | None) -> dic
 
 
 def resolve_partition(spec: DatasetSpec, partition: str | None) -> str:
-    scheme = partition or spec.default_partition
-    if scheme not in spec.partitions:
-        raise DataError(f"{spec.name}: unknown partition {scheme!r}; valid: {list(spec.partitions)}")
-    return scheme
+    error = spec.info.partition_error(partition)
+    if error:
+        raise DataError(error)
+    return partition or spec.default_partition
 
 
 def load_raw(name: str, raw_dir: str | Path, options: Mapping[str, Any] | None = None,
@@ -134,8 +164,9 @@ _last_raw: list[Any] = [None, None]  # (key, RawData) of the last load (the file
 
 
 def effective_seed(spec: DatasetSpec, scheme: str, seed: int, opts: Mapping[str, Any]) -> int:
-    """``seed`` where the partition depends on it, else 0 (so such partitions match any seed)."""
-    return int(seed) if scheme in spec.seeded_partitions or opts.get("shuffle") else 0
+    """``seed`` where the partition depends on it (its partitioner's ``seeded``), else 0 (so such
+    partitions match any seed)."""
+    return int(seed) if spec.info.is_seeded(scheme, opts) else 0
 
 
 def _partition_of(raw: RawData, spec: DatasetSpec, scheme: str, seed: int,
