@@ -15,6 +15,8 @@ import fnmatch
 import re
 from pathlib import Path
 
+from fedmgda.paired import rerun_change
+
 CELL = re.compile(r"^\s*(-?[0-9.]+) ± ([0-9.]+)\s*$")
 
 
@@ -60,8 +62,7 @@ def main() -> None:
             if stat not in before[row] or stat not in after[row]:
                 continue
             (bm, bs, bn), (am, as_, an) = before[row][stat], after[row][stat]
-            change, spread = am - bm, max(bs, as_)
-            ok = abs(change) <= spread
+            change, spread, ok = rerun_change((bm, bs), (am, as_))
             within += ok
             total += 1
             print(f"| {row} | {stat} | {bm:.2f} ± {bs:.2f} ({bn}) | {am:.2f} ± {as_:.2f} ({an}) | {change:+.2f} | "

@@ -5,7 +5,7 @@
     python scripts/compare_authors_fmnist.py --authors /tmp/Fed-MGDA/main --seeds 1 5000 6000
 
 The authors' functions are imported from the folder given (their code never enters this
-repository). For each seed it compares, with the package's ``shards`` partition under both
+repository; ``authors_code.authors_modules``, the harness shared with the scripts that run it). For each seed it compares, with the package's ``shards`` partition under both
 readings of the label sort (``dataset_options.sort``):
 
 - the partition: ``main/sampling.py``'s ``noniid(dataset, 100, 300, 200)`` after
@@ -38,7 +38,7 @@ from fedmgda.data.partition import split_user
 from fedmgda.models import CNNFashion
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run_authors_fmnist import require_authors_sort  # noqa: E402  (the harness beside this script)
+from authors_code import authors_modules  # noqa: E402  (the harness around the authors' code, beside this script)
 
 
 def authors_partition(sampling, labels: np.ndarray, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -89,18 +89,17 @@ def main() -> None:
     parser.add_argument("--raw-dir", default="resources/raw", help="resources/raw, with the four files in fmnist/")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 5000, 6000])
     args = parser.parse_args()
-    require_authors_sort()
-    sys.path.insert(0, str(Path(args.authors).resolve()))
-    import models  # the authors' main/models.py
-    import sampling  # the authors' main/sampling.py
+    raw_dir = Path(args.raw_dir).resolve()  # the authors' folder becomes the working directory
+    with authors_modules(Path(args.authors).resolve()):
+        import models  # the authors' main/models.py
+        import sampling  # the authors' main/sampling.py
 
-    raw_dir = Path(args.raw_dir)
-    images, labels, _, _ = read_all(raw_dir)
-    print(f"numpy {np.__version__}, torch {torch.__version__}")
-    for seed in args.seeds:
-        compare_partition(sampling, raw_dir, labels.astype(np.int64), seed)
-        compare_init(models, seed)
-    compare_pixels(raw_dir, images)
+        images, labels, _, _ = read_all(raw_dir)
+        print(f"numpy {np.__version__}, torch {torch.__version__}")
+        for seed in args.seeds:
+            compare_partition(sampling, raw_dir, labels.astype(np.int64), seed)
+            compare_init(models, seed)
+        compare_pixels(raw_dir, images)
 
 
 if __name__ == "__main__":

@@ -25,16 +25,17 @@ Parts, in order (files under --out, at most 7, all at its top level):
    FedMGDA+, FedAvg-n, FedMGDA on real F-MNIST shards) at the paper's 2 000 rounds, seeds in the
    paper's order (1, 5000, 6000, 9000), packed on the GPU, as many seeds per pack as the measured
    F-MNIST round time lets finish, packs until the time is up. The runs come from the experiment
-   registry and are trained by the workflow's own commands (``fedmgda partition``, then
-   ``fedmgda train --config run.yaml ... --out DIR ...``), so each run folder is what the workflow
-   writes under results/fmnist/runs/ (run.yaml, metrics.csv, per_user.csv, per_user_final.csv,
-   summary.json, train.log). A run stopped by the deadline keeps its checkpoint.pt (every 50
-   rounds) and gets a metrics_partial.csv; ``--resume TAR`` continues it. ``fairness.txt`` says
+   registry and are trained by the workflow's own jobs (``fedmgda partition``, then the pack
+   rules' ``fedmgda.packs.train_pack``: ``fedmgda train --config run.yaml ... --out DIR ...``), so
+   each run folder is what the workflow writes under results/fmnist/runs/ (run.yaml, metrics.csv,
+   per_user.csv, per_user_final.csv, summary.json, train.log). A run stopped by the deadline keeps
+   its checkpoint.pt (every 50 rounds) and gets a metrics_partial.csv; ``--resume TAR`` continues it. ``fairness.txt`` says
    which runs finished and where the others stopped; ``fairness_runs.tar.gz`` holds the run
    folders (members ``runs/<run key>/...``: ``tar xzf fairness_runs.tar.gz -C results/fmnist``).
 
-``summary.md`` (rewritten after every part) lists every part with its status (ok, partial,
-failed, timeout, skipped), wall time, limit and a one-line note. The real mode refuses to start
+Each part is one function, ``part_<name>(check)``: it runs the part's subprocess(es) and sets its
+status and note. ``summary.md`` (rewritten after every part) lists every part with its status (ok,
+partial, failed, timeout, skipped), wall time, limit and a one-line note. The real mode refuses to start
 without a CUDA device; ``--dry`` runs the same parts on the CPU with tiny sizes (1 seed, 2 rounds,
 one setting of the benchmark (Adult, 1% of its samples); the real F-MNIST files if --raw-dir has them,
 else the offline digits data in their place). --raw-dir, --work and --config are relative to the
@@ -44,9 +45,11 @@ repository root, --out and --resume to the current folder.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -73,6 +76,10 @@ OPTIONAL = ("matplotlib", "seaborn", "sklearn", "h5py", "scipy", "snakemake", "j
 BENCH_LINE = re.compile(r"^(?P<name>\S+)\s+(?P<clients>\d+)\s+(all|\S+ \(x1/f\))\s+(?P<seq>[\d.]+)\s+(?P<bat>[\d.]+)\s+"
                         r"[\d.]+x\s+[\d.]+\s+(?P<eval>[\d.]+)\s*$")
 PACK_LINE = re.compile(r"^\s+(?P<k>\d+) runs packed: (?P<s>[\d.]+) s per round")
+# each part's time limit in seconds, on the GPU and in the dry mode (fairness: what is left of the budget)
+LIMITS = {"env": (60.0, 30.0), "same_results": (120.0, 120.0), "pytest_cuda": (150.0, 60.0), "bench_rounds": (150.0, 60.0)}
+BENCH_ARGS = ("--device cuda --rounds 2 --pack 8 --fraction-of shakespeare_b10=0.01",  # on the GPU; dry:
+              "--device cpu --rounds 1 --pack 2 --only adult_b10 --fraction 0.01")
 
 
 # --------------------------------------------------------------------------- running a part
@@ -86,16 +93,13 @@ class Part:
     note: str = ""
 
 
-def run_logged(argv: list[str], limit: float, log: Path, env: dict[str, str] | None = None,
-               header: str = "") -> tuple[int | None, float, str]:
+def run_logged(argv: list[str], limit: float, log: Path, env: dict[str, str] | None = None) -> tuple[int | None, float, str]:
     """Run ``argv`` in its own process group, every output line written to ``log`` (flushed) and
     to stdout; after ``limit`` seconds the whole group gets SIGTERM, then SIGKILL. Returns (exit
     code, None on a time-out; seconds; the output)."""
     start = time.monotonic()
     lines: list[str] = []
     with open(log, "a") as fh:
-        if header:
-            fh.write(header + "\n")
         fh.write("$ " + " ".join(argv) + "\n")
         fh.flush()
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -138,6 +142,47 @@ def child_env() -> dict[str, str]:
 def child(name: str, *extra: str) -> list[str]:
     """This script as a part's subprocess (``--child NAME``)."""
     return [sys.executable, str(Path(__file__).resolve()), "--child", name, *extra]
+
+
+def exit_status(rc: int | None) -> str:
+    """A part's status from its subprocess's exit code (None: stopped at its time limit)."""
+    return "timeout" if rc is None else "ok" if rc == 0 else "failed"
+
+
+@dataclass
+class Check:
+    """One check's settings, shared by its parts: what runs, where it writes, the time budget."""
+
+    args: argparse.Namespace
+    parts: list[str]
+    out: Path  # the outputs that come back (summary.md and each part's files)
+    work: Path  # where part 4 trains (partitions/, runs/, logs/, plan.json)
+    resume: Path | None
+    dry: bool
+    budget: float
+    rounds: int
+    seeds: list[int]
+    summary: Summary
+    env: dict[str, str]
+    start: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        self.deadline_wall = time.time() + self.budget
+
+    def remaining(self) -> float:
+        return self.budget - (time.monotonic() - self.start)
+
+    def begin(self, name: str, limit: float | None = None) -> tuple[Part, Path]:
+        """A part's entry in the summary, with its time limit (default: ``LIMITS``, at most what is
+        left of the budget), and its log ``<out>/<name>.txt``, emptied."""
+        part = self.summary.parts[name]
+        part.limit = limit if limit is not None else min(LIMITS[name][self.dry], self.remaining())
+        print(f"\n===== part {PARTS.index(name)}: {name} (limit {part.limit:.0f} s; {time.monotonic() - self.start:.0f} s "
+              f"used of {self.budget:.0f}) =====", flush=True)
+        log = self.out / f"{name}.txt"
+        log.unlink(missing_ok=True)
+        part.files = [log.name]
+        return part, log
 
 
 # --------------------------------------------------------------------------- part 0: environment
@@ -196,6 +241,12 @@ def env_note(text: str) -> str:
     return "; ".join(bits)
 
 
+def part_env(check: Check) -> None:
+    part, log = check.begin("env")
+    rc, part.wall, text = run_logged(child("env"), part.limit, log, check.env)
+    part.status, part.note = exit_status(rc), env_note(text)
+
+
 # --------------------------------------------------------------------------- part 1: same results
 # the tests that must pass on any machine (issue 41): golden partition hashes and the recorded
 # lockstep with the authors' code, fed the inputs it carries
@@ -222,6 +273,12 @@ def same_results_note(text: str) -> str:
     cpu = json.loads(stamp.group(1)) if stamp else {}
     return "; ".join(filter(None, [tally[-1] if tally else "no pytest tally",
                                    cpu and f"{cpu.get('cpu')} ({cpu.get('isa')}), numpy {cpu.get('numpy')}, torch {cpu.get('torch')}"]))
+
+
+def part_same_results(check: Check) -> None:
+    part, log = check.begin("same_results")
+    rc, part.wall, text = run_logged(child("same_results", "--raw-dir", check.args.raw_dir), part.limit, log, check.env)
+    part.status, part.note = exit_status(rc), same_results_note(text)
 
 
 # --------------------------------------------------------------------------- part 2: CUDA tests
@@ -256,6 +313,28 @@ def pytest_report(junit: Path, dry: bool) -> tuple[str, str]:
     if cuda_skipped or not cuda_ran:
         return "failed", note + f"; {len(cuda_skipped)} CUDA tests skipped on a CUDA machine"
     return "ok", note
+
+
+def pytest_outcome(rc: int | None, junit: Path, dry: bool) -> tuple[str, str]:
+    """(status, note) of the CUDA tests: :func:`pytest_report`, failed where pytest's exit says so."""
+    if rc is None:
+        return "timeout", "see pytest_cuda.txt for the tests run before the time-out"
+    status, note = pytest_report(junit, dry)
+    if rc != 0 and status == "ok":
+        return "failed", f"pytest exit {rc}; " + note
+    return status, note
+
+
+def part_pytest_cuda(check: Check) -> None:
+    part, log = check.begin("pytest_cuda")
+    junit = check.work / "pytest_cuda.xml"
+    junit.parent.mkdir(parents=True, exist_ok=True)
+    junit.unlink(missing_ok=True)
+    k = check.args.pytest_k or ("cuda" if check.dry else "cuda or dropout")
+    argv = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--durations=10",
+            f"--junitxml={junit}", "-k", k, *cuda_test_files()]
+    rc, part.wall, _ = run_logged(argv, part.limit, log, check.env)
+    part.status, part.note = pytest_outcome(rc, junit, check.dry)
 
 
 # --------------------------------------------------------------------------- part 3: benchmark
@@ -301,6 +380,28 @@ def child_project(measured_json: str) -> int:
     for line in approximated:
         print(f"  approximated: {line}")
     return 0
+
+
+def bench_note(measured: dict[str, dict[str, float]], text: str) -> str:
+    """The summary's note of part 3: settings measured, projections, F-MNIST's round times."""
+    note = f"{len(measured)} settings measured" + projection_note(text)
+    fm = measured.get("fmnist_b10_p0.1")
+    if fm:
+        packed = "".join(f", {k} packed {s:.3f}" for k, s in fm["pack"].items())
+        note += f"; F-MNIST s/round: 1 run {fm['batched']:.3f}{packed}"
+    return note
+
+
+def part_bench_rounds(check: Check) -> None:
+    part, log = check.begin("bench_rounds")
+    bench_args = check.args.bench_args or BENCH_ARGS[check.dry]
+    rc, part.wall, text = run_logged([sys.executable, "benchmarks/bench_rounds.py", *bench_args.split()], part.limit, log, check.env)
+    part.status = exit_status(rc)
+    measured = bench_measurements(text)
+    if "projected wall time" not in text and measured:  # a time-out: project from what was measured
+        _, _, more = run_logged(child("project", "--measured", json.dumps(measured)), 60, log, check.env)
+        text += more
+    part.note = bench_note(measured, text)
 
 
 # --------------------------------------------------------------------------- part 4: fairness
@@ -381,42 +482,66 @@ def repo_path(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
-def train_pack(keys: list[str], registry, work: Path, deadline: float, threads: int, log: Path) -> tuple[int | None, float]:
-    """One pack through the workflow's trainer: run.yaml per run (the text of the train rule:
-    registry config + partition file), ``python -m fedmgda train --config ... --out ...``, its
-    output to the pack log, stdout and each run's train.log (as fedmgda.packs.train_pack; appended
-    to, so a resumed run keeps its earlier log). Stopped (SIGTERM to its process group) at
-    ``deadline``. Returns (exit code or None, seconds)."""
-    import yaml
+def train_group(keys: list[str], registry, work: Path, deadline: float, pack_no: int) -> tuple[int | None, float]:
+    """One pack through the workflow's own pack job (``fedmgda.packs.train_pack``: run.yaml per run
+    as the train rules write it, ``fedmgda.packs.run_yaml_text``; ``python -m fedmgda train --config
+    ... --out ...`` on the pack's threads; its log to each run's train.log, appended to, so that a
+    resumed run keeps its earlier log), stopped at ``deadline``; the pack's log printed as it comes.
+    Returns (exit code, None when the deadline stopped it; seconds)."""
+    from fedmgda.packs import pack_resources, run_yaml_text, train_pack
 
-    configs, outs = [], []
+    members = []
     for key in keys:
-        spec = registry.runs[key]
-        cfg = dict(spec.config)
-        if spec.partition is not None:
-            cfg["partition_file"] = repo_path(work / "partitions" / f"{spec.partition}.npz")
         out = work / "runs" / key
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "run.yaml").write_text(yaml.safe_dump(cfg, sort_keys=True, allow_unicode=True))
         (out / "metrics_partial.csv").unlink(missing_ok=True)  # a resumed run writes its own again
-        configs.append(repo_path(out / "run.yaml"))
-        outs.append(repo_path(out))
-    argv = [sys.executable, "-m", "fedmgda", "train", "--config", *configs, "--out", *outs, "--progress-every", "20"]
-    env = dict(child_env(), OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    rc, wall, _ = run_logged(argv, deadline - time.time(), log, env, header=f"pack of {len(keys)} runs")
-    text = log.read_text()
-    for out in outs:
-        with open(ROOT / out / "train.log", "a") as fh:
-            fh.write(text)
-    return rc, wall
+        members.append({"config": run_yaml_text(registry.runs[key], repo_path(work / "partitions")),
+                        "run_yaml": repo_path(out / "run.yaml"), "out": repo_path(out), "log": repo_path(out / "train.log")})
+    log = work / "logs" / f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}_pack{pack_no}.log"
+    threads = pack_resources([registry.runs[k] for k in keys])["threads"]
+    start, rc = time.monotonic(), 0
+    try:
+        with following(log):
+            train_pack(f"{shlex.quote(sys.executable)} -m fedmgda train --progress-every 20", members, log, threads,
+                       timeout=deadline - time.time(), append_logs=True)
+    except subprocess.TimeoutExpired:
+        rc = None
+    except subprocess.CalledProcessError as err:
+        rc = err.returncode
+    return rc, time.monotonic() - start
 
 
-def child_fairness(args: argparse.Namespace) -> int:
-    """Part 3 (a subprocess): partitions, then packs of seeds until ``args.deadline``."""
-    from fedmgda.packs import pack_resources
-    from fedmgda.workflow_cli import main as workflow
+@contextlib.contextmanager
+def following(path: Path):
+    """What is written to ``path`` printed as it comes (every second), until the block ends."""
+    done = threading.Event()
 
-    work = Path(args.work)
+    def follow() -> None:
+        position = 0
+        while True:
+            last = done.is_set()
+            if path.exists():
+                with open(path, "rb") as fh:
+                    fh.seek(position)
+                    chunk = fh.read()
+                    position = fh.tell()
+                sys.stdout.write(chunk.decode(errors="replace"))
+                sys.stdout.flush()
+            if last:
+                return
+            done.wait(1.0)
+
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
+    try:
+        yield
+    finally:
+        done.set()
+        reader.join(timeout=10)
+
+
+def plan_fairness(args: argparse.Namespace, work: Path):
+    """The runs of part 4 (:func:`fairness_registry`), written to ``<work>/plan.json``:
+    (registry, {seed: [run key, ...]})."""
     registry, by_seed, note = fairness_registry(args)
     plan = [{"seed": seed, "run": key} for seed, keys in by_seed.items() for key in keys]
     (work / "logs").mkdir(parents=True, exist_ok=True)
@@ -424,6 +549,57 @@ def child_fairness(args: argparse.Namespace) -> int:
                                                 "runs": plan}, indent=1))
     print(f"{args.experiment}: {len(plan)} runs ({len(by_seed[args.seeds[0]])} algorithms x seeds {args.seeds}), "
           f"{args.rounds} rounds, device {args.device}; {note}", flush=True)
+    return registry, by_seed
+
+
+def seeds_per_pack(runs_per_seed: int, todo: int, rate: float | None, bench_text: str, rounds: int, left: float) -> int:
+    """The most seeds (of ``todo``) whose runs, packed, should finish in the ``left`` seconds: from
+    the last pack's measured seconds per run-round (``rate``), else from part 3's benchmark; 1 at least."""
+    for n in range(todo, 0, -1):
+        runs = runs_per_seed * n
+        estimate = (rate * runs * rounds + 30) if rate else round_estimate(bench_text, runs, rounds)
+        if estimate is not None and estimate <= left:
+            return n
+    return 1
+
+
+def make_partitions(keys: list[str], registry, work: Path) -> None:
+    """The workflow's partition job for each run's partition not yet saved: ``fedmgda partition
+    ... --out <work>/partitions/<partition>.npz`` (``fedmgda.workflow_cli``)."""
+    from fedmgda.workflow_cli import main as workflow
+
+    for key in keys:
+        spec = registry.runs[key]
+        if spec.partition is not None and not (work / "partitions" / f"{spec.partition}.npz").exists():
+            info = registry.partitions[spec.partition]
+            workflow(["partition", "--dataset", info["dataset"], "--partition", info["partition"] or "",
+                      "--seed", str(info["seed"]), "--options", json.dumps(info["options"]), "--raw-dir", info["raw_dir"],
+                      "--out", str(work / "partitions" / f"{spec.partition}.npz")])
+
+
+def train_seeds(seeds: list[int], keys: list[str], registry, work: Path, deadline: float, pack_no: int) -> tuple[int | None, float, int]:
+    """The runs ``keys`` of ``seeds``, one pack per group that may share a process
+    (:func:`pack_groups`): (0, a failed pack's exit code, or None when the deadline stopped a
+    pack; seconds; the next pack's number)."""
+    total = 0.0
+    for group in pack_groups(keys, registry):
+        print(f"[fairness] pack {pack_no}: seeds {seeds}, {len(group)} runs, {deadline - time.time():.0f} s left", flush=True)
+        rc, wall = train_group(group, registry, work, deadline, pack_no)
+        total += wall
+        if rc is None:
+            print(f"[fairness] pack {pack_no} stopped at the deadline after {wall:.0f} s (checkpoints every 50 rounds)", flush=True)
+            return None, total, pack_no
+        if rc != 0:
+            print(f"[fairness] pack {pack_no} failed (exit {rc})", flush=True)
+            return rc, total, pack_no
+        pack_no += 1
+    return 0, total, pack_no
+
+
+def child_fairness(args: argparse.Namespace) -> int:
+    """Part 4 (a subprocess): partitions, then packs of seeds until ``args.deadline``."""
+    work = Path(args.work)
+    registry, by_seed = plan_fairness(args, work)
     bench_text = Path(args.bench_log).read_text() if args.bench_log and Path(args.bench_log).exists() else ""
     todo = [seed for seed in args.seeds if not all((work / "runs" / k / "summary.json").exists() for k in by_seed[seed])]
     done_before = [seed for seed in args.seeds if seed not in todo]
@@ -435,38 +611,15 @@ def child_fairness(args: argparse.Namespace) -> int:
         if left < 45:
             print(f"[fairness] {left:.0f} s left: seeds {todo} not started", flush=True)
             break
-        size = 1
-        for n in range(len(todo), 0, -1):  # the most seeds whose pack should finish in the time left
-            runs = len(by_seed[todo[0]]) * n
-            estimate = (rate * runs * args.rounds + 30) if rate else round_estimate(bench_text, runs, args.rounds)
-            if estimate is not None and estimate <= left:
-                size = n
-                break
+        size = seeds_per_pack(len(by_seed[todo[0]]), len(todo), rate, bench_text, args.rounds, left)
         seeds, todo = todo[:size], todo[size:]
         keys = [k for seed in seeds for k in by_seed[seed] if not (work / "runs" / k / "summary.json").exists()]
-        for key in keys:  # the workflow's partition job: fedmgda partition ... --out <key>.npz
-            spec = registry.runs[key]
-            if spec.partition is not None and not (work / "partitions" / f"{spec.partition}.npz").exists():
-                info = registry.partitions[spec.partition]
-                workflow(["partition", "--dataset", info["dataset"], "--partition", info["partition"] or "",
-                          "--seed", str(info["seed"]), "--options", json.dumps(info["options"]), "--raw-dir", info["raw_dir"],
-                          "--out", str(work / "partitions" / f"{spec.partition}.npz")])
-        total = 0.0
-        for group in pack_groups(keys, registry):
-            threads = pack_resources([registry.runs[k] for k in group])["threads"]
-            print(f"[fairness] pack {pack_no}: seeds {seeds}, {len(group)} runs, {args.deadline - time.time():.0f} s left",
-                  flush=True)
-            log = work / "logs" / f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}_pack{pack_no}.log"
-            rc, wall = train_pack(group, registry, work, args.deadline, threads, log)
-            total += wall
-            if rc is None:
-                print(f"[fairness] pack {pack_no} stopped at the deadline after {wall:.0f} s (checkpoints every 50 rounds)",
-                      flush=True)
-                return 0
-            if rc != 0:
-                print(f"[fairness] pack {pack_no} failed (exit {rc})", flush=True)
-                return rc
-            pack_no += 1
+        make_partitions(keys, registry, work)
+        rc, total, pack_no = train_seeds(seeds, keys, registry, work, args.deadline, pack_no)
+        if rc is None:
+            return 0
+        if rc != 0:
+            return rc
         rate = total / (len(keys) * args.rounds)
     return 0
 
@@ -528,6 +681,61 @@ def pack_runs(work: Path, tar_path: Path) -> int:
         if (work / "plan.json").exists():
             tar.add(work / "plan.json", arcname="plan.json")
     return tar_path.stat().st_size
+
+
+def fairness_argv(check: Check, limit: float) -> list[str]:
+    """Part 4's subprocess: the experiment's runs on the work folder until a deadline (the
+    budget's end, or this part's limit, less time to pack the runs)."""
+    args = check.args
+    deadline = min(check.deadline_wall - 25, time.time() + limit - 10)
+    return child("fairness", "--work", str(check.work), "--raw-dir", args.raw_dir, "--rounds", str(check.rounds),
+                 "--seeds", *map(str, check.seeds), "--config", args.config, "--experiment", args.experiment,
+                 "--device", "cpu" if check.dry else "cuda", "--deadline", str(deadline),
+                 "--bench-log", str(check.out / "bench_rounds.txt"), *(["--dry"] if check.dry else []))
+
+
+def fairness_note(states: list[dict], size: int) -> str:
+    """The summary's note of part 4: runs finished (and the seeds with all their runs), where the
+    others stopped, the size of the runs' tar."""
+    finished = [s for s in states if s["state"].startswith("finished")]
+    stopped = [f"seed {s['seed']} {s['algorithm']} at round {s['rounds']}" for s in states if s not in finished]
+    seeds_done = sorted({s["seed"] for s in finished} - {s["seed"] for s in states if s not in finished})
+    note = (f"{len(finished)} of {len(states)} runs finished (seeds {seeds_done or 'none'})"
+            + (f"; not finished: {'; '.join(stopped[:6])}{' ...' if len(stopped) > 6 else ''}" if stopped else "")
+            + (f"; tar {size / 2**20:.1f} MiB" if size else ""))
+    return note + (" (over 16 MiB: will not come back from the device)" if size > 16 * 2**20 else "")
+
+
+def fairness_status(rc: int | None, states: list[dict]) -> str:
+    """ok: every planned run finished; partial: the deadline stopped some (they resume)."""
+    if rc is None or rc != 0:
+        return exit_status(rc)
+    return "ok" if states and all(s["state"].startswith("finished") for s in states) else "partial"
+
+
+def part_fairness(check: Check) -> None:
+    part, log = check.begin("fairness", limit=max(0.0, check.remaining() - 15))
+    if check.resume:
+        with tarfile.open(check.resume) as tar:
+            tar.extractall(check.work, filter="data")
+        print(f"unpacked {check.resume} into {check.work}: finished runs are kept, stopped ones resume", flush=True)
+    if part.limit < 60:
+        part.files, part.status, part.note = [], "skipped", f"{part.limit:.0f} s left: not started"
+        return
+    rc, part.wall, _ = run_logged(fairness_argv(check, part.limit), part.limit, log, check.env)
+    states, note = scan_runs(check.work)
+    table = fairness_table(states, check.rounds)
+    with open(log, "a") as fh:
+        fh.write(f"\n{note}\n{table}\n")
+    print(f"\n{table}")
+    tar = check.out / "fairness_runs.tar.gz"
+    size = pack_runs(check.work, tar) if (check.work / "runs").exists() else 0
+    part.files += [tar.name] if size else []
+    part.status, part.note = fairness_status(rc, states), fairness_note(states, size)
+
+
+PART_RUNNERS = {"env": part_env, "same_results": part_same_results, "pytest_cuda": part_pytest_cuda,
+                "bench_rounds": part_bench_rounds, "fairness": part_fairness}
 
 
 # --------------------------------------------------------------------------- the driver
@@ -622,173 +830,71 @@ def default_seeds(config: str, experiment: str) -> list[int]:
     return [int(s) for s in seeds] + [s for s in PAPER_SEEDS if s not in seeds]
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.child == "env":
-        return child_env_part()
-    if args.child == "same_results":
-        return child_same_results(args.raw_dir)
-    if args.child == "project":
-        return child_project(args.measured)
-    if args.child == "fairness":
-        return child_fairness(args)
-    if args.report:
-        return report_runs(args)
+CHILDREN = {"env": lambda args: child_env_part(), "same_results": lambda args: child_same_results(args.raw_dir),
+            "project": lambda args: child_project(args.measured), "fairness": lambda args: child_fairness(args)}
 
-    out = Path(args.out).resolve()  # the paths given on the command line; the others are the repository's
-    resume = Path(args.resume).resolve() if args.resume else None
-    os.chdir(ROOT)
-    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+
+def refusal(args: argparse.Namespace, parts: list[str], work: Path, resume: Path | None) -> str | None:
+    """Why the check cannot start here, in one line; None when it can."""
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
-        print(f"device_check: unknown part(s) {', '.join(unknown)}; known: {', '.join(PARTS)}", file=sys.stderr)
-        return 2
+        return f"unknown part(s) {', '.join(unknown)}; known: {', '.join(PARTS)}"
     if not args.dry:
         try:
             import torch
         except ImportError as err:
-            print(f"device_check: cannot import torch ({err})", file=sys.stderr)
-            return 2
+            return f"cannot import torch ({err})"
         if not torch.cuda.is_available():
-            print("device_check: no CUDA device here (torch.cuda.is_available() is False); use --dry for the CPU check",
-                  file=sys.stderr)
-            return 2
-    dry = args.dry
-    budget = args.budget or (240.0 if dry else 450.0)
-    limits = {"env": 30.0 if dry else 60.0, "same_results": 120.0, "pytest_cuda": 60.0 if dry else 150.0,
-              "bench_rounds": 60.0 if dry else 150.0}
-    rounds = args.rounds or (2 if dry else 2000)
-    seeds = args.seeds or ([1] if dry else default_seeds(args.config, args.experiment))
-    work = Path(args.work).resolve()
+            return "no CUDA device here (torch.cuda.is_available() is False); use --dry for the CPU check"
     if resume and not work.is_relative_to(ROOT):
-        print(f"device_check: --resume needs --work inside the repository (default results/device-check/work), not {work}: "
-              f"the checkpoints name their partition file by its path there", file=sys.stderr)
-        return 2
+        return (f"--resume needs --work inside the repository (default results/device-check/work), not {work}: "
+                "the checkpoints name their partition file by its path there")
+    return None
+
+
+def prepare(args: argparse.Namespace, argv: list[str] | None) -> Check | None:
+    """The check the options ask for, its summary.md begun; None (the reason on stderr) where it
+    cannot start. --out and --resume are read from the current folder, then the repository root
+    becomes it (--raw-dir, --work and --config are relative to the root)."""
+    out = Path(args.out).resolve()
+    resume = Path(args.resume).resolve() if args.resume else None
+    os.chdir(ROOT)
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    work = Path(args.work).resolve()
+    problem = refusal(args, parts, work, resume)
+    if problem:
+        print(f"device_check: {problem}", file=sys.stderr)
+        return None
+    dry = args.dry
     out.mkdir(parents=True, exist_ok=True)
-    start = time.monotonic()
-    deadline_wall = time.time() + budget
-    summary = Summary(out, "dry: CPU, tiny sizes" if dry else "CUDA")
-    summary.header = (f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; budget {budget:.0f} s; commit "
-                      f"{git_commit()}; `{' '.join(['python', 'scripts/device_check.py', *(argv if argv is not None else sys.argv[1:])])}`")
-    summary.write()
-    env = child_env()
+    check = Check(args, parts, out, work, resume, dry, budget=args.budget or (240.0 if dry else 450.0),
+                  rounds=args.rounds or (2 if dry else 2000),
+                  seeds=args.seeds or ([1] if dry else default_seeds(args.config, args.experiment)),
+                  summary=Summary(out, "dry: CPU, tiny sizes" if dry else "CUDA"), env=child_env())
+    command = " ".join(["python", "scripts/device_check.py", *(argv if argv is not None else sys.argv[1:])])
+    check.summary.header = (f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; budget {check.budget:.0f} s; commit "
+                            f"{git_commit()}; `{command}`")
+    check.summary.write()
+    return check
 
-    def begin(name: str, limit: float) -> Part:
-        part = summary.parts[name]
-        part.limit = limit
-        print(f"\n===== part {PARTS.index(name)}: {name} (limit {limit:.0f} s; {time.monotonic() - start:.0f} s used of {budget:.0f}) =====",
-              flush=True)
-        return part
 
-    def remaining() -> float:
-        return budget - (time.monotonic() - start)
-
-    # part 0: environment
-    if "env" in parts:
-        part = begin("env", min(limits["env"], remaining()))
-        log = out / "env.txt"
-        log.unlink(missing_ok=True)
-        rc, part.wall, text = run_logged(child("env"), part.limit, log, env)
-        part.files, part.note = [log.name], env_note(text)
-        part.status = "timeout" if rc is None else "ok" if rc == 0 else "failed"
-        summary.write()
-
-    # part 1: the same results as on any other machine
-    if "same_results" in parts:
-        part = begin("same_results", min(limits["same_results"], remaining()))
-        log = out / "same_results.txt"
-        log.unlink(missing_ok=True)
-        rc, part.wall, text = run_logged(child("same_results", "--raw-dir", args.raw_dir), part.limit, log, env)
-        part.files, part.note = [log.name], same_results_note(text)
-        part.status = "timeout" if rc is None else "ok" if rc == 0 else "failed"
-        summary.write()
-
-    # part 2: the CUDA tests
-    if "pytest_cuda" in parts:
-        part = begin("pytest_cuda", min(limits["pytest_cuda"], remaining()))
-        log = out / "pytest_cuda.txt"
-        log.unlink(missing_ok=True)
-        junit = work / "pytest_cuda.xml"
-        junit.parent.mkdir(parents=True, exist_ok=True)
-        junit.unlink(missing_ok=True)
-        k = args.pytest_k or ("cuda" if dry else "cuda or dropout")
-        argv_ = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--durations=10",
-                 f"--junitxml={junit}", "-k", k, *cuda_test_files()]
-        rc, part.wall, _ = run_logged(argv_, part.limit, log, env)
-        part.files = [log.name]
-        if rc is None:
-            part.status, part.note = "timeout", "see pytest_cuda.txt for the tests run before the time-out"
-        else:
-            part.status, part.note = pytest_report(junit, dry)
-            if rc != 0 and part.status == "ok":
-                part.status, part.note = "failed", f"pytest exit {rc}; " + part.note
-        summary.write()
-
-    # part 3: round times and the paper DAG's projection
-    bench_log = out / "bench_rounds.txt"
-    if "bench_rounds" in parts:
-        part = begin("bench_rounds", min(limits["bench_rounds"], remaining()))
-        bench_log.unlink(missing_ok=True)
-        bench_args = args.bench_args or ("--device cpu --rounds 1 --pack 2 --only adult_b10 --fraction 0.01" if dry else
-                                         "--device cuda --rounds 2 --pack 8 --fraction-of shakespeare_b10=0.01")
-        rc, part.wall, text = run_logged([sys.executable, "benchmarks/bench_rounds.py", *bench_args.split()], part.limit, bench_log, env)
-        part.files = [bench_log.name]
-        part.status = "timeout" if rc is None else "ok" if rc == 0 else "failed"
-        measured = bench_measurements(text)
-        if "projected wall time" not in text and measured:  # a time-out: project from what was measured
-            _, _, more = run_logged(child("project", "--measured", json.dumps(measured)), 60, bench_log, env)
-            text += more
-        part.note = f"{len(measured)} settings measured" + projection_note(text)
-        fm = measured.get("fmnist_b10_p0.1")
-        if fm:
-            packed = "".join(f", {k} packed {s:.3f}" for k, s in fm["pack"].items())
-            part.note += f"; F-MNIST s/round: 1 run {fm['batched']:.3f}{packed}"
-        summary.write()
-
-    # part 4: the F-MNIST fairness core
-    if "fairness" in parts:
-        part = begin("fairness", max(0.0, remaining() - 15))
-        log = out / "fairness.txt"
-        log.unlink(missing_ok=True)
-        if resume:
-            with tarfile.open(resume) as tar:
-                tar.extractall(work, filter="data")
-            print(f"unpacked {resume} into {work}: finished runs are kept, stopped ones resume", flush=True)
-        if part.limit < 60:
-            part.status, part.note = "skipped", f"{part.limit:.0f} s left: not started"
-        else:
-            argv_ = child("fairness", "--work", str(work), "--raw-dir", args.raw_dir, "--rounds", str(rounds),
-                          "--seeds", *map(str, seeds), "--config", args.config, "--experiment", args.experiment,
-                          "--device", "cpu" if dry else "cuda", "--deadline", str(min(deadline_wall - 25, time.time() + part.limit - 10)),
-                          "--bench-log", str(bench_log), *(["--dry"] if dry else []))
-            rc, part.wall, _ = run_logged(argv_, part.limit, log, env)
-            states, note = scan_runs(work)
-            finished = [s for s in states if s["state"].startswith("finished")]
-            table = fairness_table(states, rounds)
-            with open(log, "a") as fh:
-                fh.write(f"\n{note}\n{table}\n")
-            print(f"\n{table}")
-            tar = out / "fairness_runs.tar.gz"
-            size = pack_runs(work, tar) if (work / "runs").exists() else 0
-            part.files = [log.name] + ([tar.name] if size else [])
-            stopped = [f"seed {s['seed']} {s['algorithm']} at round {s['rounds']}" for s in states if s not in finished]
-            seeds_done = sorted({s["seed"] for s in finished} - {s["seed"] for s in states if s not in finished})
-            part.note = (f"{len(finished)} of {len(states)} runs finished (seeds {seeds_done or 'none'})"
-                         + (f"; not finished: {'; '.join(stopped[:6])}{' ...' if len(stopped) > 6 else ''}" if stopped else "")
-                         + (f"; tar {size / 2**20:.1f} MiB" if size else ""))
-            if size > 16 * 2**20:
-                part.note += " (over 16 MiB: will not come back from the device)"
-            if rc is None:
-                part.status = "timeout"
-            elif rc != 0:
-                part.status = "failed"
-            else:
-                part.status = "ok" if states and len(finished) == len(states) else "partial"
-        summary.write()
-
-    print("\n" + summary.path.read_text())
-    print(f"device_check: {time.monotonic() - start:.0f} s; outputs in {out}")
-    return 0 if all(p.status in ("ok", "partial", "skipped") for p in summary.parts.values() if p.name in parts) else 1
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        return CHILDREN[args.child](args)
+    if args.report:
+        return report_runs(args)
+    check = prepare(args, argv)
+    if check is None:
+        return 2
+    for name in PARTS:  # in their order, whatever the order of --parts
+        if name in check.parts:
+            PART_RUNNERS[name](check)
+            check.summary.write()
+    print("\n" + check.summary.path.read_text())
+    print(f"device_check: {time.monotonic() - check.start:.0f} s; outputs in {check.out}")
+    ran = [p for p in check.summary.parts.values() if p.name in check.parts]
+    return 0 if all(p.status in ("ok", "partial", "skipped") for p in ran) else 1
 
 
 def git_commit() -> str:

@@ -8,7 +8,7 @@
     PYTHONPATH=/tmp/authors-site python scripts/lockstep_authors_fmnist.py masks --authors /tmp/Fed-MGDA/main --seed 1 --draws 200
 
 Both codes run FedAvg (the authors' ``--epsilon=0 --normalize=0``) with their Figure 3 F-MNIST
-arguments (``scripts/run_authors_fmnist.py``) on the authors' partition (the package's
+arguments (``scripts/authors_code.py``, the harness of every script that runs their code) on the authors' partition (the package's
 ``sort: quicksort``, index for index the same: ``scripts/compare_authors_fmnist.py``).
 
 ``rounds`` runs the authors' ``main/federated_main.py`` as released (``runpy``, in their folder;
@@ -56,18 +56,14 @@ code's output of one batch in eval mode (no dropout, no scaling at test time).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
-import os
 import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import torch
-from torch import nn
 from torch.utils.data import DataLoader
 
 from fedmgda.config import RunConfig
@@ -77,10 +73,8 @@ from fedmgda.scheduler import derived_seed, run_packed
 from fedmgda.simulator import Simulation
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run_authors_fmnist import NullWriter, Transformed, authors_modules, run_federated_main  # noqa: E402  (the harness beside this script)
-
-FIGURE3_ON_FMNIST = ["--dataset=fmnist", "--model=cnn", "--iid=0", "--local_bs=10", "--lr=0.01",
-                     "--local_ep=1", "--frac=0.1", "--num_users=100", "--epsilon=0", "--normalize=0"]
+import authors_code  # noqa: E402  (the harness around the authors' code, beside this script)
+from authors_code import authors_client  # noqa: E402
 
 
 def package_config(seed: int, rounds: int, raw_dir: str, batched: bool, partition_file: str | None = None) -> RunConfig:
@@ -196,96 +190,13 @@ def package_rounds(sim: Simulation, starts: list[torch.Tensor] | None = None) ->
     return models
 
 
-class _FunctionalWithoutDropout:
-    """``torch.nn.functional`` as ``main/models.py`` sees it, with ``dropout`` the identity."""
-
-    def __getattr__(self, name):
-        return getattr(torch.nn.functional, name)
-
-    @staticmethod
-    def dropout(x, *args, **kwargs):
-        return x
-
-
-class Cast:
-    """A dataset whose samples are cast to ``dtype`` (the authors' loaders give float32)."""
-
-    def __init__(self, dataset, dtype: torch.dtype):
-        self.dataset, self.dtype, self.targets = dataset, dtype, dataset.targets
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, i):
-        x, y = self.dataset[i]
-        return x.to(self.dtype), y
-
-
 def authors_rounds(authors: Path, sim: Simulation, dropout: bool, dtype: torch.dtype = torch.float32) -> tuple[list[torch.Tensor], np.ndarray]:
     """The authors' ``federated_main.py`` for ``sim.cfg.rounds`` rounds with the package's
     participants and minibatches (and, with ``dropout`` False, no dropout): its global model after
-    every round and every user's test accuracy after the last."""
-    rounds, seed = sim.cfg.rounds, sim.cfg.seed
-    with authors_modules(authors):
-        import models as their_models
-        import tensorboardX
-        import update
-        import utils
-
-        state = {"round": -1, "user": 0}
-        participants = [sim.participants(t) for t in range(rounds)]
-        global_models: list[torch.Tensor] = []
-        accuracies: list[float] = []
-        get_dataset, train, infer = utils.get_dataset, update.LocalUpdate.update_weights, update.LocalUpdate.inference
-        choice = np.random.choice
-
-        def dataset_then_package_participants(args):
-            train_dataset, test_dataset, groups = get_dataset(args)  # their partition draws np.random.choice: only then replaced
-            loaded = Cast(Transformed(train_dataset), dtype), Cast(Transformed(test_dataset), dtype), groups
-
-            def package_participants(a, size=None, replace=True, p=None):
-                state["round"] += 1
-                state["user"] = 0
-                return np.array(participants[state["round"]])
-
-            np.random.choice = package_participants
-            return loaded
-
-        def update_weights(self, model, global_round):
-            user = participants[global_round][state["user"]]
-            state["user"] += 1
-            self.trainloader = DataLoader(self.trainloader.dataset, batch_sampler=minibatches(sim, global_round, user))
-            if not dropout:
-                model.conv2_drop = nn.Identity()
-            return train(self, model, global_round)
-
-        def inference(self, model):
-            if not global_models or len(global_models) <= state["round"]:  # the round's first evaluation: the new global model
-                global_models.append(torch.cat([p.detach().flatten() for p in model.parameters()]).clone())
-            if state["round"] < rounds - 1:
-                return float("nan"), float("nan")  # only the last round's per-user accuracies are compared
-            accuracy, loss = infer(self, model)
-            accuracies.append(accuracy)
-            return accuracy, loss
-
-        utils.get_dataset = dataset_then_package_participants
-        update.LocalUpdate.update_weights, update.LocalUpdate.inference = update_weights, inference
-        if not dropout:
-            their_models.F = _FunctionalWithoutDropout()
-        built = their_models.CNNMnist.__init__
-
-        def built_then_cast(self, *a, **k):  # their CNN, built as released (after their seed), then cast
-            built(self, *a, **k)
-            self.to(dtype)
-
-        their_models.CNNMnist.__init__ = built_then_cast
-        tensorboardX.SummaryWriter = NullWriter
-        try:
-            with contextlib.redirect_stdout(open(os.devnull, "w")), contextlib.redirect_stderr(open(os.devnull, "w")):
-                run_federated_main(authors, [*FIGURE3_ON_FMNIST, f"--epochs={rounds}", f"--seed={seed}"])
-        finally:
-            np.random.choice = choice
-    return global_models, np.array(accuracies)
+    every round and every user's test accuracy after the last (``authors_code.authors_rounds``)."""
+    participants = [sim.participants(t) for t in range(sim.cfg.rounds)]
+    return authors_code.authors_rounds(authors, participants, lambda t, user: minibatches(sim, t, user),
+                                       sim.cfg.seed, dropout, dtype)
 
 
 def relative_difference(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -371,23 +282,6 @@ def check_rounds(args, own: dict[bool, list[torch.Tensor]] | None = None) -> int
 
 
 # ---------------------------------------------------------------------------------- dropout masks
-def authors_client(authors: Path, seed: int):
-    """The authors' ``LocalUpdate`` of every user (their ``get_dataset`` partition after
-    ``np.random.seed(seed)``, as ``federated_main.py``) and a ``CNNMnist`` factory."""
-    with authors_modules(authors):
-        import models as their_models
-        import update
-        import utils
-
-        args = SimpleNamespace(dataset="fmnist", iid=0, unequal=0, num_users=100, local_bs=10, lr=0.01, local_ep=1,
-                               optimizer="sgd", prox_weight=0.0, verbose=0, gpu=None, normalize=0, num_channels=1, num_classes=10)
-        np.random.seed(seed)
-        train_dataset, _, groups = utils.get_dataset(args)
-        logger = SimpleNamespace(add_scalar=lambda *a, **k: None)
-        clients = {u: update.LocalUpdate(args, train_dataset, groups[u], logger) for u in range(args.num_users)}
-        return clients, (lambda: their_models.CNNMnist(args))
-
-
 def check_masks(args) -> int:
     sim = Simulation(package_config(args.seed, 1, args.raw_dir, batched=False))
     user = sim.participants(0)[0]

@@ -17,20 +17,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import pandas as pd
+from fedmgda.paired import evaluations, seed_mean_range, seed_rounds_better
 
 STATS = {"mean_acc": "average", "std_acc": "std", "worst5_acc": "worst 5 %"}
 
 
-def series(row_dir: Path) -> pd.DataFrame:
-    """Evaluated rounds x (seed, stat) of one row, in %."""
-    frames = {}
-    for metrics in sorted(row_dir.glob("seed*/metrics.csv")):
-        df = pd.read_csv(metrics).set_index("round")[list(STATS)].dropna() * 100.0
-        frames[metrics.parent.name] = df
-    if not frames:
-        raise SystemExit(f"{row_dir}: no seed*/metrics.csv; give a row folder under the runs folder")
-    return pd.concat(frames, axis=1)
+def series(row_dir: Path):
+    """Evaluated rounds x (seed, stat) of one row, in % (fedmgda.paired.evaluations)."""
+    try:
+        return evaluations(row_dir, list(STATS))
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
 
 
 def main() -> None:
@@ -52,13 +49,13 @@ def main() -> None:
     print()
     for name, df in (("A", a), ("B", b)):
         for k in STATS:
-            m = df.xs(k, axis=1, level=1)[seeds].mean(axis=1)
-            print(f"{name} {STATS[k]}, mean over {len(seeds)} seeds: {m.min():.2f} to {m.max():.2f} over "
-                  f"{len(m)} evaluations (rounds {m.index.min()}-{m.index.max()})")
+            m = seed_mean_range(df, k, seeds)
+            print(f"{name} {STATS[k]}, mean over {len(seeds)} seeds: {m['low']:.2f} to {m['high']:.2f} over "
+                  f"{m['evaluations']} evaluations (rounds {m['first']}-{m['last']})")
     n = len(a.index) * len(seeds)
-    higher = sum(int(b.loc[r, (s, "mean_acc")] > a.loc[r, (s, "mean_acc")]) for r in a.index for s in seeds)
-    lower = sum(int(b.loc[r, (s, "std_acc")] < a.loc[r, (s, "std_acc")]) for r in a.index for s in seeds)
-    worst = sum(int(b.loc[r, (s, "worst5_acc")] > a.loc[r, (s, "worst5_acc")]) for r in a.index for s in seeds)
+    higher = seed_rounds_better(a, b, "mean_acc", seeds)
+    lower = seed_rounds_better(a, b, "std_acc", seeds, higher=False)
+    worst = seed_rounds_better(a, b, "worst5_acc", seeds)
     print(f"of {n} seed-rounds: B has the higher average in {higher}, the lower std in {lower}, "
           f"the higher worst 5 % in {worst}")
 

@@ -14,9 +14,8 @@ from __future__ import annotations
 import argparse
 import time
 
-import numpy as np
-
 from fedmgda.config import RunConfig
+from fedmgda.results import seed_stats
 from fedmgda.scheduler import run_packed
 from fedmgda.simulator import Simulation
 
@@ -34,7 +33,8 @@ def run_config(algorithm: str, value: float, seed: int, rounds: int) -> RunConfi
 def cell(results) -> tuple[str, str, int]:
     """Accuracy text, status text and participants left out, over one row's seeds."""
     accs = [100 * r.summary["final"]["mean_acc"] for r in results if r.summary["final"]]
-    acc = f"{np.mean(accs):.1f} ± {np.std(accs):.1f}" if accs else "-"
+    mean, std = seed_stats(accs)  # the tables' mean ± population std over seeds
+    acc = f"{mean:.1f} ± {std:.1f}" if accs else "-"
     status = ", ".join(r.summary["status"] + (f" at round {r.summary['diverged_round']}" if r.summary["diverged_round"] else "")
                        for r in results)
     return acc, status, sum(int(r.metrics["dropped"].sum()) for r in results)

@@ -20,9 +20,7 @@ import fnmatch
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-
-from fedmgda.results import metrics_value
+from fedmgda.results import metrics_value, seed_stats
 
 DEFAULT_STATS = ("mean_acc", "std_acc", "worst5_acc")
 
@@ -34,6 +32,12 @@ def scale(stat: str) -> float:
 
 def digits(stat: str) -> int:
     return 3 if scale(stat) == 1 else 2
+
+
+def mean_std(values: list[float], digits: int) -> str:
+    """Mean ± population std over seeds (fedmgda.results.seed_stats: the tables' ±, NaN left out)."""
+    mean, std = seed_stats(values)
+    return f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
 def main() -> None:
@@ -59,7 +63,7 @@ def main() -> None:
     print(f"\nmean ± std over seeds of the evaluations of the last {args.last} rounds (accuracies and shares in %)")
     print("| row | seeds | " + " | ".join(stats) + " |\n|---|---|" + "---|" * len(stats))
     for row, values in rows.items():
-        cells = " | ".join(f"{np.mean(values[s]):.{digits(s)}f} ± {np.std(values[s]):.{digits(s)}f}" for s in stats)
+        cells = " | ".join(mean_std(values[s], digits(s)) for s in stats)
         print(f"| {row} | {len(values[stats[0]])} | {cells} |")
 
 

@@ -101,3 +101,163 @@ def test_projection_note_gives_back_to_back_and_the_plan():
                                             "92.18 h as planned on 1 GPU(s) and 16 cores (1519 runs)")
     assert module.projection_note(text.split("plan:")[0]) == "; paper DAG (1599 runs) projected 133.2 h back to back"
     assert module.projection_note("") == "; no projection"
+
+
+# ----------------------------------------------------------------- each part, its subprocess stood in for
+@pytest.fixture
+def check(tmp_path):
+    """A dry check on tmp_path, built as ``prepare`` builds it."""
+    import argparse
+
+    module = load_script()
+    out = tmp_path / "out"
+    out.mkdir()
+    args = argparse.Namespace(raw_dir="resources/raw", pytest_k=None, bench_args=None, config="config/fmnist.yaml",
+                              experiment="fmnist_core")
+    return module, module.Check(args, list(PARTS), out, tmp_path / "work", None, True, budget=600.0, rounds=2, seeds=[1],
+                                summary=module.Summary(out, "dry"), env={})
+
+
+def standing_in(module, monkeypatch, *answers):
+    """``run_logged`` answering (exit code, output) in turn, each output written to the part's log."""
+    calls, answers = [], list(answers)
+
+    def run_logged(argv, limit, log, env=None):
+        calls.append(argv)
+        rc, text = answers.pop(0)
+        with open(log, "a") as fh:
+            fh.write(text)
+        return rc, 1.0, text
+
+    monkeypatch.setattr(module, "run_logged", run_logged)
+    return calls
+
+
+def test_part_env_reads_the_gpu_and_what_is_missing(check, monkeypatch):
+    module, c = check
+    text = "torch 2.11.0; CUDA 12.8; cuDNN 91000; CUDA available: True\nGPU: NVIDIA H100, 79.2 GiB\nMISSING for part fairness: cvxopt\n"
+    calls = standing_in(module, monkeypatch, (1, text))
+    module.part_env(c)
+    part = c.summary.parts["env"]
+    assert calls[0][-2:] == ["--child", "env"] and part.limit == 30 and part.files == ["env.txt"]
+    assert (part.status, part.note) == ("failed", "NVIDIA H100; torch 2.11.0, CUDA 12.8; missing for fairness: cvxopt")
+    standing_in(module, monkeypatch, (None, ""))
+    module.part_env(c)
+    assert (part.status, part.note) == ("timeout", "no GPU") and (c.out / "env.txt").read_text() == ""  # the log begun afresh
+
+
+def test_part_same_results_reads_the_tally_and_the_stamp(check, monkeypatch):
+    module, c = check
+    stamp = {"cpu": "Xeon", "isa": "x86-64-v4", "numpy": "2.4.6", "torch": "2.11.0", "device": "cpu"}
+    text = f"environment stamp (cpu): {json.dumps(stamp)}\n===== 5 passed, 1 skipped in 12.3s =====\n"
+    calls = standing_in(module, monkeypatch, (0, text))
+    module.part_same_results(c)
+    assert calls[0][-4:] == ["--child", "same_results", "--raw-dir", "resources/raw"]
+    part = c.summary.parts["same_results"]
+    assert (part.status, part.note) == ("ok", "5 passed, 1 skipped; Xeon (x86-64-v4), numpy 2.4.6, torch 2.11.0")
+
+
+def junit(path: Path, cases: dict[str, str]) -> None:
+    """A pytest JUnit report: {test name: passed | skipped | failure}."""
+    body = "".join(f'<testcase classname="tests.test_batched" name="{name}">' + ("" if kind == "passed" else f"<{kind}/>")
+                   + "</testcase>" for name, kind in cases.items())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'<testsuites><testsuite name="pytest">{body}</testsuite></testsuites>')
+
+
+def test_part_pytest_cuda_requires_the_cuda_tests_to_run_on_a_gpu(check, monkeypatch):
+    module, c = check
+    report = c.work / "pytest_cuda.xml"
+
+    def pytest_writing(cases, rc):
+        def run_logged(argv, limit, log, env=None):
+            assert f"--junitxml={report}" in argv and argv[argv.index("-k") + 1] == ("cuda" if c.dry else "cuda or dropout")
+            junit(report, cases)
+            return rc, 1.0, ""
+        monkeypatch.setattr(module, "run_logged", run_logged)
+
+    part = c.summary.parts["pytest_cuda"]
+    pytest_writing({"test_cuda_graphs": "skipped", "test_cpu": "passed"}, 0)
+    module.part_pytest_cuda(c)  # dry: the CUDA tests collected, skipped on the CPU
+    assert part.status == "ok" and "1 CUDA tests collected" in part.note
+    c.dry = False
+    module.part_pytest_cuda(c)  # on a GPU a skipped CUDA test fails the part
+    assert part.status == "failed" and "1 CUDA tests skipped on a CUDA machine" in part.note
+    pytest_writing({"test_cuda_graphs": "passed"}, 1)
+    module.part_pytest_cuda(c)
+    assert part.status == "failed" and part.note.startswith("pytest exit 1; 1 passed")
+    pytest_writing({"test_cuda_graphs": "failure"}, 1)
+    module.part_pytest_cuda(c)
+    assert part.status == "failed" and part.note.endswith("failed: test_cuda_graphs")
+
+
+def test_part_bench_rounds_projects_from_what_was_measured_before_a_time_out(check, monkeypatch):
+    module, c = check
+    measured = ("name  clients  ...\nfmnist_b10_p0.1  10  all  0.500  0.100  5.0x  0.2  0.050\n"
+                "  8 runs packed: 0.300 s per round\n")
+    projected = "projected wall time of the paper DAG (1599 training runs, from 1 settings): 12.5 h\n"
+    calls = standing_in(module, monkeypatch, (None, measured), (0, projected))
+    module.part_bench_rounds(c)
+    assert calls[0][1:4] == ["benchmarks/bench_rounds.py", "--device", "cpu"] and calls[1][-3:-1] == ["project", "--measured"]
+    assert json.loads(calls[1][-1]) == {"fmnist_b10_p0.1": {"batched": 0.1, "eval": 0.05, "pack": {"8": 0.3}}}
+    part = c.summary.parts["bench_rounds"]
+    assert part.status == "timeout" and part.note == ("1 settings measured; paper DAG (1599 runs) projected 12.5 h back to back; "
+                                                      "F-MNIST s/round: 1 run 0.100, 8 packed 0.300")
+
+
+def test_part_fairness_packs_the_run_folders_and_says_which_finished(check, monkeypatch):
+    module, c = check
+    keys = ["s/fedavg/default/clean/seed1", "s/fedmgda/default/clean/seed1"]
+
+    def fairness_child(argv, limit, log, env=None):
+        assert argv[argv.index("--child") + 1] == "fairness" and "--dry" in argv
+        c.work.mkdir(parents=True, exist_ok=True)
+        (c.work / "plan.json").write_text(json.dumps({"note": "digits", "runs": [{"seed": 1, "run": k} for k in keys]}))
+        done = c.work / "runs" / keys[0]
+        done.mkdir(parents=True)
+        (done / "summary.json").write_text(json.dumps({"status": "ok", "rounds_completed": 2, "runtime_s": 3.0,
+                                                       "protocol": {"mean_acc": 0.5, "std_acc": 0.1, "worst5_acc": 0.0}}))
+        (c.work / "runs" / keys[1]).mkdir(parents=True)
+        (c.work / "runs" / keys[1] / "run.yaml").write_text("seed: 1\n")
+        return 0, 1.0, ""
+
+    monkeypatch.setattr(module, "run_logged", fairness_child)
+    module.part_fairness(c)
+    part = c.summary.parts["fairness"]
+    assert part.status == "partial" and part.files == ["fairness.txt", "fairness_runs.tar.gz"]
+    assert part.note.startswith("1 of 2 runs finished (seeds none); not finished: seed 1 fedmgda at round 0; tar ")
+    assert "| 1 | fedavg | finished, ok | 2 | 3 | 50.00 | 10.00 | 0.00 |" in (c.out / "fairness.txt").read_text()
+    c.budget = 0.0  # nothing left: not started
+    module.part_fairness(c)
+    assert part.status == "skipped" and part.files == []
+
+
+def test_seeds_per_pack_fits_the_time_left():
+    module = load_script()
+    assert module.seeds_per_pack(4, 3, rate=0.1, bench_text="", rounds=100, left=200) == 3  # 0.1 * 12 * 100 + 30 = 150
+    assert module.seeds_per_pack(4, 3, rate=0.1, bench_text="", rounds=100, left=100) == 1  # 2 seeds: 110 s
+    assert module.seeds_per_pack(4, 3, rate=None, bench_text="", rounds=100, left=1e9) == 1  # no measurement: one seed
+    assert module.fairness_status(None, []) == "timeout" and module.fairness_status(3, []) == "failed"
+    assert module.fairness_status(0, [{"state": "finished, ok"}]) == "ok"
+
+
+def test_main_refuses_unknown_parts_in_one_line(tmp_path, monkeypatch, capsys):
+    module = load_script()
+    monkeypatch.chdir(tmp_path)  # main works from the repository root; the test's folder is restored after
+    assert module.main(["--dry", "--parts", "env,nope", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip() == "device_check: unknown part(s) nope; known: " + ", ".join(PARTS)
+    assert not (tmp_path / "out").exists()
+
+
+def test_following_prints_a_pack_log_as_it_grows(tmp_path, capsys):
+    import time
+
+    module = load_script()
+    log = tmp_path / "pack.log"
+    with module.following(log):
+        time.sleep(0.2)  # not there yet
+        log.write_text("pack of 2 runs: ...\n")
+        time.sleep(1.5)
+        with open(log, "a") as fh:
+            fh.write("[progress] round 1/2\n")
+    assert capsys.readouterr().out == "pack of 2 runs: ...\n[progress] round 1/2\n"

@@ -18,6 +18,7 @@ from fedmgda.packs import (
     pack_resources,
     pack_rule_name,
     prox_mu,
+    run_yaml_text,
     train_pack,
 )
 
@@ -179,3 +180,32 @@ def test_train_pack_gives_every_run_its_config_and_log(tmp_path):
     with pytest.raises(Exception, match="pack.log"):
         train_pack(f"{sys.executable} -c 'import sys; print(\"boom\"); sys.exit(3)'", members, tmp_path / "pack.log")
     assert "boom" in (tmp_path / "r2/train.log").read_text()  # the log reaches the runs on failure too
+
+
+def test_train_pack_stops_at_its_timeout_and_can_keep_the_earlier_logs(tmp_path):
+    """scripts/device_check.py's packs: stopped at a deadline (TimeoutExpired, the trainer's whole
+    process group ended), a resumed run's train.log appended to."""
+    import subprocess
+    import time
+
+    members = [{"config": "seed: 1\n", "run_yaml": str(tmp_path / "r1/run.yaml"), "out": str(tmp_path / "r1"),
+                "log": str(tmp_path / "r1/train.log")}]
+    (tmp_path / "r1").mkdir()
+    (tmp_path / "r1/train.log").write_text("the earlier part\n")
+    script = "import subprocess, sys, time; print('started', flush=True); subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+    start = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        train_pack(f"{sys.executable} -c {script!r}", members, tmp_path / "pack.log", timeout=2, append_logs=True)
+    assert time.monotonic() - start < 30
+    log = (tmp_path / "r1/train.log").read_text()
+    assert log.startswith("the earlier part\npack of 1 runs: ") and "started" in log
+
+
+def test_run_yaml_text_is_the_registry_config_with_its_partition_file():
+    reg = registry()
+    on_partition = next(s for s in reg.runs.values() if s.partition is not None)
+    cfg = yaml.safe_load(run_yaml_text(on_partition, "results/quick/partitions"))
+    assert cfg == {**on_partition.config, "partition_file": f"results/quick/partitions/{on_partition.partition}.npz"}
+    alone = next((s for s in reg.runs.values() if s.partition is None), None)
+    if alone is not None:
+        assert yaml.safe_load(run_yaml_text(alone, "p")) == alone.config

@@ -16,9 +16,11 @@ leaves them as they are. Nothing here imports torch, so the Snakefile parses fas
 from __future__ import annotations
 
 import math
+import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Collection, Mapping
@@ -70,6 +72,17 @@ def pack_group(cfg: Mapping[str, Any]) -> str:
     if raw_dir != "resources/raw":
         parts.append(f"raw{_fmt_value(raw_dir)}")
     return "_".join(parts)
+
+
+def run_yaml_text(spec: RunSpec, partitions_dir: str) -> str:
+    """A run's run.yaml as the workflow writes it: the registry's run config and, for a run on a
+    saved partition, its file ``<partitions_dir>/<partition>.npz`` (``fedmgda partition``'s output)."""
+    import yaml
+
+    cfg = dict(spec.config)
+    if spec.partition is not None:
+        cfg["partition_file"] = f"{partitions_dir}/{spec.partition}.npz"
+    return yaml.safe_dump(cfg, sort_keys=True, allow_unicode=True)
 
 
 def pack_size(spec: RunSpec) -> int:
@@ -168,16 +181,19 @@ def pack_resources(specs: list[RunSpec]) -> dict[str, int]:
     }
 
 
-def train_pack(command: str | None, members: list[dict[str, str]], pack_log: str | Path, threads: int = 1) -> None:
+def train_pack(command: str | None, members: list[dict[str, str]], pack_log: str | Path, threads: int = 1,
+               timeout: float | None = None, append_logs: bool = False) -> None:
     """Train one pack (the pack rules' script): write each run's ``run.yaml``, run
     ``<command> --config <run.yaml ...> --out <dir ...>`` in one process with its output in
     ``pack_log``, then copy that log to each run's ``train.log`` (also when training failed).
     ``command`` None (the config's ``train_command: null``): ``<this Python> -m fedmgda train``.
 
     ``members``: one ``{"config": YAML text, "run_yaml": path, "out": folder, "log": path}`` per run.
+    ``timeout`` (seconds; scripts/device_check.py): the trainer, in a process group of its own,
+    gets SIGTERM after it (SIGKILL 10 s later), and ``subprocess.TimeoutExpired`` is raised; its
+    runs keep their last checkpoints. ``append_logs``: each run's train.log gets the pack log
+    appended instead of replaced by it (a run resumed from its checkpoint keeps its earlier log).
     """
-    import os
-
     for m in members:
         Path(m["run_yaml"]).parent.mkdir(parents=True, exist_ok=True)
         Path(m["run_yaml"]).write_text(m["config"])
@@ -190,10 +206,35 @@ def train_pack(command: str | None, members: list[dict[str, str]], pack_log: str
         with open(pack_log, "w") as log:
             log.write(f"pack of {len(members)} runs: {' '.join(shlex.quote(a) for a in argv)}\n")
             log.flush()
-            rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+            rc = _run_until(argv, log, env, timeout)
     finally:
         for m in members:
             Path(m["log"]).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(pack_log, m["log"])
+            if append_logs:
+                with open(m["log"], "a") as fh:
+                    fh.write(Path(pack_log).read_text())
+            else:
+                shutil.copyfile(pack_log, m["log"])
+    if rc is None:
+        raise subprocess.TimeoutExpired(argv[:2] + ["...", f"(see {pack_log})"], timeout)
     if rc != 0:
         raise subprocess.CalledProcessError(rc, argv[:2] + ["...", f"(see {pack_log})"])
+
+
+def _run_until(argv: list[str], log, env: dict[str, str], timeout: float | None) -> int | None:
+    """``argv``'s exit status, its output in ``log``; None when ``timeout`` stopped it (its process
+    group: SIGTERM, then SIGKILL)."""
+    if timeout is None:
+        return subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        return proc.wait(timeout=max(1.0, timeout))
+    except subprocess.TimeoutExpired:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+                proc.wait(timeout=10)
+                break
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                continue
+        return None

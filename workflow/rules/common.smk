@@ -4,8 +4,6 @@ import json
 import re
 from pathlib import Path
 
-import yaml
-
 from snakemake.exceptions import WorkflowError
 
 from fedmgda.claims import parse_claims
@@ -13,7 +11,7 @@ from fedmgda.catalog import DATASETS, OFFLINE_DATASETS, RAW_FOLDERS
 from fedmgda.devices import job_gpu
 from fedmgda.experiments import RegistryError, item_spec, validate_runs
 from fedmgda.experiments import expand as expand_registry
-from fedmgda.packs import RUN_FILES, assign_packs, pack_resources, pack_rule_name, trained_runs
+from fedmgda.packs import RUN_FILES, assign_packs, pack_resources, pack_rule_name, run_yaml_text, trained_runs
 from fedmgda.report import bare_experiments
 from fedmgda.specs import spec_to_json
 
@@ -106,11 +104,7 @@ def train_inputs(wildcards):
 
 
 def run_config_text(key):
-    spec = REG.runs[key]
-    cfg = dict(spec.config)
-    if spec.partition is not None:
-        cfg["partition_file"] = f"{R}/partitions/{spec.partition}.npz"
-    return yaml.safe_dump(cfg, sort_keys=True, allow_unicode=True)
+    return run_yaml_text(REG.runs[key], f"{R}/partitions")
 
 
 # runs already trained with today's config: no job makes their files, since a pack job would
