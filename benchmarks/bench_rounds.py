@@ -346,7 +346,7 @@ def print_plan(rows, cores: int, gpus: int, config: str = "config/config.yaml") 
         print(f"  note: {line}")
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--rounds", type=int, default=2, help="timed rounds per setting and path (median)")
@@ -360,21 +360,40 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=1, help="GPUs of the machine the plan is projected on")
     parser.add_argument("--csv", metavar="PATH", help="also write this run's round times as rows of src/fedmgda/reference/round_times.csv (source: --source)")
     parser.add_argument("--source", default="this run", help="the source column of --csv's rows: the measurement file they will be committed as")
-    args = parser.parse_args()
-    if args.plan:
-        from fedmgda.devices import round_times
+    return parser.parse_args()
 
-        rows = round_times()
-        print("round times: src/fedmgda/reference/round_times.csv")
-        for source in sorted({(r.device, r.machine, r.source) for r in rows}):
-            print(f"  {source[0]:5} {source[1]}: {source[2]}")
-        print_choices(rows)
-        print_plan(rows, args.cores, args.gpus)
+
+def show_committed_plan(args: argparse.Namespace) -> None:
+    """--plan: the projection from the committed round times, nothing measured."""
+    from fedmgda.devices import round_times
+
+    rows = round_times()
+    print("round times: src/fedmgda/reference/round_times.csv")
+    for source in sorted({(r.device, r.machine, r.source) for r in rows}):
+        print(f"  {source[0]:5} {source[1]}: {source[2]}")
+    print_choices(rows)
+    print_plan(rows, args.cores, args.gpus)
+
+
+def main() -> None:
+    args = parse_args()
+    if args.plan:
+        show_committed_plan(args)
         return
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device == "auto" else args.device))
-    fractions = {name: float(f) for name, f in (item.split("=") for item in args.fraction_of)}
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
     print(f"device: {name}; torch {torch.__version__}; CUDA graphs: {device.type == 'cuda'}")
+    measured, packed_s = measure_settings(args, device)
+    if measured and args.csv:
+        write_rows(run_rows(measured, packed_s, args.pack, device.type, name, 1 if device.type == "cuda" else torch.get_num_threads(), args.source), args.csv)
+    if measured:
+        print_projection(measured, packed_s, args, device, name)
+
+
+def measure_settings(args: argparse.Namespace, device: torch.device) -> tuple[dict[str, tuple[float, float]], dict[str, float]]:
+    """Time every chosen setting (sequential, batched, packed): {setting: (batched s/round, eval s)}
+    and {setting: packed s/round}, printing a row per setting as it is measured."""
+    fractions = {name: float(f) for name, f in (item.split("=") for item in args.fraction_of)}
     print(f"{'setting':22} {'clients':>7} {'samples kept':>12} {'sequential s/round':>19} {'batched s/round':>16} {'speed-up':>9} {'batched rounds/s':>17} {'eval s':>7}")
     measured: dict[str, tuple[float, float]] = {}
     packed_s: dict[str, float] = {}
@@ -401,18 +420,19 @@ def main() -> None:
             packed_s[setting.name] = packed
         if args.profile:
             profile_round(setting, data, str(device))
-    if measured and args.csv:
-        write_rows(run_rows(measured, packed_s, args.pack, device.type, name, 1 if device.type == "cuda" else torch.get_num_threads(), args.source), args.csv)
-    if measured:
-        seconds, runs, approximated = project_paper(measured)
-        print(f"\nprojected wall time of the paper DAG ({runs} training runs, batched path, one device, runs back to back): "
-              f"{sum(seconds.values()) / 3600:.1f} h")
-        print("  by dataset: " + ", ".join(f"{name} {s / 3600:.1f} h" for name, s in sorted(seconds.items(), key=lambda kv: -kv[1])))
-        for line in approximated:
-            print(f"  approximated: {line}")
-        if device.type == "cuda":  # the plan: these GPU times, the committed CPU times (one core each)
-            print_plan(measured_rows(measured, packed_s, args.pack, name), args.cores, args.gpus)
+    return measured, packed_s
 
+
+def print_projection(measured: dict[str, tuple[float, float]], packed_s: dict[str, float], args: argparse.Namespace, device: torch.device, name: str) -> None:
+    """The paper DAG back to back from these round times; on a GPU also the plan's makespan."""
+    seconds, runs, approximated = project_paper(measured)
+    print(f"\nprojected wall time of the paper DAG ({runs} training runs, batched path, one device, runs back to back): "
+          f"{sum(seconds.values()) / 3600:.1f} h")
+    print("  by dataset: " + ", ".join(f"{dataset} {s / 3600:.1f} h" for dataset, s in sorted(seconds.items(), key=lambda kv: -kv[1])))
+    for line in approximated:
+        print(f"  approximated: {line}")
+    if device.type == "cuda":  # the plan: these GPU times, the committed CPU times (one core each)
+        print_plan(measured_rows(measured, packed_s, args.pack, name), args.cores, args.gpus)
 
 if __name__ == "__main__":
     main()
