@@ -1,5 +1,5 @@
-"""Client training alone, F-MNIST's CNN on the CPU: the written-out step (``fastpaths.ConvNetSteps``),
-the vmap-ed ``LocalTrainer.train_batched`` and a plain PyTorch loop, in one process.
+"""Client training alone, F-MNIST's CNN on the CPU: the conv-net path (``fastpaths.ConvNetSteps``),
+the vmap path (``client.VmapSteps``) and a plain PyTorch loop, in one process.
 
     python benchmarks/bench_cnn_train.py --raw-dir resources/raw [--clients 60] [--repeat 3] [--threads 1]
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from fedmgda.client import FlatModel, LocalHParams, LocalTrainer
+from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, VmapSteps
 from fedmgda.data.cifar10 import to_tensor
 from fedmgda.data.fmnist import MEAN, STD, read_all
 from fedmgda.fastpaths import ConvNetSteps
@@ -26,14 +26,18 @@ from fedmgda.models import CNNFashion
 from fedmgda.scheduler import derived_seed, dropout_generator
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--raw-dir", default="resources/raw")
     parser.add_argument("--clients", type=int, default=60)
     parser.add_argument("--plain-clients", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = arguments()
     torch.set_num_threads(args.threads)
     x_train, y_train, _, _ = read_all(Path(args.raw_dir))
     x, y = to_tensor(x_train[:, None], MEAN, STD), torch.from_numpy(y_train.astype("int64"))
@@ -45,20 +49,19 @@ def main() -> None:
     w0 = flat.initial_vector()
     hparams = LocalHParams(epochs=1, batch_size=10, lr=0.01, momentum=0.5)
     trainer = LocalTrainer(flat, hparams)
-    fast = ConvNetSteps(flat, hparams)
+    fast, vmap = ConvNetSteps(flat, hparams), VmapSteps(trainer)
 
     def inputs(n: int):
         keys = [(1, 0, user) for user in range(n)]
-        return (w0, x, y, idx[:n], [torch.Generator().manual_seed(derived_seed(*key)) for key in keys], torch.ones(n)), \
-            [dropout_generator(key, torch.device("cpu")) for key in keys]
+        plan = trainer.minibatches.plan(idx[:n], [torch.Generator().manual_seed(derived_seed(*key)) for key in keys],
+                                        [dropout_generator(key, torch.device("cpu")) for key in keys])
+        return plan, w0, x, y, torch.ones(n)
 
-    def written_out(n: int) -> None:
-        arguments, masks = inputs(n)
-        fast.train(trainer, *arguments, dropout_generators=masks)
+    def conv_net(n: int) -> None:
+        fast.train(*inputs(n))
 
     def vmapped(n: int) -> None:
-        arguments, masks = inputs(n)
-        trainer.train_batched(*arguments, dropout_generators=masks)
+        vmap.train(*inputs(n))
 
     def plain(n: int) -> None:
         start = {k: v.clone() for k, v in module.state_dict().items()}
@@ -74,9 +77,9 @@ def main() -> None:
         module.load_state_dict(start)
 
     cases = [("plain PyTorch loop (nn.Module + SGD)", plain, args.plain_clients),
-             ("vmap-ed LocalTrainer.train_batched", vmapped, args.clients),
-             ("written-out step (ConvNetSteps)", written_out, args.clients),
-             ("written-out step (ConvNetSteps), 10 clients", written_out, 10)]
+             ("vmap path (VmapSteps)", vmapped, args.clients),
+             ("conv-net path (ConvNetSteps)", conv_net, args.clients),
+             ("conv-net path (ConvNetSteps), 10 clients", conv_net, 10)]
     for _, work, n in cases:
         work(min(n, 10))  # warm-up
     rates: dict[str, list[float]] = {name: [] for name, _, _ in cases}

@@ -18,12 +18,12 @@ inputs:
 - participants: each round's ``np.random.choice(range(100), 10, replace=False)`` of
   ``federated_main.py`` returns the package's participants of that round (``Simulation.participants``);
 - minibatch order: the training loader of ``LocalUpdate.update_weights`` (``main/update.py``)
-  yields the package's minibatches of that (round, user) (``LocalTrainer.batch_order`` from the
+  yields the package's minibatches of that (round, user) (``Minibatches.batch_order`` from the
   client's seed key) instead of its own shuffle;
 - dropout: off in both. In the authors' ``CNNMnist`` the ``Dropout2d`` module becomes an identity
   and ``main/models.py``'s ``F.dropout`` returns its input; in the package the trainer's dropout
-  sites are emptied (``LocalTrainer.dropout = False``: the model trains in eval mode, which for this
-  CNN without batch norm is the same function).
+  sites are emptied (``LocalTrainer.dropout = False``, its ``Minibatches.sites = ()``: the model
+  trains in eval mode, which for this CNN without batch norm is the same function).
 
 Both codes compute in float64 by default (``--dtype``): the authors' CNN is built as released after
 their seed and then cast, their samples cast as their loader yields them; the package's model and
@@ -87,7 +87,7 @@ def package_config(seed: int, rounds: int, raw_dir: str, batched: bool, partitio
 
 
 def without_dropout(sim: Simulation) -> Simulation:
-    sim.trainer.dropout, sim.trainer.sites = False, ()
+    sim.trainer.dropout, sim.trainer.minibatches.sites = False, ()
     return sim
 
 
@@ -157,7 +157,7 @@ def fed(sim: Simulation, inputs: dict[str, torch.Tensor]) -> Simulation:
     keys = [derived_seed(sim.cfg.seed, t, u) for t, users in enumerate(participants) for u in users]
     orders = dict(zip(keys, (torch.from_numpy(o) for o in unflat(inputs, "order"))))
     sim.participants = lambda t: participants[t]
-    sim.trainer.epoch_order = lambda n, generator: orders[generator.initial_seed()]  # one local epoch
+    sim.trainer.minibatches.epoch_order = lambda n, generator: orders[generator.initial_seed()]  # one local epoch
     return sim
 
 
@@ -166,7 +166,7 @@ def minibatches(sim: Simulation, t: int, user: int) -> list[list[int]]:
     from the client's seed key as ``scheduler.train_one`` draws them."""
     n = len(sim.data.train_idx[user])
     generator = torch.Generator().manual_seed(derived_seed(sim.cfg.seed, t, user))
-    return [b.tolist() for b in sim.trainer.batch_order(n, generator)]
+    return [b.tolist() for b in sim.trainer.minibatches.batch_order(n, generator)]
 
 
 def package_rounds(sim: Simulation, starts: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
@@ -317,7 +317,7 @@ def check_masks(args) -> int:
     print(f"  training loss: authors {np.mean(their_loss):.4f} ± {np.std(their_loss, ddof=1):.4f}, "
           f"package {np.mean(our_loss):.4f} ± {np.std(our_loss, ddof=1):.4f}")
     print(f"  |mean_a - mean_p|^2 = {gap:.3e}; sampling error alone gives about {expected:.3e}: ratio {gap / expected:.2f}")
-    keep = sim.trainer.dropout_masks(len(batches), 10, torch.Generator().manual_seed(0), torch.device("cpu"))
+    keep = sim.trainer.minibatches.dropout_masks(len(batches), 10, torch.Generator().manual_seed(0), torch.device("cpu"))
     print("  package masks, kept fraction per site: " + ", ".join(f"{float(k.float().mean()):.3f}" for k in keep))
     start.eval()
     sim.model.module.eval()

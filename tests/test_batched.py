@@ -1,5 +1,5 @@
-"""Batched client training (torch.func.vmap over a round's clients) against the sequential
-reference path."""
+"""Batched client training (``VmapSteps``: torch.func.vmap over a round's clients) against the
+sequential reference path (each path's trajectory, client by client: tests/test_backends.py)."""
 
 import numpy as np
 import pandas as pd
@@ -7,21 +7,11 @@ import pytest
 import torch
 from toy_federated import make_toy_federated, toy_config
 
-from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, size_groups
+from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, VmapSteps, size_groups
 from fedmgda.data.base import FederatedDataset
 from fedmgda.fastpaths import CudaGraphs
 from fedmgda.models import build_model
 from fedmgda.scheduler import run
-
-MODELS = [
-    ("cnn_cifar", (3, 32, 32), 10),
-    ("cnn_fmnist", (1, 28, 28), 10),
-    ("cnn_femnist", (1, 28, 28), 62),
-    ("lstm_shakespeare", (80,), 80),
-    ("logreg", (99,), 2),
-    ("mlp_digits", (64,), 10),
-    ("mlp_fmnist", (1, 28, 28), 10),
-]
 
 
 def pooled_clients(shape, classes, sizes, token_input, seed=0):
@@ -36,41 +26,20 @@ def pooled_clients(shape, classes, sizes, token_input, seed=0):
     return x, y, [torch.arange(starts[i], starts[i + 1]) for i in range(len(sizes))]
 
 
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))]
-
-
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("name,shape,classes", MODELS)
-def test_batched_updates_equal_sequential_updates(name, shape, classes, device):
-    """Unequal client sizes and partial last batches exercise the padding masks. float64, and
-    dropout off, so that the comparison is exact up to reduction order."""
-    torch.manual_seed(0)
-    flat = FlatModel(build_model(name, shape, classes).double().to(device))
-    large = name in ("lstm_shakespeare", "cnn_femnist", "cnn_cifar")  # keep the float64 run short
-    sizes = [6, 3] if large else [23, 9, 16, 30]
-    x, y, idx = pooled_clients(shape, classes, sizes, token_input=name == "lstm_shakespeare")
-    x, y = x.to(device), y.to(device)
-    hparams = LocalHParams(epochs=1 if large else 2, batch_size=5, lr=0.05, momentum=0.5, mu=0.1)
-    trainer = LocalTrainer(flat, hparams, dropout=False)
-    w0 = flat.initial_vector()
-    scales = torch.tensor([1.0, 3.0] + [1.0] * (len(sizes) - 2))
-    sequential = [trainer.train(w0, x[i], y[i], torch.Generator().manual_seed(k), float(scales[k])) for k, i in enumerate(idx)]
-    batched = trainer.train_batched(w0, x, y, idx, [torch.Generator().manual_seed(k) for k in range(len(idx))], scales)
-    for seq, bat in zip(sequential, batched):
-        assert torch.allclose(seq.update, bat.update, atol=1e-5, rtol=0)
-        assert torch.allclose(seq.train_loss, bat.train_loss, atol=1e-5)
-
-
 def test_batched_dropout_masks_differ_per_client():
     torch.manual_seed(0)
     flat = FlatModel(build_model("cnn_fmnist", (1, 28, 28), 10))
     x = torch.randn(12, 1, 28, 28)
     y = torch.randint(0, 10, (12,))
     same = [torch.arange(12), torch.arange(12)]  # two clients with identical data and batch order
-    gens = lambda: [torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)]  # noqa: E731
     w0 = flat.initial_vector()
-    with_dropout = LocalTrainer(flat, LocalHParams(batch_size=4, lr=0.1)).train_batched(w0, x, y, same, gens(), torch.ones(2))
-    without = LocalTrainer(flat, LocalHParams(batch_size=4, lr=0.1), dropout=False).train_batched(w0, x, y, same, gens(), torch.ones(2))
+
+    def train(trainer):
+        plan = trainer.minibatches.plan(same, [torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)])
+        return VmapSteps(trainer).train(plan, w0, x, y, torch.ones(2))
+
+    with_dropout = train(LocalTrainer(flat, LocalHParams(batch_size=4, lr=0.1)))
+    without = train(LocalTrainer(flat, LocalHParams(batch_size=4, lr=0.1), dropout=False))
     assert not torch.allclose(with_dropout[0].update, with_dropout[1].update)
     assert torch.allclose(without[0].update, without[1].update)
 
@@ -126,17 +95,22 @@ def test_cuda_graph_replay_gives_the_eager_updates():
     x, y = x.float().cuda(), y.cuda()
     graphs = CudaGraphs()
     trainer = LocalTrainer(flat, LocalHParams(batch_size=10, lr=0.1))
+    vmapped = VmapSteps(trainer, graphs)
     w0 = flat.initial_vector()
+
+    def plan():
+        return trainer.minibatches.plan(idx, [torch.Generator().manual_seed(k) for k in range(3)])
+
     runs = []
     for _ in range(3):
         torch.manual_seed(7)
-        runs.append(trainer.train_batched(w0, x, y, idx, [torch.Generator().manual_seed(k) for k in range(3)], torch.ones(3), graphs=graphs))
+        runs.append(vmapped.train(plan(), w0, x, y, torch.ones(3)))
     assert len(graphs.graphs) == 1
     for later in runs[1:]:
         for a, b in zip(runs[0], later):
             assert torch.equal(a.update, b.update) and torch.equal(a.train_loss, b.train_loss)
     torch.manual_seed(8)  # another seed: other dropout masks through the same graph
-    other = trainer.train_batched(w0, x, y, idx, [torch.Generator().manual_seed(k) for k in range(3)], torch.ones(3), graphs=graphs)
+    other = vmapped.train(plan(), w0, x, y, torch.ones(3))
     assert not torch.equal(other[0].update, runs[0][0].update)
 
 

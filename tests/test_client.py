@@ -23,7 +23,7 @@ def test_matches_torch_sgd_with_momentum_and_the_same_batches():
     result = trainer.train(w0, x, y, torch.Generator().manual_seed(7))
 
     # reference: torch.optim.SGD over the same minibatch order (torch's momentum semantics)
-    batches = trainer.batch_order(len(y), torch.Generator().manual_seed(7))
+    batches = trainer.minibatches.batch_order(len(y), torch.Generator().manual_seed(7))
     optimizer = torch.optim.SGD(module.parameters(), lr=0.1, momentum=0.5)
     losses = []
     for b in batches:

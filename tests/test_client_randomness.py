@@ -8,8 +8,9 @@ import pytest
 import torch
 from toy_federated import killed_at, toy_config
 
-from fedmgda.client import FlatModel, LocalHParams, LocalTrainer
+from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, VmapSteps
 from fedmgda.data.base import FederatedDataset
+from fedmgda.minibatches import Minibatches
 from fedmgda.models import build_model, dropout
 from fedmgda.scheduler import DROPOUT_STREAM, derived_seed, dropout_generator, run_packed
 from fedmgda.simulator import Simulation
@@ -62,44 +63,13 @@ def test_a_dropout_run_does_not_depend_on_its_pack_partners_or_on_resuming(tmp_p
     assert outputs(tmp_path / "other_seed")["metrics.csv"] != alone["metrics.csv"]
 
 
-@pytest.mark.parametrize("model,shape,batch_size", [("cnn_fmnist", (1, 28, 28), 10), ("cnn_femnist", (1, 28, 28), 4)])
-def test_the_reference_path_equals_the_batched_path_with_dropout(model, shape, batch_size):
-    """The same clients, minibatch orders and dropout generators: ``train`` (one client after
-    another) and ``train_batched`` (all at once, unequal sizes padded) give the same updates and
-    losses to 1e-5, dropout on; without the masks the updates differ."""
-    torch.manual_seed(0)
-    flat = FlatModel(build_model(model, shape, 10))
-    g = torch.Generator().manual_seed(1)
-    sizes = [23, 17, 23]
-    x = torch.randn(sum(sizes), *shape, generator=g)
-    y = torch.randint(0, 10, (len(x),), generator=g)
-    idx = list(torch.arange(sum(sizes)).split(sizes))
-    trainer = LocalTrainer(flat, LocalHParams(epochs=2, batch_size=batch_size, lr=0.05, momentum=0.5))
-    w0 = flat.initial_vector()
-    keys = [(3, 0, user) for user in range(len(sizes))]
-
-    def generators():
-        return [torch.Generator().manual_seed(derived_seed(*key)) for key in keys]
-
-    def masks():
-        return [dropout_generator(key, torch.device("cpu")) for key in keys]
-
-    batched = trainer.train_batched(w0, x, y, idx, generators(), torch.ones(len(sizes)), dropout_generators=masks())
-    for i, (result, order, mask) in enumerate(zip(batched, generators(), masks())):
-        reference = trainer.train(w0, x[idx[i]], y[idx[i]], order, dropout_generator=mask)
-        assert torch.allclose(result.update, reference.update, atol=1e-5), f"client {i}"
-        assert torch.allclose(result.train_loss, reference.train_loss, atol=1e-5)
-    without = LocalTrainer(flat, trainer.hparams, dropout=False).train_batched(w0, x, y, idx, generators(), torch.ones(len(sizes)))
-    assert not torch.allclose(without[0].update, batched[0].update, atol=1e-3)
-
-
 def test_dropout_masks_are_the_authors_dropout():
     """F-MNIST's dropout as the authors' CNNMnist draws it (docs/protocol.md §2): Dropout2d(0.5) on
     conv2's output keeps or drops whole channels, dropout 0.5 after fc1 unit by unit, kept values
     scaled by 2; independently for every sample, step and client (each client's own generator)."""
     model = build_model("cnn_fmnist", (1, 28, 28), 10).train()
     trainer = LocalTrainer(FlatModel(model), LocalHParams())
-    channels, units = trainer.dropout_masks(6, 10, dropout_generator((1, 0, 0), torch.device("cpu")), torch.device("cpu"))
+    channels, units = trainer.minibatches.dropout_masks(6, 10, dropout_generator((1, 0, 0), torch.device("cpu")), torch.device("cpu"))
     assert channels.shape == (6, 10, 20, 1, 1) and units.shape == (6, 10, 50)
     conv = dropout(torch.ones(10, 20, 8, 8), model, 0, (channels[0], units[0]))
     per_channel = conv.flatten(2)
@@ -110,7 +80,7 @@ def test_dropout_masks_are_the_authors_dropout():
         kept = site.double().mean().item()
         assert abs(kept - 0.5) < 0.06
     assert not torch.equal(channels[0, 0], channels[0, 1]) and not torch.equal(channels[0], channels[1])
-    other_user = trainer.dropout_masks(6, 10, dropout_generator((1, 0, 1), torch.device("cpu")), torch.device("cpu"))
+    other_user = trainer.minibatches.dropout_masks(6, 10, dropout_generator((1, 0, 1), torch.device("cpu")), torch.device("cpu"))
     assert not torch.equal(other_user[1], units)
     assert derived_seed(1, 0, 0, DROPOUT_STREAM) != derived_seed(1, 0, 0)  # not the minibatch order's stream
 
@@ -120,25 +90,25 @@ def test_no_random_draw_happens_inside_the_batched_step():
     term's noise) could not be per client, so it raises (and a term then takes the reference path)."""
     flat = FlatModel(build_model("cnn_fmnist", (1, 28, 28), 10))
     trainer = LocalTrainer(flat, LocalHParams(batch_size=5))
-    trainer.sites = ()  # the masks withheld: the module falls back to F.dropout's own draws
+    trainer.minibatches.sites = ()  # the masks withheld: the module falls back to F.dropout's own draws
     x, y = torch.randn(10, 1, 28, 28), torch.randint(0, 10, (10,))
+    plan = trainer.minibatches.plan([torch.arange(5), torch.arange(5, 10)], [torch.Generator().manual_seed(k) for k in range(2)])
     with pytest.raises(RuntimeError, match="random"):
-        trainer.train_batched(flat.initial_vector(), x, y, [torch.arange(5), torch.arange(5, 10)],
-                              [torch.Generator().manual_seed(k) for k in range(2)], torch.ones(2))
+        VmapSteps(trainer).train(plan, flat.initial_vector(), x, y, torch.ones(2))
 
 
 def test_a_pack_and_a_run_alone_draw_the_same_masks(monkeypatch):
     """The masks a client trains with, seen at the source: the same (seed, round, user) draws the
     same masks alone and packed beside another run."""
     drawn: dict[tuple, list[torch.Tensor]] = {}
-    original = LocalTrainer.dropout_masks
+    original = Minibatches.dropout_masks
 
     def spy(self, steps, width, generator, device):
         masks = original(self, steps, width, generator, device)
         drawn.setdefault(generator.initial_seed(), []).append(torch.cat([m.flatten() for m in masks]))
         return masks
 
-    monkeypatch.setattr(LocalTrainer, "dropout_masks", spy)
+    monkeypatch.setattr(Minibatches, "dropout_masks", spy)
     train([{**ME, "rounds": 2}], [None])
     alone = {seed: masks[0] for seed, masks in drawn.items()}
     drawn.clear()

@@ -1,5 +1,6 @@
-"""The analytic client step of linear + log_softmax models (``LinearSoftmaxSteps``) against the
-autograd reference path, and the progress lines of ``fedmgda train``."""
+"""The linear-softmax path (``LinearSoftmaxSteps``, tests/test_backends.py for its trajectory): its
+groups of clients sharing a minibatch plan, the scheduler's choice of it, packed runs on it against
+the reference path; and the progress lines of ``fedmgda train``."""
 
 import re
 from dataclasses import replace
@@ -10,8 +11,8 @@ import yaml
 from toy_federated import make_toy_federated, toy_config
 
 from fedmgda.cli import main
-from fedmgda.client import FlatModel, LocalHParams, LocalTrainer
-from fedmgda.fastpaths import LinearSoftmaxSteps
+from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, VmapSteps
+from fedmgda.fastpaths import LinearSoftmaxSteps, _plan_groups
 from fedmgda.models import build_model
 from fedmgda.scheduler import Scheduler, run, run_packed
 from fedmgda.simulator import Simulation
@@ -25,29 +26,6 @@ def clients(sizes, dim=7, classes=3, seed=0):
     return x, y, [torch.arange(int(starts[i]), int(starts[i + 1])) for i in range(len(sizes))]
 
 
-@pytest.mark.parametrize("classes", [2, 3, 5])  # two: the steps on the logit difference
-@pytest.mark.parametrize("mu", [0.0, 0.3])
-@pytest.mark.parametrize("batch_size", [4, None])
-def test_analytic_step_follows_the_autograd_trajectory(mu, batch_size, classes):
-    """Different client sizes (padding, clients done early), momentum, prox, a scaling attacker,
-    two epochs, and one start model per client (packed runs)."""
-    torch.manual_seed(0)
-    flat = FlatModel(build_model("logreg", (7,), classes))
-    hparams = LocalHParams(epochs=2, batch_size=batch_size, lr=0.1, momentum=0.5, mu=mu)
-    trainer = LocalTrainer(flat, hparams)
-    assert LinearSoftmaxSteps.eligible(flat)
-    analytic = LinearSoftmaxSteps(flat, hparams)
-    x, y, idx = clients([13, 3, 9, 22, 9], classes=classes)
-    starts = flat.initial_vector() + 0.3 * torch.randn(len(idx), flat.num_params)
-    scales = torch.tensor([1.0, 2.5, 1.0, 1.0, 0.5])
-    batched = analytic.train(trainer, starts, x, y, idx, [torch.Generator().manual_seed(k) for k in range(len(idx))], scales)
-    for k, i in enumerate(idx):
-        reference = trainer.train(starts[k], x[i], y[i], torch.Generator().manual_seed(k), float(scales[k]))
-        assert torch.allclose(batched[k].update, reference.update, rtol=1e-5, atol=1e-6)
-        assert torch.allclose(batched[k].train_loss, reference.train_loss, rtol=1e-5)
-
-
-
 @pytest.mark.parametrize("classes", [2, 3, 5])
 @pytest.mark.parametrize("mu", [0.0, 0.3])
 def test_clients_sharing_a_minibatch_sequence_train_as_one_group(mu, classes):
@@ -57,16 +35,16 @@ def test_clients_sharing_a_minibatch_sequence_train_as_one_group(mu, classes):
     torch.manual_seed(0)
     flat = FlatModel(build_model("logreg", (7,), classes))
     hparams = LocalHParams(epochs=1, batch_size=4, lr=0.1, momentum=0.5, mu=mu)
-    trainer, analytic = LocalTrainer(flat, hparams), LinearSoftmaxSteps(flat, hparams)
+    trainer, linear = LocalTrainer(flat, hparams), LinearSoftmaxSteps(flat, hparams)
     x, y, (big, small) = clients([21, 6], classes=classes)
     idx = [big, small, big, big, small]
     seeds = [7, 3, 7, 7, 3]
     generators = {seed: torch.Generator().manual_seed(seed) for seed in set(seeds)}  # one plan per (samples, generator)
     starts = flat.initial_vector() + 0.3 * torch.randn(len(idx), flat.num_params)
     scales = torch.tensor([1.0, 2.0, 0.5, 1.0, 1.0])
-    batched = analytic.train(trainer, starts, x, y, idx, [generators[k] for k in seeds], scales)
-    plans = [trainer.padded_batches(i, torch.Generator().manual_seed(k)) for i, k in [(big, 7), (small, 3)]]
-    sequences, group, slot, members = LinearSoftmaxSteps._groups(plans, [0, 1, 0, 0, 1])
+    batched = linear.train(trainer.minibatches.plan(idx, [generators[k] for k in seeds]), starts, x, y, scales)
+    plans = [trainer.minibatches.padded_batches(i, torch.Generator().manual_seed(k)) for i, k in [(big, 7), (small, 3)]]
+    sequences, group, slot, members = _plan_groups(plans, [0, 1, 0, 0, 1])
     assert sequences.shape == (2, 6, 4) and members == 3
     assert group.tolist() == [0, 1, 0, 0, 1] and slot.tolist() == [0, 0, 1, 2, 1]
     for k, i in enumerate(idx):
@@ -81,29 +59,31 @@ def test_clients_given_the_same_samples_and_generator_share_one_minibatch_plan()
     torch.manual_seed(0)
     flat = FlatModel(build_model("logreg", (7,), 2))
     hparams = LocalHParams(epochs=1, batch_size=4, lr=0.1, momentum=0.5)
-    trainer, analytic = LocalTrainer(flat, hparams), LinearSoftmaxSteps(flat, hparams)
+    trainer, linear = LocalTrainer(flat, hparams), LinearSoftmaxSteps(flat, hparams)
     x, y, (big, small) = clients([21, 6], classes=2)
     starts = flat.initial_vector() + 0.3 * torch.randn(4, flat.num_params)
     g_big, g_small = torch.Generator().manual_seed(7), torch.Generator().manual_seed(3)
-    shared = analytic.train(trainer, starts, x, y, [big, small, big, big], [g_big, g_small, g_big, g_big], torch.ones(4))
-    own = analytic.train(trainer, starts, x, y, [big, small, big, big], [torch.Generator().manual_seed(k) for k in (7, 3, 7, 7)], torch.ones(4))
+    shared_plan = trainer.minibatches.plan([big, small, big, big], [g_big, g_small, g_big, g_big])
+    own_plans = trainer.minibatches.plan([big, small, big, big], [torch.Generator().manual_seed(k) for k in (7, 3, 7, 7)])
+    assert len(shared_plan.distinct) == 2 and len(own_plans.distinct) == 4
+    shared, own = (linear.train(plan, starts, x, y, torch.ones(4)) for plan in (shared_plan, own_plans))
     for a, b in zip(shared, own):
         assert torch.allclose(a.update, b.update, rtol=1e-6, atol=1e-7) and torch.allclose(a.train_loss, b.train_loss, rtol=1e-6)
 
 
-def test_models_that_are_not_linear_softmax_keep_the_autograd_step():
+def test_models_that_are_not_linear_softmax_keep_the_vmap_path():
     for name, shape, classes in [("cnn_fmnist", (1, 28, 28), 10), ("mlp_digits", (64,), 10)]:
         flat = FlatModel(build_model(name, shape, classes))
         assert not LinearSoftmaxSteps.eligible(flat)
     assert LinearSoftmaxSteps.eligible(FlatModel(build_model("logreg", (99,), 2)))
-    data = make_toy_federated()  # the scheduler chooses the analytic step for a linear model only
-    assert Scheduler([Simulation(toy_config(), data=data, model_name="mlp_digits").inputs]).analytic is None
-    assert Scheduler([Simulation(toy_config(), data=data, model_name="logreg").inputs]).analytic is not None
+    data = make_toy_federated()  # the scheduler chooses the linear-softmax path for a linear model only
+    assert isinstance(Scheduler([Simulation(toy_config(), data=data, model_name="mlp_digits").inputs]).steps, VmapSteps)
+    assert isinstance(Scheduler([Simulation(toy_config(), data=data, model_name="logreg").inputs]).steps, LinearSoftmaxSteps)
 
 
 @pytest.mark.parametrize("classes,dim", [(2, 10), (3, 10), (2, 3)])  # dim 3, binarised: many equal samples
 @pytest.mark.parametrize("algorithm,hparams", [("qfedavg", {"q": 0.5}), ("fedprox", {"mu": 0.1}), ("fedmgda_plus", {"eta": 1.0})])
-def test_packed_analytic_runs_match_the_sequential_reference(algorithm, hparams, classes, dim):
+def test_packed_linear_softmax_runs_match_the_sequential_reference(algorithm, hparams, classes, dim):
     """Packed runs (their own seeds and attacks) with batched participant losses and evaluation,
     against each run alone on the reference path (batched: false)."""
     data = make_toy_federated(num_users=5, classes=classes, dim=dim)
@@ -137,19 +117,6 @@ def test_training_prints_progress_lines(tmp_path, capsys):
     assert main(["train", "--config", *map(str, paths), "--out", *(o + "p" for o in outs)]) == 0  # default: first and last
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[progress]")]
     assert len(lines) == 2 and "2/2 runs active" in lines[0] and "0/2 runs active" in lines[-1] and "min" in lines[-1]
-
-
-def test_batched_clients_keep_their_own_start_models_in_any_order():
-    """train_batched orders clients by their number of steps: one start per client must follow."""
-    torch.manual_seed(0)
-    flat = FlatModel(build_model("mlp_digits", (7,), 3))  # the vmap-ed autograd path
-    trainer = LocalTrainer(flat, LocalHParams(batch_size=4, lr=0.1))
-    x, y, idx = clients([3, 13, 9])  # not in decreasing size
-    starts = flat.initial_vector() + 0.3 * torch.randn(len(idx), flat.num_params)
-    batched = trainer.train_batched(starts, x, y, idx, [torch.Generator().manual_seed(k) for k in range(3)], torch.ones(3))
-    for k, i in enumerate(idx):
-        reference = trainer.train(starts[k], x[i], y[i], torch.Generator().manual_seed(k))
-        assert torch.allclose(batched[k].update, reference.update, rtol=1e-5, atol=1e-6)
 
 
 def test_large_products_take_back_the_threads_small_ones_stay_on_one():

@@ -106,7 +106,7 @@ def test_full_batch_packs_share_one_plan_per_user_and_match_the_runs_alone(tmp_p
     an order drawn per seed (sampling: size). A full batch is not shuffled, so the clients of every
     seed share one plan per user; the pre-round losses of runs whose participants come in another
     order are one product, handed back in each run's order. Packed = alone, up to float rounding."""
-    from fedmgda.client import LocalTrainer
+    from fedmgda.minibatches import Minibatches
 
     common = dict(participation=1.0, batch_size="full", momentum=0.0, local_lr=0.1, sampling="size", rounds=6)
     cfgs = [dict(algorithm="qfedavg", hparams={"q": 2.0, "L": 10.0}, seed=s, **common) for s in (1, 2, 3)]
@@ -117,14 +117,14 @@ def test_full_batch_packs_share_one_plan_per_user_and_match_the_runs_alone(tmp_p
     sims = [Simulation(toy_config(**cfg), data=data, model_name="logreg") for cfg in cfgs]
     assert len({tuple(sim.participants(0)) for sim in sims}) > 1  # the seeds order the devices differently
     plans = []
-    drawn = LocalTrainer.plans
+    drawn = Minibatches.plan
 
-    def spy(self, client_idx, generators):
-        distinct, plan_of = drawn(self, client_idx, generators)
-        plans.append(len(distinct))
-        return distinct, plan_of
+    def spy(self, client_idx, generators, dropout_generators=None):
+        plan = drawn(self, client_idx, generators, dropout_generators)
+        plans.append(len(plan.distinct))
+        return plan
 
-    monkeypatch.setattr(LocalTrainer, "plans", spy)
+    monkeypatch.setattr(Minibatches, "plan", spy)
     packed = run_packed(sims, [tmp_path / str(i) for i in range(len(sims))])
     assert plans and set(plans) == {5}  # 4 runs x 5 devices, one plan per device
     for a, p in zip(alone, packed):

@@ -75,7 +75,7 @@ def test_scaffold_trains_on_the_batched_path_and_no_fallback_is_said(monkeypatch
     data = make_toy_federated()
     sim = Simulation(scaffold(), data=data, model_name="logreg")
     run_packed([sim], [None])
-    assert batched_training(sim.inputs) and training_path(sim.inputs) == "batched, local_term vmap-ed"
+    assert batched_training(sim.inputs) and training_path(sim.inputs) == "vmap, local_term vmap-ed"
     assert "not vmap-ed" not in capsys.readouterr().out
     assert not batched_training(Simulation(scaffold(batched=False), data=data, model_name="logreg").inputs)
 
@@ -86,8 +86,8 @@ def test_scaffold_rejects_momentum():
 
 
 def test_packed_beside_fedavg_each_run_keeps_its_path():
-    """In one pack, SCAFFOLD's clients take the batched path with its term vmap-ed and FedAvg's
-    the analytic one; each run gives what it gives alone."""
+    """In one pack, SCAFFOLD's clients take the vmap path with its term and FedAvg's the
+    linear-softmax one; each run gives what it gives alone."""
     data = make_toy_federated()
     configs = [scaffold(seed=1), toy_config(algorithm="fedavg", momentum=0.0, seed=2)]
     packed = run_packed([Simulation(cfg, data=data, model_name="logreg") for cfg in configs], [None, None])

@@ -13,7 +13,14 @@ import torch
 from toy_federated import make_toy_federated, toy_config
 
 from fedmgda import scheduler
-from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, size_groups, stack_states
+from fedmgda.client import (
+    FlatModel,
+    LocalHParams,
+    LocalTrainer,
+    VmapSteps,
+    size_groups,
+    stack_states,
+)
 from fedmgda.models import build_model
 from fedmgda.scheduler import run, run_packed, training_path
 from fedmgda.simulator import Simulation
@@ -40,7 +47,7 @@ def config(algorithm: dict, **overrides):
 
 
 def test_a_vmapped_term_with_stacked_states_gives_each_clients_reference_update():
-    """train_batched with a term of (w, w_start, state) and a pytree state (a dict of tensors)
+    """The vmap path with a term of (w, w_start, state) and a pytree state (a dict of tensors)
     stacked along dim 0 equals train, client by client: unequal sizes, momentum and mu."""
     torch.manual_seed(0)
     for name, shape, classes in (("logreg", (12,), 3), ("mlp_digits", (12,), 4), ("cnn_fmnist", (1, 28, 28), 10)):
@@ -56,7 +63,8 @@ def test_a_vmapped_term_with_stacked_states_gives_each_clients_reference_update(
             return (state["anchor"] * (w - w_start)).sum() + state["weight"] * ((w - w_start) ** 2).sum()
 
         w0 = flat.initial_vector()
-        batched = trainer.train_batched(w0, x, y, idx, [torch.Generator().manual_seed(k) for k in range(3)], torch.ones(3), term=term, states=stack_states(states))
+        plan = trainer.minibatches.plan(idx, [torch.Generator().manual_seed(k) for k in range(3)])
+        batched = VmapSteps(trainer).train(plan, w0, x, y, torch.ones(3), term=term, states=stack_states(states))
         for k, (i, state) in enumerate(zip(idx, states)):
             alone = trainer.train(w0, x[i], y[i], torch.Generator().manual_seed(k), term=term, state=state)
             assert torch.allclose(batched[k].update, alone.update, atol=1e-10), name
@@ -83,11 +91,11 @@ def test_stack_states():
 def test_the_batched_run_equals_the_reference_run(algorithm, model, monkeypatch):
     """Whole runs, batched against batched: false: final model, reported losses every round and
     the clients' states (SCAFFOLD's c_i, FedDyn's g_k) to 1e-5; the term's clients really took
-    train_batched with their term."""
+    the vmap path with their term."""
     data = unequal_clients()
     calls = []
-    original = LocalTrainer.train_batched
-    monkeypatch.setattr(LocalTrainer, "train_batched", lambda self, *a, **k: calls.append(k.get("term")) or original(self, *a, **k))
+    original = VmapSteps.train
+    monkeypatch.setattr(VmapSteps, "train", lambda self, *a, **k: calls.append(k.get("term")) or original(self, *a, **k))
     reference = Simulation(config(algorithm, batched=False), data=data, model_name=model)
     batched = Simulation(config(algorithm), data=data, model_name=model)
     (ref,), (bat,) = run_packed([reference], [None]), run_packed([batched], [None])
@@ -99,7 +107,7 @@ def test_the_batched_run_equals_the_reference_run(algorithm, model, monkeypatch)
         assert (state is None and batched.client_states[user] is None) or torch.allclose(state, batched.client_states[user], atol=1e-5)
     assert algorithm["algorithm"] not in ("scaffold", "feddyn") or len(reference.client_states) > 2
     if batched.algorithm.has_local_term():
-        assert training_path(batched.inputs) == "batched, local_term vmap-ed"
+        assert training_path(batched.inputs) == "vmap, local_term vmap-ed"
         assert any(term is not None for term in calls)
 
 
@@ -149,7 +157,7 @@ def test_a_term_that_cannot_be_vmapped_falls_back_and_says_why(plugin, reason, m
 @pytest.mark.parametrize("model", ["logreg", "mlp_digits"])
 def test_term_runs_pack_beside_builtins(model):
     """SCAFFOLD, FedDyn (two seeds), FedAvg and FedMGDA+ in one pack: each run gives what it
-    gives alone (built-ins keep their path: the analytic step on logreg)."""
+    gives alone (built-ins keep their path: the linear-softmax path on logreg)."""
     data = unequal_clients()
     configs = [config(SCAFFOLD, seed=1), config(FEDDYN, seed=2), config(FEDDYN, seed=1, rounds=3),
                config({"algorithm": "fedavg"}, seed=1), config({"algorithm": "fedmgda_plus", "hparams": {"eta": 1.0, "decay": 0.1}}, seed=3)]

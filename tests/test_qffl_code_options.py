@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from toy_federated import make_toy_federated, toy_config
 
-from fedmgda.scheduler import Scheduler, run, run_packed
+from fedmgda.fastpaths import LinearSoftmaxEvaluation
+from fedmgda.scheduler import run, run_packed
 from fedmgda.simulator import Simulation
 
 SIZES = [24, 2, 3, 2, 20, 4, 2, 3]  # two big users (0 and 4) hold 44 of the 60 train samples
@@ -88,7 +89,7 @@ def test_train_mean_f_is_the_mean_per_sample_loss_in_the_reference_and_packed_pa
     sizes = [len(data.train_idx[u]) for u in users]
     reported = sim.algorithm.reported_loss  # F_i as q-FedAvg reads it from the participants' stats
     reference = reported(sim.inputs.participant_losses(w, users), sizes)
-    packed = reported(Scheduler([sim.inputs]).linear_participant_losses(sim.inputs, [w], users)[0], sizes)
+    packed = reported(LinearSoftmaxEvaluation().participant_losses(sim.inputs, [w], users)[0], sizes)
     assert torch.allclose(reference, expected, atol=1e-6) and torch.allclose(packed, expected, atol=1e-6)
     other = simulation(algorithm="qfedavg", batched=batched, batch_size=5)
     batch_sum = other.algorithm.reported_loss(other.inputs.participant_losses(w, users), sizes)

@@ -6,17 +6,19 @@ minibatch SGD with momentum on the client's objective
 
     scale * NLL(w; batch) + mu * ||w - w_start||^2 [+ term(w, w_start, state)]
 
-(the authors' proximal term has no 1/2, docs/protocol.md §3.4; mu is the algorithm's
-``proximal_mu``; ``scale`` is 1 except for a scaling attacker; ``term`` is an algorithm's
-``local_term``, given the client's state). It returns the update u = w_new - w_start
+(the authors' proximal term has no 1/2, docs/protocol.md §3.4, ``ProximalTerm``; mu is the
+algorithm's ``proximal_mu``; ``scale`` is 1 except for a scaling attacker; ``term`` is an
+algorithm's ``local_term``, given the client's state). It returns the update u = w_new - w_start
 and the mean minibatch objective over the local epochs (what q-FedAvg and AFL consume; it
 includes the proximal term, as in the code).
 
-The single SGD step (``LocalTrainer.step``) is written with ``torch.func`` so that the same step
-can be ``vmap``-ed over a round's clients for batched training (``train_batched``; an algorithm's
-term with it, the clients' states stacked along dim 0: ``stack_states``). This module is
-the reference; the fast paths (``fedmgda.fastpaths``: the analytic step of linear + log_softmax
-models, CUDA graphs) sit beside it and the scheduler (``fedmgda.scheduler``) chooses among them.
+``LocalTrainer`` trains one client at a time: the reference. The batched paths train several
+at once through one interface (``ClientSteps``: ``train(plan, w_start, data_x, data_y, scales)``,
+the minibatches planned by ``fedmgda.minibatches``): ``VmapSteps`` here, the single SGD step
+written with ``torch.func`` and ``vmap``-ed over the clients (an algorithm's term with it, the
+clients' states stacked along dim 0: ``stack_states``), and beside it ``fedmgda.fastpaths``'
+``LinearSoftmaxSteps`` and ``ConvNetSteps``; the scheduler (``fedmgda.scheduler.batched_path``)
+chooses among them.
 """
 
 from __future__ import annotations
@@ -24,13 +26,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+
+from fedmgda.minibatches import ClientsPlan, Minibatches
 
 
 class FlatModel:
@@ -62,6 +66,39 @@ class FlatModel:
 
 
 @dataclass(frozen=True)
+class ProximalTerm:
+    """FedProx's proximal term mu ||w - w_start||^2 of the clients' objective, without 1/2 as the
+    authors' ``main/update.py:L87-93`` (docs/protocol.md §3.4): the one definition of its value and
+    gradient, 2 mu (w - w_start), that every training path applies (the linear-softmax path in its
+    reduced column coordinates, ``fastpaths.LinearSoftmaxSteps``)."""
+
+    mu: float
+
+    def value(self, gap: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+        """mu ||gap||^2 of gap = w - w_start, summed over ``dim`` (None: all of it)."""
+        return self.scaled(gap.square().sum() if dim is None else gap.square().sum(dim=dim))
+
+    def scaled(self, squared_distance: torch.Tensor) -> torch.Tensor:
+        """The term's value from ||w - w_start||^2 summed elsewhere."""
+        return self.mu * squared_distance
+
+    @property
+    def slope(self) -> float:
+        """The gradient is ``slope`` * (w - w_start)."""
+        return 2 * self.mu
+
+    def gradient(self, gap: torch.Tensor) -> torch.Tensor:
+        """2 mu gap, multiplied apart from the sum it joins (a fused multiply-add rounds a vector's
+        tail differently from its body)."""
+        return gap * self.slope
+
+    def add_gradient_(self, buf: torch.Tensor, moves: torch.Tensor, move_scale: float = 1.0) -> None:
+        """buf += the gradient of the moves w - w_start = ``move_scale`` * ``moves``, in one fused
+        multiply-add (the linear-softmax path's momentum buffer)."""
+        buf.add_(moves, alpha=self.slope * move_scale)
+
+
+@dataclass(frozen=True)
 class LocalHParams:
     """Local training: ``epochs`` passes over the data in minibatches of ``batch_size``
     (None = full batch, one step per epoch), SGD with ``lr`` and ``momentum`` (torch semantics:
@@ -77,6 +114,10 @@ class LocalHParams:
     def batches_per_epoch(self, n: int) -> int:
         return 1 if self.batch_size is None else math.ceil(n / self.batch_size)
 
+    @property
+    def proximal(self) -> ProximalTerm:
+        return ProximalTerm(self.mu)
+
 
 @dataclass
 class ClientResult:
@@ -85,70 +126,46 @@ class ClientResult:
 
 
 class LocalTrainer:
-    """Runs the shared client update for one model and one set of local hyper-parameters."""
+    """Runs the shared client update for one model and one set of local hyper-parameters, one
+    client at a time: the reference every batched path (``ClientSteps``) follows."""
 
     def __init__(self, model: FlatModel, hparams: LocalHParams, dropout: bool = True):
         self.model = model
         self.hparams = hparams
         self.dropout = dropout  # False: train in eval mode, without dropout
-        self.sites = model.dropout_sites if dropout else ()
+        self.minibatches = Minibatches(hparams.epochs, hparams.batch_size, model.dropout_sites if dropout else ())
         self._grad_and_loss = grad_and_value(self._objective)
-        self._batched_steps: dict[tuple[bool, bool], Any] = {}  # (with masks, with states) -> the step vmap-ed
 
     def _objective(self, w, w_start, x, y, scale, mask=None, keep=None, state=None, term=None):
         nll = F.nll_loss(self.model(w, x, keep), y, reduction="none")
         data_loss = nll.mean() if mask is None else (nll * mask).sum() / mask.sum().clamp(min=1)
         loss = scale * data_loss
         if self.hparams.mu:
-            loss = loss + self.hparams.mu * ((w - w_start) ** 2).sum()
+            loss = loss + self.hparams.proximal.value(w - w_start)
         if term is not None:
             loss = loss + term(w, w_start, state)
         return loss
 
     def step(self, w, buf, w_start, x, y, scale, first: bool, mask=None, keep=None, state=None, term=None):
-        """One SGD-with-momentum step; pure, so that it is vmap-ed over clients by the batched
-        path (there ``mask`` marks the real samples of a minibatch padded to a common width, and
-        ``state`` is the client's slice of the stacked states). ``keep``: the minibatch's dropout
-        masks (``dropout_masks``), or None. ``term(w, w_start, state)``: an algorithm's extra term
-        of the objective (its ``local_term``), or None."""
+        """One SGD-with-momentum step; pure, so that ``VmapSteps`` vmaps it over clients (there
+        ``mask`` marks the real samples of a minibatch padded to a common width, and ``state`` is
+        the client's slice of the stacked states). ``keep``: the minibatch's dropout masks
+        (``Minibatches.dropout_masks``), or None. ``term(w, w_start, state)``: an algorithm's extra
+        term of the objective (its ``local_term``), or None."""
         grad, loss = self._grad_and_loss(w, w_start, x, y, scale, mask, keep, state, term)
         buf = grad if first else self.hparams.momentum * buf + grad
         return w - self.hparams.lr * buf, buf, loss
 
-    def epoch_order(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """One local epoch's order of the client's n samples (positions), drawn from ``generator``:
-        the one draw both training paths make per epoch."""
-        return torch.randperm(n, generator=generator)
-
-    def batch_order(self, n: int, generator: torch.Generator) -> list[torch.Tensor]:
-        """The minibatches (positions into the client's samples) of every local epoch, in order."""
-        if self.hparams.batch_size is None:  # one full batch per epoch: its order changes nothing
-            return [torch.arange(n)] * self.hparams.epochs
-        batches = []
-        for _ in range(self.hparams.epochs):
-            batches.extend(self.epoch_order(n, generator).split(self.hparams.batch_size))
-        return batches
-
-    def dropout_masks(self, steps: int, width: int, generator: torch.Generator | None, device: torch.device) -> tuple[torch.Tensor, ...] | None:
-        """A client's dropout masks for ``steps`` minibatches of up to ``width`` samples: per site
-        of the model, (steps, width, *mask shape) booleans, True = kept (probability 1 - p), drawn
-        from ``generator`` (the client's own: the scheduler seeds it from the run seed, round and
-        user, so a client's masks do not depend on which clients train beside it; None: torch's
-        default generator of ``device``). None for a model without dropout or ``dropout=False``."""
-        if not self.sites:
-            return None
-        return tuple(torch.rand((steps, width, *shape), generator=generator, device=device) >= p for p, shape in self.sites)
-
     def train(self, w_start: torch.Tensor, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator, scale: float = 1.0, term=None, state=None, dropout_generator: torch.Generator | None = None) -> ClientResult:
         """The client update: local SGD from ``w_start`` on (x, y); returns u and the mean loss.
         ``generator`` draws the minibatch order, ``dropout_generator`` the dropout masks
-        (``dropout_masks``). ``term(w, w_start, state)``: a term added to the objective (an
+        (``Minibatches``). ``term(w, w_start, state)``: a term added to the objective (an
         algorithm's ``local_term``), given the client's ``state``."""
         self.model.module.train(self.dropout)
         w, buf = w_start, None
         losses = []
-        order = self.batch_order(len(y), generator)
-        keep = self.dropout_masks(len(order), len(order[0]) if order else 0, dropout_generator, x.device)
+        order = self.minibatches.batch_order(len(y), generator)
+        keep = self.minibatches.dropout_masks(len(order), len(order[0]) if order else 0, dropout_generator, x.device)
         for s, position in enumerate(order):
             position = position.to(x.device)
             masks = None if keep is None else tuple(site[s, : len(position)] for site in keep)
@@ -157,122 +174,93 @@ class LocalTrainer:
         return ClientResult(update=(w - w_start).detach(), train_loss=torch.stack(losses).mean().detach())
 
 
-    # ------------------------------------------------------------------ batched over clients
-    def padded_batches(self, idx: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """``batch_order`` as a (steps, width) tensor of sample indices, -1 where a batch is short."""
-        n = len(idx)
-        width = n if self.hparams.batch_size is None else min(self.hparams.batch_size, n)
-        rows = []
-        for _ in range(self.hparams.epochs):
-            perm = idx if self.hparams.batch_size is None else idx[self.epoch_order(n, generator).to(idx.device)]
-            padded = torch.full((math.ceil(n / width) * width,), -1, dtype=torch.long, device=idx.device)
-            padded[:n] = perm
-            rows.append(padded.view(-1, width))
-        return torch.cat(rows)
+class ClientSteps(Protocol):
+    """A batched training path: the client update of several clients at once, each following
+    ``LocalTrainer.train``'s trajectory (up to float rounding) from the same ``ClientsPlan``.
 
-    def plans(self, client_idx: list[torch.Tensor], generators: list[torch.Generator]) -> tuple[list[torch.Tensor], list[int]]:
-        """The distinct minibatch plans (``padded_batches``) of clients and each client's plan:
-        clients given the same index tensor and the same generator object share one plan, drawn
-        once (packed runs of one seed: the same user's minibatch order)."""
-        plans: dict[tuple[int, int], int] = {}
-        distinct: list[torch.Tensor] = []
-        for idx, g in zip(client_idx, generators):
-            if (id(idx), id(g)) not in plans:
-                plans[id(idx), id(g)] = len(distinct)
-                distinct.append(self.padded_batches(idx.cpu(), g))
-        return distinct, [plans[id(idx), id(g)] for idx, g in zip(client_idx, generators)]
+    ``train(plan, w_start, data_x, data_y, scales)``: w_start (P,), or one row per client
+    (clients, P) when several runs are packed; data_x, data_y: the pooled samples the plan's
+    indices point into; scales: each client's loss scale. Returns a ``ClientResult`` per client,
+    in the plan's order. ``name``: the path in words (``scheduler.training_path``);
+    ``groups_by_size``: whether clients of very unequal sizes train apart (padding wastes work),
+    ``trains_one_alone``: whether a client without a partner trains on it too (so that it gets the
+    numbers it would get in a group) rather than on the reference path."""
 
-    def train_batched(self, w_start: torch.Tensor, data_x: torch.Tensor, data_y: torch.Tensor, client_idx: list[torch.Tensor], generators: list[torch.Generator], scales: torch.Tensor, graphs=None, term=None, states=None, dropout_generators: list[torch.Generator] | None = None) -> list[ClientResult]:
-        """The client update of several clients at once: their weights stacked, one vmap-ed
-        forward/backward per local step. Clients with fewer or smaller minibatches are padded and
-        masked, so each client follows the trajectory of ``train`` (up to float rounding): the
-        minibatch orders come from the same ``generators``, the dropout masks from the same
-        ``dropout_generators`` (one per client, ``dropout_masks``; None: torch's default
-        generator, client after client).
-        Clients are ordered by their number of steps, so that once a client is done the step runs
-        on the still-active prefix only (Adult: 33 steps for one client, 2 572 for the other).
+    name: str
+    groups_by_size: bool
+    trains_one_alone: bool
 
-        w_start: the start (P,), or one per client (clients, P) when several runs are packed.
-        data_x, data_y: the pooled samples; client_idx[i]: client i's sample indices into them
-        (best on the CPU: the minibatch plan is built there and sent to the device in one copy);
-        clients may share a plan (``plans``). graphs: a ``fedmgda.fastpaths.CudaGraphs`` to replay
-        the steps as CUDA graphs (the scheduler's choice), or None. term: an algorithm's
-        ``local_term(w, w_start, state)``, vmap-ed with the rest of the step; states: the clients'
-        states stacked along dim 0 (``stack_states``; None: the term gets None). A term is never
-        replayed as a graph: it may read its algorithm's attributes, which a graph would freeze.
-        """
-        self.model.module.train(self.dropout)
+    def train(self, plan: ClientsPlan, w_start: torch.Tensor, data_x: torch.Tensor, data_y: torch.Tensor, scales: torch.Tensor) -> list[ClientResult]: ...
+
+
+class VmapSteps:
+    """The client update of several clients at once: their weights stacked, ``LocalTrainer.step``
+    vmap-ed (torch.func) into one forward/backward per local step. Clients with fewer or smaller
+    minibatches are padded and masked (``ClientsPlan.padded``), so each client follows the
+    trajectory of ``train`` (up to float rounding): the same minibatch orders and dropout masks.
+    Rows are ordered by their number of steps, so that once a client is done the step runs on the
+    still-active prefix only (Adult: 33 steps for one client, 2 572 for the other).
+
+    The one batched path of any model and of an algorithm's ``local_term`` (vmap-ed with the step,
+    the clients' states stacked along dim 0: ``stack_states``). ``graphs``: a
+    ``fedmgda.fastpaths.CudaGraphs`` to replay the steps as CUDA graphs (the scheduler's choice on
+    a GPU), or None; a term is never replayed as a graph: it may read its algorithm's attributes,
+    which a graph would freeze."""
+
+    name = "vmap"
+    groups_by_size = True
+
+    def __init__(self, trainer: LocalTrainer, graphs=None):
+        self.trainer = trainer
+        self.graphs = graphs
+        self._batched_steps: dict[tuple[bool, bool], Any] = {}  # (with masks, with states) -> the step vmap-ed
+
+    @property
+    def trains_one_alone(self) -> bool:
+        return self.graphs is not None  # a replayed group of one beats the reference path
+
+    def train(self, plan: ClientsPlan, w_start: torch.Tensor, data_x: torch.Tensor, data_y: torch.Tensor, scales: torch.Tensor, term=None, states=None) -> list[ClientResult]:
+        """``ClientSteps.train``; with an algorithm's ``term(w, w_start, state)`` and the clients'
+        ``states`` stacked along dim 0 (None: the term gets None)."""
+        self.trainer.model.module.train(self.trainer.dropout)
         device = data_x.device
-        order, positions, keep, active = self.padded_plan(client_idx, generators, dropout_generators, device)
+        padded = plan.padded(device)
+        order = padded.order
         if w_start.dim() == 2:  # one start per client: in the rows' order, like the positions
             w_start = w_start[torch.tensor(order, device=w_start.device)]
         if states is not None:  # likewise
             states = tree_map(lambda leaf: leaf[torch.tensor(order, device=leaf.device)], states)
-        inputs = (w_start, positions.to(device), scales.to(device=device, dtype=w_start.dtype)[order], *(keep or ()))
+        inputs = (w_start, padded.positions.to(device), scales.to(device=device, dtype=w_start.dtype)[order], *(padded.keep or ()))
 
         def local_steps(w_start, positions, scales, *keep):
-            return self._local_steps(w_start, data_x, data_y, positions, scales, keep or None, active, term, states)
+            return self._local_steps(w_start, data_x, data_y, positions, scales, keep or None, padded.active, term, states)
 
-        if graphs is None or term is not None:
+        if self.graphs is None or term is not None:
             updates, mean_loss = local_steps(*inputs)
         else:
-            key = (tuple(positions.shape), active, w_start.dtype, data_x.data_ptr(), self.dropout)
-            updates, mean_loss = graphs(key, local_steps, inputs)
+            key = (tuple(padded.positions.shape), padded.active, w_start.dtype, data_x.data_ptr(), self.trainer.dropout)
+            updates, mean_loss = self.graphs(key, local_steps, inputs)
         results: list[ClientResult | None] = [None] * len(order)
         for row, i in enumerate(order):
             results[i] = ClientResult(update=updates[row], train_loss=mean_loss[row])
         return results
-
-    def padded_plan(self, client_idx: list[torch.Tensor], generators: list[torch.Generator], dropout_generators: list[torch.Generator] | None, device: torch.device) -> tuple[list[int], torch.Tensor, tuple[torch.Tensor, ...] | None, tuple[int, ...]]:
-        """The local steps of several clients padded to common shapes (``train_batched`` and the
-        fast paths that train as it does): (order: the clients as rows, most steps first;
-        positions: (clients, steps, width) sample indices on the CPU, -1 = pad, rows in ``order``;
-        keep: the padded dropout masks (``_padded_masks``) or None; active[s]: how many rows, a
-        prefix, still have a minibatch at step s)."""
-        distinct, plan_of = self.plans(client_idx, generators)
-        batches = [distinct[i] for i in plan_of]
-        order = sorted(range(len(batches)), key=lambda i: -len(batches[i]))  # most steps first
-        width = max(b.shape[1] for b in batches)
-        positions = torch.full((len(batches), len(batches[order[0]]), width), -1, dtype=torch.long)
-        for row, i in enumerate(order):
-            positions[row, : batches[i].shape[0], : batches[i].shape[1]] = batches[i]
-        keep = self._padded_masks(batches, order, positions.shape, dropout_generators, device)
-        steps = torch.tensor([len(b) for b in batches])
-        active = tuple((steps[:, None] > torch.arange(positions.shape[1])).sum(dim=0).tolist())
-        return order, positions, keep, active
-
-    def _padded_masks(self, batches: list[torch.Tensor], order: list[int], shape: torch.Size, generators: list[torch.Generator] | None, device: torch.device) -> tuple[torch.Tensor, ...] | None:
-        """Each client's ``dropout_masks`` (drawn from its own generator, for its own steps and
-        width, as ``train`` draws them), padded to (clients, steps, width, *mask shape) in the
-        rows' ``order``; None without dropout."""
-        if not self.sites:
-            return None
-        clients, steps, width = shape
-        padded = tuple(torch.zeros((clients, steps, width, *site_shape), dtype=torch.bool, device=device) for _, site_shape in self.sites)
-        row_of = {i: row for row, i in enumerate(order)}
-        for i, plan in enumerate(batches):  # client after client (the order of draws without generators)
-            row = row_of[i]
-            drawn = self.dropout_masks(*plan.shape, None if generators is None else generators[i], device)
-            for site, masks in zip(padded, drawn):
-                site[row, : masks.shape[0], : masks.shape[1]] = masks
-        return padded
 
     def _vmapped_step(self, with_keep: bool, with_states: bool, term=None):
         """``step`` vmap-ed over clients: masks and states sliced like the weights when given. No
         random draw may happen inside (``randomness="error"``): the masks come in, drawn per client."""
         in_dims = (0, 0, 0, 0, 0, 0, None, 0, 0 if with_keep else None, 0 if with_states else None)
         if term is not None:  # a term may read its algorithm's attributes: vmap-ed afresh each time
-            return vmap(partial(self.step, term=term), in_dims=in_dims, randomness="error")
+            return vmap(partial(self.trainer.step, term=term), in_dims=in_dims, randomness="error")
         if (with_keep, with_states) not in self._batched_steps:
-            self._batched_steps[with_keep, with_states] = vmap(self.step, in_dims=in_dims, randomness="error")
+            self._batched_steps[with_keep, with_states] = vmap(self.trainer.step, in_dims=in_dims, randomness="error")
         return self._batched_steps[with_keep, with_states]
 
     def _local_steps(self, w_start, data_x, data_y, positions, scales, keep, active: tuple[int, ...], term=None, states=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The local SGD of ``train_batched`` on device tensors only (no host sync, fixed shapes:
-        capturable as a CUDA graph). positions: (clients, steps, width) sample indices, -1 = pad;
-        keep: per dropout site, (clients, steps, width, *mask shape) masks, or None;
-        active[s]: how many clients (a prefix of the rows) still have a minibatch at step s;
-        term, states: an algorithm's local term and the clients' stacked states, or None."""
+        """The local SGD on device tensors only (no host sync, fixed shapes: capturable as a CUDA
+        graph). positions: (clients, steps, width) sample indices, -1 = pad; keep: per dropout
+        site, (clients, steps, width, *mask shape) masks, or None; active[s]: how many clients (a
+        prefix of the rows) still have a minibatch at step s; term, states: an algorithm's local
+        term and the clients' stacked states, or None."""
         n = positions.shape[0]
         real = positions >= 0
         mask = real.to(w_start.dtype)

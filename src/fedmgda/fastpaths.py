@@ -1,19 +1,21 @@
-"""The fast paths of the engine, beside the one-run protocol (``fedmgda.simulator``) and chosen
-by the scheduler (``fedmgda.scheduler``), never by a run or a client: each gives the numbers of
-the reference path (``fedmgda.client``) up to float rounding, or bit for bit.
+"""The fast batched training paths (``fedmgda.client.ClientSteps``) beside the vmap-ed autograd
+step, chosen by the scheduler (``fedmgda.scheduler.batched_path``), never by a run or a client:
+each gives the numbers of the reference path (``fedmgda.client.LocalTrainer``) up to float
+rounding, or bit for bit.
 
 - ``LinearSoftmaxSteps``: the batched client update of a linear + log_softmax model (the Adult
-  logistic regression), its gradient written out as batched matrix products;
+  logistic regression), its gradient written out as batched matrix products; beside it
+  ``LinearSoftmaxEvaluation``: the losses and accuracies of several such models at once, once per
+  distinct (features, label) pair (``evaluate_linear`` on ``DistinctSamples``);
 - ``ConvNetSteps``: the batched client update of the small CNNs (F-MNIST's, FEMNIST's) on the
   CPU, forward and backward written out as one batched product per layer for all clients;
-- ``evaluate_linear`` and ``DistinctSamples``: the losses and accuracies of several such models at
-  once, once per distinct (features, label) pair;
 - ``CudaGraphs``: the vmap-ed batched client update replayed as captured CUDA graphs;
 - ``single_thread_on_cpu``, ``threads_for_product``: tiny operations on one CPU thread, large
   products on all the job's threads.
 
-They serve the proximal term (``LocalHParams.mu``) but no algorithm's ``local_term``: the
-scheduler trains such an algorithm's clients on the vmap-ed ``LocalTrainer.train_batched``, eagerly.
+They serve the proximal term (``LocalHParams.mu``, ``fedmgda.client.ProximalTerm``) but no
+algorithm's ``local_term``: the scheduler trains such an algorithm's clients on
+``fedmgda.client.VmapSteps``, eagerly.
 """
 
 from __future__ import annotations
@@ -22,11 +24,15 @@ import math
 import warnings
 from collections import OrderedDict
 from contextlib import contextmanager
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedmgda.client import ClientResult, FlatModel, LocalHParams, LocalTrainer
+from fedmgda.client import ClientResult, FlatModel, LocalHParams
+from fedmgda.metrics import participant_stats, per_owner_mean
+from fedmgda.minibatches import ClientsPlan
 
 LARGE_PRODUCT = 1 << 26  # multiply-adds from which a product is split across the CPU threads
 
@@ -69,8 +75,8 @@ def threads_for_product(multiply_adds: float):
 
 
 class LinearSoftmaxSteps:
-    """The batched client update (``LocalTrainer.train_batched``) of a model log_softmax(x W^T + b),
-    gradient written out.
+    """The batched client update (``ClientSteps``) of a model log_softmax(x W^T + b), its gradient
+    written out.
 
     Per client and step, with c = scale * mask / (real samples of the minibatch):
         grad W|b = [x 1]^T (c * (softmax(z) - onehot(y))) + 2 mu (w - w_start),  z = [x 1] [W|b]^T
@@ -82,7 +88,7 @@ class LinearSoftmaxSteps:
     gathered once per group. Minibatches are gathered a chunk of steps at a time, and a chunk's
     loss is computed afterwards from its stored logits. Groups are ordered by their number of
     steps, so the groups with a minibatch at a step are a prefix (as ``active`` in
-    ``_local_steps``). Same minibatch order, hence the same trajectory as the autograd step up to
+    ``VmapSteps``). Same minibatch order, hence the same trajectory as the autograd step up to
     float rounding.
 
     The steps run on the logits relative to class 0, one column fewer than the classes: the loss
@@ -91,19 +97,23 @@ class LinearSoftmaxSteps:
     w_start_j), once the column mean stays put; so the column mean never moves and W|b is
     recovered from U = [u_1 .. u_{C-1}] and w_start. With D = U - U_start and m = sum_j D_j / C,
     the moves are w_j - w_start_j = D_j - m (j >= 1) and -m (class 0); the buffer holds those of
-    columns 1 .. C-1:
+    columns 1 .. C-1, and the proximal term (``ProximalTerm``) is applied to these moves:
         buf <- momentum * buf + g + 2 mu (D - m),   U <- U - lr (buf + sum_j buf_j)
     (w_0's buffer is minus the sum). The same SGD in exact arithmetic with (C-1)/C of the matmul
     width: a third less for the q-FFL paper's three F-MNIST classes. Two classes (Adult) use a
-    sigmoid for the softmax and write the step as v <- v - 2 lr buf with buf's proximal gradient
-    mu D (v = u_1; D - m = D / 2): half the width, and about half the step's operations, which is
-    what these small steps cost.
+    sigmoid for the softmax and write the step as v <- v - 2 lr buf with buf w_1's buffer, whose
+    move is (v - v_start) / 2 (v = u_1): half the width, and about half the step's operations,
+    which is what these small steps cost.
     """
 
+    name = "linear-softmax"
+    groups_by_size = False  # no padding to waste: done clients leave the steps
+    trains_one_alone = True
     chunk_elements = 1 << 22  # gathered samples x features per chunk of steps (16 MB in float32)
 
     def __init__(self, model: FlatModel, hparams: LocalHParams):
         self.classes, self.features = model.shapes[0]
+        self.cols = self.classes - 1  # weight columns per member: u_1 .. u_{C-1}
         self.hparams = hparams
         self._data_key = None
 
@@ -113,13 +123,10 @@ class LinearSoftmaxSteps:
         shapes = model.shapes
         return bool(getattr(model.module, "linear_softmax", False)) and len(shapes) == 2 and len(shapes[0]) == 2 and tuple(shapes[1]) == (shapes[0][0],)
 
-    def train(self, trainer: LocalTrainer, w_start: torch.Tensor, data_x: torch.Tensor, data_y: torch.Tensor, client_idx: list[torch.Tensor], generators: list[torch.Generator], scales: torch.Tensor) -> list[ClientResult]:
-        """``trainer.train_batched`` of a linear + log_softmax model: the steps of each distinct
-        minibatch plan (``LocalTrainer.plans``), its clients side by side."""
-        trainer.model.module.train(trainer.dropout)
-        distinct, plan_of = trainer.plans(client_idx, generators)
+    def train(self, plan: ClientsPlan, w_start: torch.Tensor, data_x: torch.Tensor, data_y: torch.Tensor, scales: torch.Tensor) -> list[ClientResult]:
+        """``ClientSteps.train``: the steps of each distinct minibatch plan, its clients side by side."""
         with single_thread_on_cpu(data_x.device, True):
-            updates, mean_loss = self(w_start, data_x, data_y, distinct, plan_of, scales.to(device=data_x.device, dtype=w_start.dtype))
+            updates, mean_loss = self._train(w_start, data_x, data_y, plan.distinct, plan.plan_of, scales.to(device=data_x.device, dtype=w_start.dtype))
         return [ClientResult(update=u, train_loss=loss) for u, loss in zip(updates, mean_loss)]
 
     def _augmented(self, data_x: torch.Tensor, data_y: torch.Tensor, dtype: torch.dtype, classes: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -132,25 +139,6 @@ class LinearSoftmaxSteps:
             self._data_key = key
         return self._x1, self._onehot
 
-    @staticmethod
-    def _groups(plans: list[torch.Tensor], plan_of: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-        """The clients of each plan as a group: (the plans padded to one (groups, steps, width)
-        tensor, most steps first; each client's group; each client's slot in its group, in the
-        clients' order; the largest group's size)."""
-        order = sorted(range(len(plans)), key=lambda i: -len(plans[i]))  # most steps first
-        sequences = torch.full((len(plans), len(plans[order[0]]), max(p.shape[1] for p in plans)), -1, dtype=torch.long)
-        for row, i in enumerate(order):
-            sequences[row, : plans[i].shape[0], : plans[i].shape[1]] = plans[i]
-        rank = torch.empty(len(plans), dtype=torch.long)
-        rank[order] = torch.arange(len(plans))
-        group = rank[plan_of]
-        # a client's slot: how many of its group come before it
-        by_group = torch.argsort(group, stable=True)
-        counts = torch.bincount(group, minlength=len(plans))
-        slot = torch.empty_like(group)
-        slot[by_group] = torch.arange(len(group)) - (counts.cumsum(0) - counts)[group[by_group]]
-        return sequences, group, slot, int(counts.max())
-
     def _slots(self, w_start, n: int, group, slot, groups: int, members: int, cols: int) -> torch.Tensor:
         """The clients' start models in their slots: flat [W (C x D) row-major, b] per client ->
         its slot of (groups, D + 1, members, cols) (two classes: v = w_1 - w_0, one column)."""
@@ -162,93 +150,158 @@ class LinearSoftmaxSteps:
         starts[group, :, slot] = per_client
         return starts
 
-    def __call__(self, w_start, data_x, data_y, plans: list[torch.Tensor], plan_of: list[int], scales) -> tuple[torch.Tensor, torch.Tensor]:
-        """The updates and mean losses of clients (rows, in ``plan_of``'s order) from ``w_start``
-        ((P,), or one row per client): plans[k] is a minibatch plan as ``padded_batches`` makes it,
-        plan_of[i] client i's."""
-        lr, momentum, mu = self.hparams.lr, self.hparams.momentum, self.hparams.mu
-        n = len(plan_of)
-        classes, features = self.classes, self.features
-        binary = classes == 2
-        cols = classes - 1  # weight columns per member: u_1 .. u_{C-1}
-        x1, onehot = self._augmented(data_x, data_y, w_start.dtype, classes)
-        onehot = onehot[:, 1:]  # y_1 .. y_{C-1}
-        sequences, group, slot, members = self._groups(plans, plan_of)
+    def _slotted(self, w_start, plans: list[torch.Tensor], plan_of: list[int], scales) -> _Slotted:
+        """The round's state: the clients in their groups' slots, weights and buffers, sums."""
+        sequences, group, slot, members = _plan_groups(plans, plan_of)
         sequences, group, slot = sequences.to(w_start.device), group.to(w_start.device), slot.to(w_start.device)
-        groups, steps, width = sequences.shape
-        starts = self._slots(w_start, n, group, slot, groups, members, cols)
+        groups, steps, _ = sequences.shape
+        starts = self._slots(w_start, len(plan_of), group, slot, groups, members, self.cols)
         slot_scale = scales.new_zeros(groups, members)  # empty slots: scale 0, so they never move
         slot_scale[group, slot] = scales
-        w = starts.clone().view(groups, features + 1, members * cols)
-        buf = torch.zeros_like(w)
-        starts = starts.view_as(w)
-        # binary: buf is w_1's, v moves twice w_1's step; w_1's proximal gradient is mu (v - v_start)
-        step_size, prox_weight = (2 * lr, mu) if binary else (lr, 2 * mu)
+        w = starts.clone().view(groups, self.features + 1, members * self.cols)
         loss_sum = torch.zeros(groups, members, device=w.device, dtype=w.dtype)
-        prox_sum = torch.zeros_like(loss_sum)
         real = sequences >= 0
         group_active = (real[:, :, 0].sum(dim=1)[:, None] > torch.arange(steps, device=real.device)).sum(dim=0).tolist()
-        chunk = max(1, self.chunk_elements // (groups * width * (features + 1)))
-        logits = w.new_zeros(min(chunk, steps), groups, width, members * cols)
+        return _Slotted(sequences, real, group, slot, members, w, torch.zeros_like(w), starts.view_as(w), slot_scale,
+                        loss_sum, torch.zeros_like(loss_sum), group_active)
+
+    def _train(self, w_start, data_x, data_y, plans: list[torch.Tensor], plan_of: list[int], scales) -> tuple[torch.Tensor, torch.Tensor]:
+        """The updates and mean losses of clients (rows, in ``plan_of``'s order) from ``w_start``
+        ((P,), or one row per client): plans[k] is a minibatch plan (``ClientsPlan.distinct``),
+        plan_of[i] client i's."""
+        x1, onehot = self._augmented(data_x, data_y, w_start.dtype, self.classes)
+        onehot = onehot[:, 1:]  # y_1 .. y_{C-1}
+        state = self._slotted(w_start, plans, plan_of, scales)
+        groups, steps, width = state.sequences.shape
+        chunk = max(1, self.chunk_elements // (groups * width * (self.features + 1)))
+        logits = state.w.new_zeros(min(chunk, steps), groups, width, state.members * self.cols)
         first = 0
         # one step's products: (groups, width, D + 1) x (groups, D + 1, members x cols), and back
-        with threads_for_product(groups * width * (features + 1) * members * cols):
+        with threads_for_product(groups * width * (self.features + 1) * state.members * self.cols):
             while first < steps:
-                k = group_active[first]  # groups with a minibatch at this step: a prefix; constant over the chunk
+                k = state.group_active[first]  # groups with a minibatch at this step: a prefix; constant over the chunk
                 last = min(first + chunk, steps)
-                last = next((s for s in range(first, last) if group_active[s] != k), last)
-                pos = sequences[:k, first:last].transpose(0, 1)  # (steps, groups, width)
-                mask = real[:k, first:last].transpose(0, 1).to(w.dtype)
-                per_batch = slot_scale[None, :k] / mask.sum(dim=2).clamp(min=1)[:, :, None]  # scale / real samples, (steps, groups, members)
-                coef = (mask[:, :, :, None] * per_batch[:, :, None, :]).unsqueeze(4)  # (steps, groups, width, members, 1)
-                x = x1[pos.clamp(min=0)]  # (steps, groups, width, D + 1)
-                target = onehot[pos.clamp(min=0)].mul_(mask.unsqueeze(3)).unsqueeze(3)  # (steps, groups, width, 1, cols)
-                neg_target = (target * -coef).flatten(3)
-                coef = coef.expand(-1, -1, -1, -1, cols).flatten(3)
-                used = logits[: last - first, :k]
-                w_k, buf_k, starts_k = w[:k], buf[:k], starts[:k]
-                for x_s, z_s, target_s, coef_s in zip(x.unbind(0), used.unbind(0), neg_target.unbind(0), coef.unbind(0)):
-                    z = torch.bmm(x_s, w_k, out=z_s)
-                    if binary:
-                        p = torch.sigmoid(z)  # P(class 1), the softmax of the two logits
-                    else:
-                        p = _softmax_beside_zero(z.view(k, width, members, cols)).view_as(z)
-                    buf_k.baddbmm_(x_s.transpose(1, 2), torch.addcmul(target_s, p, coef_s), beta=momentum)
-                    if mu:
-                        gap = w_k - starts_k  # D
-                        if binary:
-                            buf_k.add_(gap, alpha=prox_weight)
-                            prox_sum[:k] += gap.square().view(k, features + 1, members, cols).sum(dim=(1, 3))
-                        else:
-                            moves, mean = _column_moves(gap.view(k, features + 1, members, cols), classes)
-                            buf_k.add_(moves.view_as(gap), alpha=prox_weight)
-                            prox_sum[:k] += moves.square().sum(dim=(1, 3)) + mean.square().sum(dim=(1, 3))
-                    if binary:
-                        w_k.sub_(buf_k, alpha=step_size)
-                    else:  # u_j moves by w_j's step minus w_0's, whose buffer is minus the sum
-                        buf4 = buf_k.view(k, features + 1, members, cols)
-                        w_k.sub_((buf4 + buf4.sum(dim=3, keepdim=True)).view_as(w_k), alpha=step_size)
-                # as the autograd objective: each minibatch's summed NLL, then / real samples * scale
-                if binary:  # -log p(y) = softplus(z) - y z, z the logit difference
-                    nll_sums = (F.softplus(used).mul_(mask.unsqueeze(3)) - used * target.flatten(3)).sum(dim=2)
-                else:  # -log p(y) = logsumexp(0, z) - z_y, the class-0 logit being 0
-                    z5 = used.view(*used.shape[:3], members, cols)
-                    top = z5.amax(dim=4).clamp_(min=0)
-                    log_sum = (z5 - top.unsqueeze(4)).exp_().sum(dim=4).add_((-top).exp_()).log_().add_(top)
-                    nll_sums = (log_sum.mul_(mask.unsqueeze(3)) - (z5 * target).sum(dim=4)).sum(dim=2)  # (steps, groups, members)
-                loss_sum[:k] += (nll_sums * per_batch).sum(dim=0)
+                last = next((s for s in range(first, last) if state.group_active[s] != k), last)
+                self._chunk(state, x1, onehot, logits[: last - first, :k], first, last)
                 first = last
-        update = (w - starts).view(groups, features + 1, members, cols)[group, :, slot]  # (clients, D + 1, cols)
-        if binary:  # ||w - w_start||^2 = 2 ||(v - v_start) / 2||^2; w_0 and w_1 move by -/+ (v - v_start) / 2
+        return self._results(state, len(plan_of))
+
+    def _chunk(self, state: _Slotted, x1, onehot, used, first: int, last: int) -> None:
+        """The steps first .. last - 1 of the first k groups (``used``: their logits, (steps, k,
+        width, members x cols)), the minibatches gathered once; their losses added up."""
+        k, cols = used.shape[1], self.cols
+        pos = state.sequences[:k, first:last].transpose(0, 1)  # (steps, groups, width)
+        mask = state.real[:k, first:last].transpose(0, 1).to(used.dtype)
+        per_batch = state.slot_scale[None, :k] / mask.sum(dim=2).clamp(min=1)[:, :, None]  # scale / real samples, (steps, groups, members)
+        coef = (mask[:, :, :, None] * per_batch[:, :, None, :]).unsqueeze(4)  # (steps, groups, width, members, 1)
+        x = x1[pos.clamp(min=0)]  # (steps, groups, width, D + 1)
+        target = onehot[pos.clamp(min=0)].mul_(mask.unsqueeze(3)).unsqueeze(3)  # (steps, groups, width, 1, cols)
+        neg_target = (target * -coef).flatten(3)
+        coef = coef.expand(-1, -1, -1, -1, cols).flatten(3)
+        w_k, buf_k, starts_k, prox_k = state.w[:k], state.buf[:k], state.starts[:k], state.prox_sum[:k]
+        for x_s, z_s, target_s, coef_s in zip(x.unbind(0), used.unbind(0), neg_target.unbind(0), coef.unbind(0)):
+            self._step(x_s, z_s, target_s, coef_s, w_k, buf_k, starts_k, prox_k)
+        state.loss_sum[:k] += (self._nll_sums(used, mask, target) * per_batch).sum(dim=0)
+
+    def _step(self, x_s, z_s, neg_target_s, coef_s, w_k, buf_k, starts_k, prox_k) -> None:
+        """One local step of k groups, in place: the logits into ``z_s``, the gradient into the
+        momentum buffer, the proximal term's squared distance into ``prox_k``."""
+        hparams, cols = self.hparams, self.cols
+        k, width, slots = z_s.shape
+        z = torch.bmm(x_s, w_k, out=z_s)
+        if self.classes == 2:
+            p = torch.sigmoid(z)  # P(class 1), the softmax of the two logits
+        else:
+            p = _softmax_beside_zero(z.view(k, width, slots // cols, cols)).view_as(z)
+        buf_k.baddbmm_(x_s.transpose(1, 2), torch.addcmul(neg_target_s, p, coef_s), beta=hparams.momentum)
+        if hparams.mu:
+            self._add_proximal(buf_k, w_k - starts_k, prox_k)
+        if self.classes == 2:  # v moves twice w_1's step
+            w_k.sub_(buf_k, alpha=2 * hparams.lr)
+        else:  # u_j moves by w_j's step minus w_0's, whose buffer is minus the sum
+            buf4 = buf_k.view(k, self.features + 1, slots // cols, cols)
+            w_k.sub_((buf4 + buf4.sum(dim=3, keepdim=True)).view_as(w_k), alpha=hparams.lr)
+
+    def _add_proximal(self, buf_k, gap, prox_k) -> None:
+        """The proximal gradient of the moves of gap = D into the buffer; their ||w - w_start||^2
+        (two classes: ||v - v_start||^2, twice it, halved in ``_results``) into ``prox_k``."""
+        proximal = self.hparams.proximal
+        slots = gap.view(len(gap), self.features + 1, -1, self.cols)
+        if self.classes == 2:  # buf is w_1's, which moves by (v - v_start) / 2
+            proximal.add_gradient_(buf_k, gap, move_scale=0.5)
+            prox_k += slots.square().sum(dim=(1, 3))
+        else:
+            moves, mean = _column_moves(slots, self.classes)
+            proximal.add_gradient_(buf_k, moves.view_as(gap))
+            prox_k += moves.square().sum(dim=(1, 3)) + mean.square().sum(dim=(1, 3))
+
+    def _nll_sums(self, used, mask, target) -> torch.Tensor:
+        """As the autograd objective: each minibatch's summed NLL (steps, groups, members), from
+        its stored logits, to be divided by its real samples and scaled."""
+        if self.classes == 2:  # -log p(y) = softplus(z) - y z, z the logit difference
+            return (F.softplus(used).mul_(mask.unsqueeze(3)) - used * target.flatten(3)).sum(dim=2)
+        # -log p(y) = logsumexp(0, z) - z_y, the class-0 logit being 0
+        z5 = used.view(*used.shape[:3], -1, self.cols)
+        top = z5.amax(dim=4).clamp_(min=0)
+        log_sum = (z5 - top.unsqueeze(4)).exp_().sum(dim=4).add_((-top).exp_()).log_().add_(top)
+        return (log_sum.mul_(mask.unsqueeze(3)) - (z5 * target).sum(dim=4)).sum(dim=2)
+
+    def _results(self, state: _Slotted, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The clients' flat updates (n, P) back from their slots, and their mean losses."""
+        features, classes = self.features, self.classes
+        groups = len(state.sequences)
+        update = (state.w - state.starts).view(groups, features + 1, state.members, self.cols)[state.group, :, state.slot]  # (clients, D + 1, cols)
+        prox_sum = state.prox_sum
+        if classes == 2:  # ||w - w_start||^2 = 2 ||(v - v_start) / 2||^2; w_0 and w_1 move by -/+ (v - v_start) / 2
             prox_sum = prox_sum / 2
             update = torch.cat([-update / 2, update / 2], dim=2)
         else:
             moves, mean = _column_moves(update, classes)
             update = torch.cat([-mean, moves], dim=2)
-        steps_done = real[:, :, 0].sum(dim=1).to(w.dtype)[group]  # a minibatch s is real iff its first slot is
-        loss = (loss_sum + mu * prox_sum)[group, slot]
+        steps_done = state.real[:, :, 0].sum(dim=1).to(state.w.dtype)[state.group]  # a minibatch s is real iff its first slot is
+        loss = (state.loss_sum + self.hparams.proximal.scaled(prox_sum))[state.group, state.slot]
         flat = torch.cat([update[:, :features].transpose(1, 2).reshape(n, -1), update[:, features]], dim=1)
         return flat, loss / steps_done
+
+
+@dataclass
+class _Slotted:
+    """``LinearSoftmaxSteps``' state of a round: the plans as (groups, steps, width) ``sequences``
+    (-1 = pad; ``real``: not a pad), each client's group and slot, the largest group's size, the
+    weights, buffers and starts as (groups, D + 1, members x cols), each slot's loss scale, the
+    summed losses and squared proximal distances per slot, and how many groups are active per step."""
+
+    sequences: torch.Tensor
+    real: torch.Tensor
+    group: torch.Tensor
+    slot: torch.Tensor
+    members: int
+    w: torch.Tensor
+    buf: torch.Tensor
+    starts: torch.Tensor
+    slot_scale: torch.Tensor
+    loss_sum: torch.Tensor
+    prox_sum: torch.Tensor
+    group_active: list[int]
+
+
+def _plan_groups(plans: list[torch.Tensor], plan_of: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """``LinearSoftmaxSteps``' groups, the clients of each plan: (the plans padded to one
+    (groups, steps, width) tensor, most steps first; each client's group; each client's slot in
+    its group, in the clients' order; the largest group's size)."""
+    order = sorted(range(len(plans)), key=lambda i: -len(plans[i]))  # most steps first
+    sequences = torch.full((len(plans), len(plans[order[0]]), max(p.shape[1] for p in plans)), -1, dtype=torch.long)
+    for row, i in enumerate(order):
+        sequences[row, : plans[i].shape[0], : plans[i].shape[1]] = plans[i]
+    rank = torch.empty(len(plans), dtype=torch.long)
+    rank[order] = torch.arange(len(plans))
+    group = rank[plan_of]
+    # a client's slot: how many of its group come before it
+    by_group = torch.argsort(group, stable=True)
+    counts = torch.bincount(group, minlength=len(plans))
+    slot = torch.empty_like(group)
+    slot[by_group] = torch.arange(len(group)) - (counts.cumsum(0) - counts)[group[by_group]]
+    return sequences, group, slot, int(counts.max())
 
 
 def _softmax_beside_zero(z: torch.Tensor) -> torch.Tensor:
@@ -267,8 +320,7 @@ def _column_moves(gap: torch.Tensor, classes: int) -> tuple[torch.Tensor, torch.
 
 
 class ConvNetSteps:
-    """The batched client update (``LocalTrainer.train_batched``) of a small convolutional network
-    on the CPU, its forward and backward written out (no autograd, no ``torch.func``): F-MNIST's
+    """The batched client update (``ClientSteps``) of a small convolutional network on the CPU, its forward and backward written out (no autograd, no ``torch.func``): F-MNIST's
     ``CNNFashion`` and FEMNIST's ``CNNFemnist``, each described by its ``layer_ops``.
 
     Why: the paper's F-MNIST setting (100 users, 10 per round, 48 local steps of 10 images) is
@@ -283,16 +335,16 @@ class ConvNetSteps:
     - a 2 x 2 max-pool runs on the same memory seen as channels-last images (the minibatch as
       the channels: torch's fast CPU kernel) and keeps its indices for the backward;
     - ReLU and dropout work in place; dropout multiplies by the client's own masks
-      (``LocalTrainer.dropout_masks``, drawn once per client as ``train_batched`` draws them:
-      True = kept, kept values scaled by 1 / (1 - p));
+      (``Minibatches.dropout_masks``, drawn once per client as every path draws them: True =
+      kept, kept values scaled by 1 / (1 - p));
     - linear layers are ``baddbmm``s on (clients, features, minibatch).
 
     The objective and the step are ``LocalTrainer``'s: scale * (mean NLL over the minibatch's
-    real samples) + mu * ||w - w_start||^2 (docs/protocol.md §3.4: the authors' proximal term,
-    without 1/2), SGD with momentum (the first step's buffer is the gradient); each client's mean
-    loss over its real steps includes the proximal term. The clients are padded and masked as in
-    ``LocalTrainer._local_steps`` (``LocalTrainer.padded_plan``: the same minibatch orders, masks
-    and padding), so every client follows ``LocalTrainer.train``'s trajectory up to float rounding.
+    real samples) + the proximal term (``ProximalTerm``), SGD with momentum (the first step's
+    buffer is the gradient); each client's mean loss over its real steps includes the proximal
+    term. The clients are padded and masked as in ``VmapSteps`` (``ClientsPlan.padded``: the same
+    minibatch orders, masks and padding), so every client follows ``LocalTrainer.train``'s
+    trajectory up to float rounding.
 
     The weights of a chunk of clients live layer-major during local training (each parameter
     (clients, *shape), one after another in one buffer), so the momentum update is a few in-place
@@ -303,6 +355,9 @@ class ConvNetSteps:
     same numbers alone or packed beside others (issue 32, item 1).
     """
 
+    name = "conv-net"
+    groups_by_size = True
+    trains_one_alone = True  # so that a client alone gets the numbers it gets in a group
     chunk_bytes = 48 << 20  # activations and im2col buffers of one chunk of clients (F-MNIST: about 30 clients; measured best on one thread)
 
     def __init__(self, model: FlatModel, hparams: LocalHParams):
@@ -327,11 +382,10 @@ class ConvNetSteps:
         rank = {"conv": 4, "linear": 2}
         return all(len(shapes[2 * i]) == rank[op] and shapes[2 * i + 1] == shapes[2 * i][:1] for i, op in enumerate(weighted))
 
-    def train(self, trainer: LocalTrainer, w_start: torch.Tensor, data_x: torch.Tensor, data_y: torch.Tensor, client_idx: list[torch.Tensor], generators: list[torch.Generator], scales: torch.Tensor, dropout_generators: list[torch.Generator] | None = None) -> list[ClientResult]:
-        """``trainer.train_batched`` (same arguments, same results up to float rounding) with the
-        written-out step, chunk of clients after chunk."""
-        trainer.model.module.train(trainer.dropout)
-        order, positions, keep, _ = trainer.padded_plan(client_idx, generators, dropout_generators, data_x.device)
+    def train(self, plan: ClientsPlan, w_start: torch.Tensor, data_x: torch.Tensor, data_y: torch.Tensor, scales: torch.Tensor) -> list[ClientResult]:
+        """``ClientSteps.train`` with the written-out step, chunk of clients after chunk."""
+        padded = plan.padded(data_x.device)
+        order, positions, keep = padded.order, padded.positions, padded.keep
         n, steps, width = positions.shape
         dtype = w_start.dtype
         real = positions >= 0
@@ -389,7 +443,7 @@ class ConvNetSteps:
     def _chunk(self, layers, starts, data_x, data_y, positions, mask, scales, keep, sites, steps_of) -> tuple[torch.Tensor, torch.Tensor]:
         """All the local steps of one chunk of clients (rows, most steps first): their updates
         (clients, P) in the flat order of the parameters, and their summed losses."""
-        lr, momentum, mu = self.hparams.lr, self.hparams.momentum, self.hparams.mu
+        lr, momentum, proximal = self.hparams.lr, self.hparams.momentum, self.hparams.proximal
         clients = len(starts)
         start = _layer_major(starts, self.sizes)
         w, buf, grad = start.clone(), torch.zeros_like(start), torch.zeros_like(start)
@@ -407,11 +461,11 @@ class ConvNetSteps:
             loss, x = _nll_and_gradient(x, y, mask[:k, s], scales[:k])
             for layer in reversed(layers):  # the first layer computes no input gradient
                 x = layer.backward(x, weights, grads)
-            if mu:  # + mu ||w - w_start||^2: its gradient, and its value at the step's start
+            if proximal.mu:  # its gradient, and its value at the step's start
                 for w_part, start_part, grad_part in zip(self._views(w, clients, k), self._views(start, clients, k), grads):
                     gap = w_part - start_part
-                    grad_part.add_(gap * (2 * mu))  # (no fused multiply-add: its rounding may differ in a vector's tail)
-                    loss = loss + mu * gap.square().flatten(1).sum(dim=1)
+                    grad_part.add_(proximal.gradient(gap))
+                    loss = loss + proximal.value(gap.flatten(1), dim=1)
             loss_sum[:k] += loss
             for w_part, buf_part, grad_part in zip(*(self._blocks(t, clients, k) for t in (w, buf, grad))):
                 if s == 0:
@@ -589,7 +643,7 @@ class CudaGraphs:
     else the function depends on) is captured the second time it is seen: the first call runs
     eagerly, so keys seen only once (FEMNIST's changing client groups) cost no capture. Replays
     give the eager results bit for bit; nothing random is drawn inside (the dropout masks are
-    inputs, drawn per client beforehand: ``LocalTrainer.dropout_masks``). At most ``capacity`` graphs are kept, least recently used evicted; a key
+    inputs, drawn per client beforehand: ``Minibatches.dropout_masks``). At most ``capacity`` graphs are kept, least recently used evicted; a key
     whose capture fails (an operation that cannot be captured) runs eagerly, with a warning.
     """
 
@@ -688,3 +742,58 @@ class DistinctSamples:
     def expand(self, values: torch.Tensor) -> torch.Tensor:
         """Values of the pairs, (pairs, ...), as values of the samples, (samples, ...)."""
         return values[self.inverse]
+
+
+class LinearSoftmaxEvaluation:
+    """The participant losses and test accuracies of several runs' linear + log_softmax models
+    (the batched runs of a pack, which ``LinearSoftmaxSteps`` trains), each distinct (features,
+    label) pair evaluated once for all of them (``evaluate_linear`` on ``DistinctSamples``), the
+    pairs kept per partition. A run is known by its ``fedmgda.simulator.RunInputs``; the runs
+    evaluated together share its partition."""
+
+    def __init__(self):
+        self._train: dict[str, tuple[list[int], DistinctSamples]] = {}  # partition -> the latest participants'
+        self._test: dict[str, DistinctSamples] = {}
+        self._pool: DistinctSamples | None = None  # the pairs of all the pack's samples
+
+    def participant_losses(self, run, ws: list[torch.Tensor], users: list[int]) -> list[dict[str, torch.Tensor]]:
+        """``RunInputs.participant_losses`` of the models ``ws`` (one per run, the runs sharing
+        ``run``'s partition and the participants ``users``)."""
+        pairs = self.train_pairs(run, users)
+        per_sample, correct = (pairs.expand(values) for values in evaluate_linear(run.trainer.model, torch.stack(ws), pairs.x, pairs.y))  # (samples, runs)
+        sizes = [len(run.data.train_idx[user]) for user in users]
+        stats = participant_stats(per_sample, correct, sizes, run.trainer.hparams.batch_size)  # (users, runs) each
+        return [{key: value[:, r] for key, value in stats.items()} for r in range(len(ws))]
+
+    def evaluate(self, run, ws: list[torch.Tensor], with_global: list[bool]) -> list[tuple[np.ndarray, np.ndarray, dict[str, float]]]:
+        """``RunInputs.evaluate`` of the models ``ws`` (one per run, the runs sharing ``run``'s
+        partition) on the users' and the global test sets."""
+        pairs = self.test_pairs(run)
+        per_sample, correct = (pairs.expand(values) for values in evaluate_linear(run.trainer.model, torch.stack(ws), pairs.x, pairs.y))  # (samples, runs)
+        n = len(run.test_y)
+        acc = per_owner_mean(correct[:n], run.test_owner, run.data.num_users).T.cpu().numpy()  # (runs, users)
+        loss = per_owner_mean(per_sample[:n], run.test_owner, run.data.num_users).T.cpu().numpy()
+        global_acc, start = {}, n
+        for name, (_, gy) in run.data.global_test.items():
+            global_acc[f"test_acc_{name}"] = correct[start : start + len(gy)].mean(dim=0).tolist()
+            start += len(gy)
+        return [(acc[r], loss[r], {key: values[r] for key, values in global_acc.items()} if wanted else {}) for r, wanted in enumerate(with_global)]
+
+    def train_pairs(self, run, users: list[int]) -> DistinctSamples:
+        """The participants' pooled train samples as ``DistinctSamples``: a subset of the pack's
+        samples' pairs (found once), the latest participants' kept per partition."""
+        kept = self._train.get(run.partition)
+        if kept is None or kept[0] != users:
+            if self._pool is None:
+                self._pool = DistinctSamples(run.data.x, run.data.y)  # the pack shares one copy of the samples
+            pooled = torch.cat([run.data.train_idx[user] for user in users])
+            kept = self._train[run.partition] = (list(users), self._pool.subset(pooled))
+        return kept[1]
+
+    def test_pairs(self, run) -> DistinctSamples:
+        """The users' test samples (``test_x``), then each global test set, as ``DistinctSamples``."""
+        if run.partition not in self._test:
+            global_sets = list(run.data.global_test.values())
+            x = torch.cat([run.test_x.flatten(1), *(gx.flatten(1) for gx, _ in global_sets)])
+            self._test[run.partition] = DistinctSamples(x, torch.cat([run.test_y, *(gy for _, gy in global_sets)]))
+        return self._test[run.partition]

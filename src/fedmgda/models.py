@@ -45,7 +45,7 @@ class CNNCifar(nn.Module):
 
 def dropout(x: torch.Tensor, model: nn.Module, site: int, keep: tuple[torch.Tensor, ...] | None) -> torch.Tensor:
     """Dropout at ``model.dropout_sites[site]`` (rate p, per-sample mask shape): with ``keep``,
-    the trainer's masks (``fedmgda.client.LocalTrainer.dropout_masks``: True = kept, drawn from
+    the trainer's masks (``fedmgda.minibatches.Minibatches.dropout_masks``: True = kept, drawn from
     the client's own generator), the kept values scaled by 1 / (1 - p) as ``F.dropout`` does; without,
     ``F.dropout`` on torch's global generator when the model is in training mode (a module used on
     its own), nothing in eval mode. Whole channels where the mask's trailing sizes are 1 (Dropout2d)."""
@@ -152,7 +152,7 @@ def _lstm_layer(x: torch.Tensor, w_ih: torch.Tensor, w_hh: torch.Tensor, bias: t
 class LogisticRegression(nn.Module):
     """Multinomial logistic regression (Adult: 99 -> 2, 200 parameters; Synthetic: 60 -> 10)."""
 
-    linear_softmax = True  # log_softmax(x W^T + b): batched training uses client.LinearSoftmaxSteps
+    linear_softmax = True  # log_softmax(x W^T + b): batched training uses fastpaths.LinearSoftmaxSteps
 
     def __init__(self, in_features: int, num_classes: int):
         super().__init__()

@@ -13,17 +13,18 @@ else of a run: it groups several runs' requests by what they carry (partition, p
 sizes) and turns seed keys into generators (``derived_seed``, ``dropout_generator``). Per kind:
 
 - ``TrainRequest``: the sequential reference path (``LocalTrainer.train``) for runs with
-  ``batched: false``; else clients of similar size trained together (``LocalTrainer.train_batched``,
-  replayed as CUDA graphs on a GPU: ``fastpaths.CudaGraphs``), or, for linear + log_softmax
-  models, all clients with the analytic step (``fastpaths.LinearSoftmaxSteps``), or, for the small
-  CNNs on the CPU, clients of similar size with the written-out step (``fastpaths.ConvNetSteps``,
-  ``written_out_cnn``; a client alone too, so that it gets the numbers it gets in a group). An algorithm
-  with a ``local_term`` trains each run's clients by size on ``train_batched``, the term vmap-ed
-  with the step and the clients' states stacked; a term that cannot be vmap-ed sends its clients
-  to the reference path (said once in the log);
+  ``batched: false``; else one batched path (``client.ClientSteps``, chosen once: ``batched_path``)
+  trains the clients together from one minibatch plan (``minibatches.ClientsPlan``): the
+  ``vmap`` path (``client.VmapSteps``, replayed as CUDA graphs on a GPU: ``fastpaths.CudaGraphs``)
+  clients of similar size; for linear + log_softmax models the ``linear-softmax`` path
+  (``fastpaths.LinearSoftmaxSteps``) all clients; for the small CNNs on the CPU the ``conv-net``
+  path (``fastpaths.ConvNetSteps``) clients of similar size (a client alone too, so that it gets
+  the numbers it gets in a group). An algorithm with a ``local_term`` trains each run's clients by
+  size on the ``vmap`` path, the term vmap-ed with the step and the clients' states stacked; a term
+  that cannot be vmap-ed sends its clients to the reference path (said once in the log);
 - ``LossRequest``, ``EvalRequest``: each run's own evaluation, or, for batched linear + log_softmax
-  models, the runs sharing a partition at once, once per distinct sample (``fastpaths.evaluate_linear``
-  on ``fastpaths.DistinctSamples``, kept here per partition).
+  models, the runs sharing a partition at once, once per distinct sample
+  (``fastpaths.LinearSoftmaxEvaluation``).
 """
 
 from __future__ import annotations
@@ -35,19 +36,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedmgda.client import ClientResult, size_groups, stack_states
+from fedmgda.client import ClientResult, ClientSteps, VmapSteps, size_groups, stack_states
 from fedmgda.config import RunConfig
 from fedmgda.data.base import FederatedDataset
 from fedmgda.errors import ConfigError, PluginError
 from fedmgda.fastpaths import (
     ConvNetSteps,
     CudaGraphs,
-    DistinctSamples,
+    LinearSoftmaxEvaluation,
     LinearSoftmaxSteps,
-    evaluate_linear,
     single_thread_on_cpu,
 )
-from fedmgda.metrics import participant_stats, per_owner_mean
 from fedmgda.simulator import (
     EvalRequest,
     LossRequest,
@@ -117,23 +116,20 @@ def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None], progre
 
 class Scheduler:
     """Answers the requests of a pack of runs (``check_packable``: one device, model, local
-    training and set of samples), choosing the path of each; holds the fast paths' state (the
-    analytic stepper, CUDA graphs, the distinct samples of each partition). It knows the runs only
-    by what their requests carry (``fedmgda.simulator.RunInputs``)."""
+    training and set of samples), choosing the path of each; holds the paths' state (the batched
+    path, CUDA graphs, the distinct samples of each partition). It knows the runs only by what
+    their requests carry (``fedmgda.simulator.RunInputs``)."""
 
     def __init__(self, runs: list[RunInputs]):
         check_packable(runs)
         lead = runs[0]
         self.device = lead.device
         self.linear = LinearSoftmaxSteps.eligible(lead.trainer.model)  # linear + log_softmax
-        self.distinct_evaluation = self.linear and lead.batched
-        self.analytic = LinearSoftmaxSteps(lead.trainer.model, lead.trainer.hparams) if self.distinct_evaluation else None
-        self.graphs = CudaGraphs() if lead.batched and lead.cuda_graphs and lead.device.type == "cuda" else None
-        # small CNNs on the CPU: the written-out step (a run with a local term stays on train_batched)
-        self.conv = ConvNetSteps(lead.trainer.model, lead.trainer.hparams) if written_out_cnn(lead) else None
-        self._distinct_train: dict[str, tuple[list[int], DistinctSamples]] = {}  # partition -> the latest participants'
-        self._distinct_test: dict[str, DistinctSamples] = {}
-        self._distinct_pool: DistinctSamples | None = None  # the pairs of all the pack's samples
+        graphs = CudaGraphs() if lead.batched and lead.cuda_graphs and lead.device.type == "cuda" else None
+        self.vmap = VmapSteps(lead.trainer, graphs)  # also the path of the clients with a local term
+        path = batched_path(lead)
+        self.steps: ClientSteps = self.vmap if path is VmapSteps else path(lead.trainer.model, lead.trainer.hparams)
+        self.linear_evaluation = LinearSoftmaxEvaluation() if self.linear and lead.batched else None
         for run in runs:
             if run.batched and run.local_term is not None and not run.vmap_local_term:
                 say_reference(run.algorithm, "it declares vmap_local_term = False")
@@ -151,69 +147,31 @@ class Scheduler:
     # ------------------------------------------------------------------ evaluation
     def losses(self, requests: list[LossRequest]) -> list[dict[str, torch.Tensor]]:
         """``participant_losses`` of each run; with distinct-sample evaluation, the runs that share
-        the participants (and partition) at once (``linear_participant_losses``)."""
-        if not self.distinct_evaluation:
+        the participants (and partition) at once (``LinearSoftmaxEvaluation``)."""
+        if self.linear_evaluation is None:
             return [r.run.participant_losses(r.w, r.users) for r in requests]
         keys = [(tuple(sorted(r.users)), r.run.partition) for r in requests]
 
         def group(members: list[int]) -> list[dict[str, torch.Tensor]]:
             # one product for the runs with the same participants in any order; rows back in each run's order
             users = sorted(requests[members[0]].users)
-            stats = self.linear_participant_losses(requests[members[0]].run, [requests[j].w for j in members], users)
+            stats = self.linear_evaluation.participant_losses(requests[members[0]].run, [requests[j].w for j in members], users)
             rows = [[users.index(u) for u in requests[j].users] for j in members]
             return [{key: value[row] for key, value in s.items()} for s, row in zip(stats, rows)]
 
         return by_group(keys, group)
 
-    def linear_participant_losses(self, run: RunInputs, ws: list[torch.Tensor], users: list[int]) -> list[dict[str, torch.Tensor]]:
-        """``participant_losses`` of linear + log_softmax models ``ws`` (one per run, the runs
-        sharing ``run``'s partition and the participants), evaluated once per distinct sample."""
-        pairs = self.distinct_train(run, users)
-        per_sample, correct = (pairs.expand(values) for values in evaluate_linear(run.trainer.model, torch.stack(ws), pairs.x, pairs.y))  # (samples, runs)
-        sizes = [len(run.data.train_idx[user]) for user in users]
-        stats = participant_stats(per_sample, correct, sizes, run.trainer.hparams.batch_size)  # (users, runs) each
-        return [{key: value[:, r] for key, value in stats.items()} for r in range(len(ws))]
-
     def evaluate(self, requests: list[EvalRequest]) -> list[tuple[np.ndarray, np.ndarray, dict[str, float]]]:
         """``evaluate`` of each run; with distinct-sample evaluation, the runs that share the
-        partition at once (``linear_evaluate``)."""
-        if not self.distinct_evaluation:
+        partition at once (``LinearSoftmaxEvaluation``)."""
+        if self.linear_evaluation is None:
             return [r.run.evaluate(r.w, r.with_global) for r in requests]
-        return by_group([r.run.partition for r in requests], lambda members: self.linear_evaluate([requests[j] for j in members]))
 
-    def linear_evaluate(self, requests: list[EvalRequest]) -> list[tuple[np.ndarray, np.ndarray, dict[str, float]]]:
-        """``evaluate`` of several runs' linear + log_softmax models (the same partition), evaluated
-        once per distinct test sample (the users' and the global test sets') for all runs."""
-        lead = requests[0].run
-        pairs = self.distinct_test(lead)
-        per_sample, correct = (pairs.expand(values) for values in evaluate_linear(lead.trainer.model, torch.stack([r.w for r in requests]), pairs.x, pairs.y))  # (samples, runs)
-        n = len(lead.test_y)
-        acc = per_owner_mean(correct[:n], lead.test_owner, lead.data.num_users).T.cpu().numpy()  # (runs, users)
-        loss = per_owner_mean(per_sample[:n], lead.test_owner, lead.data.num_users).T.cpu().numpy()
-        global_acc, start = {}, n
-        for name, (_, gy) in lead.data.global_test.items():
-            global_acc[f"test_acc_{name}"] = correct[start : start + len(gy)].mean(dim=0).tolist()
-            start += len(gy)
-        return [(acc[r], loss[r], {key: values[r] for key, values in global_acc.items()} if request.with_global else {}) for r, request in enumerate(requests)]
+        def group(members: list[int]) -> list[tuple[np.ndarray, np.ndarray, dict[str, float]]]:
+            chosen = [requests[j] for j in members]
+            return self.linear_evaluation.evaluate(chosen[0].run, [r.w for r in chosen], [r.with_global for r in chosen])
 
-    def distinct_train(self, run: RunInputs, users: list[int]) -> DistinctSamples:
-        """The participants' pooled train samples as ``DistinctSamples``: a subset of the pack's
-        samples' pairs (found once), the latest participants' kept per partition."""
-        kept = self._distinct_train.get(run.partition)
-        if kept is None or kept[0] != users:
-            if self._distinct_pool is None:
-                self._distinct_pool = DistinctSamples(run.data.x, run.data.y)  # the pack shares one copy of the samples
-            pooled = torch.cat([run.data.train_idx[user] for user in users])
-            kept = self._distinct_train[run.partition] = (list(users), self._distinct_pool.subset(pooled))
-        return kept[1]
-
-    def distinct_test(self, run: RunInputs) -> DistinctSamples:
-        """The users' test samples (``test_x``), then each global test set, as ``DistinctSamples``."""
-        if run.partition not in self._distinct_test:
-            global_sets = list(run.data.global_test.values())
-            x = torch.cat([run.test_x.flatten(1), *(gx.flatten(1) for gx, _ in global_sets)])
-            self._distinct_test[run.partition] = DistinctSamples(x, torch.cat([run.test_y, *(gy for _, gy in global_sets)]))
-        return self._distinct_test[run.partition]
+        return by_group([r.run.partition for r in requests], group)
 
     # ------------------------------------------------------------------ training
     def train(self, requests: list[TrainRequest]) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -221,11 +179,11 @@ class Scheduler:
         updates (rows, in ``users`` order) and reported mean local losses.
 
         Client k of a request draws its minibatch order from its seed key. Batched training groups
-        clients of similar size, of every run (one vmap-ed step per local step; each client's dropout masks
-        drawn from its own generator, ``dropout_generator``); a client without a partner of similar size
-        takes the sequential path, which is cheaper, unless CUDA graphs make the batched path (a
-        group of one) cheaper still. Linear + log_softmax models train all clients in one group,
-        with the analytic step. A run with a local term trains its own clients by size, the term
+        clients of similar size, of every run (each client's dropout masks drawn from its own
+        generator, ``dropout_generator``); a client without a partner of similar size takes the
+        sequential path, which is cheaper, unless the batched path trains one alone too
+        (``trains_one_alone``: CUDA graphs, the fast paths). The linear-softmax path trains all
+        clients in one group. A run with a local term trains its own clients by size, the term
         vmap-ed with the step (``train_with_term``). Clients of runs without batched training take
         the sequential path."""
         clients = [(j, k) for j, request in enumerate(requests) for k in range(len(request.users))]
@@ -239,8 +197,8 @@ class Scheduler:
     def client_groups(self, requests: list[TrainRequest], clients: list[tuple[int, int]]) -> list[list[int]]:
         """The round's clients (positions into ``clients``, pairs (request, client)) in the groups
         they train in: one by one on the reference path; the batched clients of the runs without a
-        local term together (all in one group for the analytic step, else by size); each run with
-        a local term its own clients, by size."""
+        local term together (by size, or all in one group where the batched path does not pad:
+        ``groups_by_size``); each run with a local term its own clients, by size."""
         runs = [request.run for request in requests]
         sequential = [c for c, (j, _) in enumerate(clients) if not batched_training(runs[j])]
         together = [c for c, (j, _) in enumerate(clients) if batched_training(runs[j]) and runs[j].local_term is None]
@@ -253,7 +211,7 @@ class Scheduler:
             sizes = [len(runs[j].train_idx_cpu[requests[j].users[k]]) for j, k in (clients[c] for c in members)]
             return [[members[i] for i in group] for group in size_groups(sizes)]
 
-        if self.analytic is not None:  # no padding to waste: done clients leave the steps
+        if not self.steps.groups_by_size:
             groups = [together] if together else []
         else:
             groups = by_size(together)
@@ -267,13 +225,13 @@ class Scheduler:
             return self.train_with_term(requests[j], [k for _, k in members])  # may outlive its fall-back
         if not batched_training(run):
             return [train_one(requests[j], k)]
-        if len(members) == 1 and self.graphs is None and self.analytic is None and self.conv is None:
-            return [train_one(requests[j], k)]  # (the fast paths: a client alone gets what it gets in a group)
+        if len(members) == 1 and not self.steps.trains_one_alone:
+            return [train_one(requests[j], k)]
         return self.train_together([requests[j] for j, _ in members], [k for _, k in members])
 
     def train_with_term(self, request: TrainRequest, ks: list[int]) -> list[ClientResult]:
-        """Clients ks of one run with a local term: batched (never the analytic step, which knows
-        no term, nor CUDA graphs), the term vmap-ed with the step and the clients' states stacked
+        """Clients ks of one run with a local term: batched on the vmap path (no fast path knows a
+        term; no CUDA graphs), the term vmap-ed with the step and the clients' states stacked
         along dim 0. A client alone takes the reference path, as does a group whose term or
         states cannot be vmap-ed: then the run's algorithm stays there (``refuse_vmap``)."""
         if len(ks) > 1 and batched_training(request.run):  # not after a fall-back earlier in the round
@@ -297,21 +255,17 @@ class Scheduler:
         drawn = lead.trainer.hparams.batch_size is not None
         plan_keys = [(*(key if drawn else key[2:]), request.run.partition) for request, key in zip(requests, keys)]
         plans: dict[tuple, tuple[torch.Tensor, torch.Generator]] = {}
-        for request, k, key, plan in zip(requests, ks, keys, plan_keys):
-            if plan not in plans:
-                plans[plan] = (request.run.train_idx_cpu[request.users[k]], torch.Generator().manual_seed(derived_seed(*key)))
-        shared = [plans[plan] for plan in plan_keys]
-        inputs = (torch.stack([request.w for request in requests]), lead.data.x, lead.data.y,
-                  [idx for idx, _ in shared], [generator for _, generator in shared],
+        for request, k, key, plan_key in zip(requests, ks, keys, plan_keys):
+            if plan_key not in plans:
+                plans[plan_key] = (request.run.train_idx_cpu[request.users[k]], torch.Generator().manual_seed(derived_seed(*key)))
+        shared = [plans[plan_key] for plan_key in plan_keys]
+        masks = [dropout_generator(key, self.device) for key in keys] if lead.trainer.minibatches.sites else None
+        plan = lead.trainer.minibatches.plan([idx for idx, _ in shared], [generator for _, generator in shared], masks)
+        inputs = (plan, torch.stack([request.w for request in requests]), lead.data.x, lead.data.y,
                   torch.tensor([request.loss_scales[k] for request, k in zip(requests, ks)]))
-        masks = [dropout_generator(key, self.device) for key in keys] if lead.trainer.sites else None
         if term is not None:
-            return lead.trainer.train_batched(*inputs, term=term, states=states, dropout_generators=masks)
-        if self.analytic is not None:  # linear models: no dropout
-            return self.analytic.train(lead.trainer, *inputs)
-        if self.conv is not None:
-            return self.conv.train(lead.trainer, *inputs, dropout_generators=masks)
-        return lead.trainer.train_batched(*inputs, graphs=self.graphs, dropout_generators=masks)
+            return self.vmap.train(*inputs, term=term, states=states)
+        return self.steps.train(*inputs)
 
 
 def batched_training(run: RunInputs) -> bool:
@@ -320,10 +274,17 @@ def batched_training(run: RunInputs) -> bool:
     return run.batched and reference_reason(run) is None
 
 
-def written_out_cnn(run: RunInputs) -> bool:
-    """Whether a run's clients without a local term train with ``fastpaths.ConvNetSteps``: batched,
-    on the CPU (on a GPU the vmap-ed step replayed as CUDA graphs is faster), a model it covers."""
-    return run.batched and run.device.type == "cpu" and ConvNetSteps.eligible(run.trainer.model)
+def batched_path(run: RunInputs) -> type[LinearSoftmaxSteps] | type[ConvNetSteps] | type[VmapSteps]:
+    """The one choice of the batched path (``client.ClientSteps``) of a run's clients without a
+    local term: ``LinearSoftmaxSteps`` for linear + log_softmax models, ``ConvNetSteps`` for the
+    small CNNs on the CPU (on a GPU the vmap-ed step replayed as CUDA graphs is faster), else
+    ``VmapSteps``."""
+    model = run.trainer.model
+    if LinearSoftmaxSteps.eligible(model):
+        return LinearSoftmaxSteps
+    if run.device.type == "cpu" and ConvNetSteps.eligible(model):
+        return ConvNetSteps
+    return VmapSteps
 
 
 def reference_reason(run: RunInputs) -> str | None:
@@ -352,17 +313,16 @@ def say_reference(algorithm: str, reason: str) -> None:
 
 
 def training_path(run: RunInputs) -> str:
-    """The path a run's clients train on, in words (benchmarks)."""
+    """The path a run's clients train on, in words (benchmarks): ``reference (why)``, a batched
+    path's ``name``, or ``vmap, local_term vmap-ed``."""
     if not run.batched:
         return "reference (batched: false)"
     reason = reference_reason(run)
     if reason is not None:
         return f"reference ({reason})"
     if run.local_term is not None:
-        return "batched, local_term vmap-ed"
-    if LinearSoftmaxSteps.eligible(run.trainer.model):
-        return "analytic"
-    return "written-out CNN step" if written_out_cnn(run) else "batched"
+        return f"{VmapSteps.name}, local_term vmap-ed"
+    return batched_path(run).name
 
 
 def derived_seed(*keys: int) -> int:
@@ -374,7 +334,7 @@ DROPOUT_STREAM = 1  # appended to a client's seed key: its dropout masks' stream
 
 
 def dropout_generator(key: tuple[int, ...], device: torch.device) -> torch.Generator:
-    """The generator of a client's dropout masks (``LocalTrainer.dropout_masks``), on the run's
+    """The generator of a client's dropout masks (``Minibatches.dropout_masks``), on the run's
     device, seeded from the client's seed key (run seed, round, user) alone: the same masks
     whichever path trains the client and whoever trains beside it (a pack's other runs, a resumed
     run's partners at other rounds)."""
@@ -388,7 +348,7 @@ def train_one(request: TrainRequest, k: int) -> ClientResult:
     torch.manual_seed(seed)  # any draw of an algorithm's local term on this path, per client
     idx = run.data.train_idx[user]
     state = request.states[k] if request.states is not None else None
-    masks = dropout_generator(request.seed_keys[k], run.device) if run.trainer.sites else None
+    masks = dropout_generator(request.seed_keys[k], run.device) if run.trainer.minibatches.sites else None
     return run.trainer.train(request.w, run.data.x[idx], run.data.y[idx], torch.Generator().manual_seed(seed), request.loss_scales[k],
                              term=run.local_term, state=state, dropout_generator=masks)
 

@@ -4,8 +4,9 @@
     server: w <- w + (1/n) sum_i u_i
 
 the code's ``--prox_weight=mu`` with FedAvg's server rule (raw updates, step 1). The clients'
-term is the ``proximal`` flag with hyper-parameter ``mu``: every training path adds it
-(``fedmgda.client``, ``fedmgda.fastpaths``). FedProx's own paper writes (mu/2) (§8.5).
+term is the ``proximal`` flag with hyper-parameter ``mu``: defined once
+(``fedmgda.client.ProximalTerm``), every training path adds it. FedProx's own paper writes
+(mu/2) (§8.5).
 """
 
 from __future__ import annotations
