@@ -188,7 +188,9 @@ class ClientSteps(Protocol):
 
     name: str
     groups_by_size: bool
-    trains_one_alone: bool
+
+    @property
+    def trains_one_alone(self) -> bool: ...
 
     def train(self, plan: ClientsPlan, w_start: torch.Tensor, data_x: torch.Tensor, data_y: torch.Tensor, scales: torch.Tensor) -> list[ClientResult]: ...
 

@@ -115,6 +115,7 @@ class LinearSoftmaxSteps:
         self.classes, self.features = model.shapes[0]
         self.cols = self.classes - 1  # weight columns per member: u_1 .. u_{C-1}
         self.hparams = hparams
+        self.proximal = hparams.proximal
         self._data_key = None
 
     @staticmethod
@@ -225,7 +226,7 @@ class LinearSoftmaxSteps:
     def _add_proximal(self, buf_k, gap, prox_k) -> None:
         """The proximal gradient of the moves of gap = D into the buffer; their ||w - w_start||^2
         (two classes: ||v - v_start||^2, twice it, halved in ``_results``) into ``prox_k``."""
-        proximal = self.hparams.proximal
+        proximal = self.proximal
         slots = gap.view(len(gap), self.features + 1, -1, self.cols)
         if self.classes == 2:  # buf is w_1's, which moves by (v - v_start) / 2
             proximal.add_gradient_(buf_k, gap, move_scale=0.5)
@@ -259,7 +260,7 @@ class LinearSoftmaxSteps:
             moves, mean = _column_moves(update, classes)
             update = torch.cat([-mean, moves], dim=2)
         steps_done = state.real[:, :, 0].sum(dim=1).to(state.w.dtype)[state.group]  # a minibatch s is real iff its first slot is
-        loss = (state.loss_sum + self.hparams.proximal.scaled(prox_sum))[state.group, state.slot]
+        loss = (state.loss_sum + self.proximal.scaled(prox_sum))[state.group, state.slot]
         flat = torch.cat([update[:, :features].transpose(1, 2).reshape(n, -1), update[:, features]], dim=1)
         return flat, loss / steps_done
 
