@@ -47,7 +47,7 @@ def keys(n: int) -> list[tuple[int, int, int]]:
     return [(3, 0, user) for user in range(n - 1)] + [(3, 0, 0)]
 
 
-def train_batched(path: str, trainer: LocalTrainer, w_start, x, y, idx, scales):
+def train_through(path: str, trainer: LocalTrainer, w_start, x, y, idx, scales):
     """The clients through ``path``, the first and the last sharing one plan (the same samples and
     generator object), each with its own dropout generator."""
     generators = [torch.Generator().manual_seed(derived_seed(*key)) for key in keys(len(idx))[:-1]]
@@ -71,7 +71,7 @@ def test_every_path_follows_the_reference_trajectory(path, model, shape, classes
     w0 = flat.initial_vector()
     starts = w0 + 0.05 * torch.randn(len(idx), len(w0), generator=torch.Generator().manual_seed(2), dtype=w0.dtype) if packed else w0
     scales = torch.tensor([1.0, 2.5, 0.5] + [1.0] * (len(idx) - 3))
-    batched = train_batched(path, trainer, starts, x, y, idx, scales)
+    batched = train_through(path, trainer, starts, x, y, idx, scales)
     for i, key in enumerate(keys(len(idx))):
         start = starts[i] if packed else w0
         reference = trainer.train(start, x[idx[i]], y[idx[i]], torch.Generator().manual_seed(derived_seed(*key)), float(scales[i]),
@@ -80,7 +80,7 @@ def test_every_path_follows_the_reference_trajectory(path, model, shape, classes
         assert torch.allclose(batched[i].update, reference.update, rtol=1e-9, atol=1e-11), f"client {i}"
         assert torch.allclose(batched[i].train_loss, reference.train_loss, rtol=1e-9, atol=1e-11), f"client {i}"
     if trainer.minibatches.sites:  # the test can fail: without its dropout masks a client moves elsewhere
-        without = train_batched(path, LocalTrainer(flat, trainer.hparams, dropout=False), starts, x, y, idx, scales)
+        without = train_through(path, LocalTrainer(flat, trainer.hparams, dropout=False), starts, x, y, idx, scales)
         assert not torch.allclose(without[1].update, batched[1].update, atol=1e-4)
 
 
