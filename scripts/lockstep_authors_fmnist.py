@@ -27,10 +27,11 @@ inputs:
 
 Both codes compute in float64 by default (``--dtype``): the authors' CNN is built as released after
 their seed and then cast, their samples cast as their loader yields them; the package's model and
-samples cast likewise (``Simulation(dtype=...)``). Printed for every round: the largest absolute difference of
-the two global models, relative to their largest weight, which must stay within ``--rtol`` (1e-10);
-after the last round, every user's test accuracy under the authors' model as each code evaluates it
-(the authors' ``LocalUpdate.inference``; the package's ``evaluate_users``), which must be identical.
+samples cast likewise (``Simulation(dtype=...)``). Printed for every round: the largest absolute
+difference of the two global models, relative to their largest weight, which must stay within
+``--rtol`` (1e-10); after the last round, every user's test accuracy under the authors' model as
+each code evaluates it (the authors' ``LocalUpdate.inference``; the package's ``evaluate_users``),
+which must be identical.
 Both the package's reference path (``batched: false``) and the path it keeps (``batched: true``) are
 checked. Exit status 1 otherwise.
 

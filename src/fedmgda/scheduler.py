@@ -143,7 +143,8 @@ class Scheduler:
 
     def __init__(self, runs: list[RunInputs]):
         check_packable(runs)
-        self.runs = list(runs)
+        # each run's algorithm and fall-back (not the runs: a pack's runs then share one copy of the samples)
+        self.fallbacks = [(run.algorithm, run.fallback) for run in runs]
         self.said: set[tuple[str, str]] = set()  # (algorithm, reason) of the fall-backs logged
         lead = runs[0]
         self.device = lead.device
@@ -163,9 +164,9 @@ class Scheduler:
     def refuse_vmap(self, run: RunInputs, reason: str) -> None:
         """From now on, the clients of ``run`` and of the pack's other runs of its algorithm train
         on the reference path (their ``fallback``, read by ``reference_reason``); said once."""
-        for other in [run, *self.runs]:
-            if other.algorithm == run.algorithm and other.fallback.reason is None:
-                other.fallback.reason = reason
+        for algorithm, fallback in [(run.algorithm, run.fallback), *self.fallbacks]:
+            if algorithm == run.algorithm and fallback.reason is None:
+                fallback.reason = reason
         self.say_reference(run.algorithm, reason)
 
     def say_reference(self, algorithm: str, reason: str) -> None:
