@@ -22,15 +22,16 @@ inputs:
   client's seed key) instead of its own shuffle;
 - dropout: off in both. In the authors' ``CNNMnist`` the ``Dropout2d`` module becomes an identity
   and ``main/models.py``'s ``F.dropout`` returns its input; in the package the trainer's dropout
-  sites are emptied (``LocalTrainer.dropout = False``, its ``Minibatches.sites = ()``: the model
-  trains in eval mode, which for this CNN without batch norm is the same function).
+  sites are emptied (``Simulation(dropout=False)``: the model trains in eval mode, which for this
+  CNN without batch norm is the same function).
 
 Both codes compute in float64 by default (``--dtype``): the authors' CNN is built as released after
 their seed and then cast, their samples cast as their loader yields them; the package's model and
-samples cast likewise (``in_dtype``). Printed for every round: the largest absolute difference of
-the two global models, relative to their largest weight, which must stay within ``--rtol`` (1e-10);
-after the last round, every user's test accuracy under the authors' model as each code evaluates it
-(the authors' ``LocalUpdate.inference``; the package's ``evaluate_users``), which must be identical.
+samples cast likewise (``Simulation(dtype=...)``). Printed for every round: the largest absolute
+difference of the two global models, relative to their largest weight, which must stay within
+``--rtol`` (1e-10); after the last round, every user's test accuracy under the authors' model as
+each code evaluates it (the authors' ``LocalUpdate.inference``; the package's ``evaluate_users``),
+which must be identical.
 Both the package's reference path (``batched: false``) and the path it keeps (``batched: true``) are
 checked. Exit status 1 otherwise.
 
@@ -59,7 +60,6 @@ import argparse
 import copy
 import sys
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +69,7 @@ from torch.utils.data import DataLoader
 from fedmgda.config import RunConfig
 from fedmgda.data import DATASET_SPECS, Partition, make_partition, save_partition
 from fedmgda.data.registry import load_raw, resolve_options
-from fedmgda.scheduler import derived_seed, run_packed
+from fedmgda.scheduler import Scheduler, derived_seed, run_round
 from fedmgda.simulator import Simulation
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -86,31 +86,19 @@ def package_config(seed: int, rounds: int, raw_dir: str, batched: bool, partitio
                      device="cpu", checkpoint_every=0, partition_file=partition_file)
 
 
-def without_dropout(sim: Simulation) -> Simulation:
-    sim.trainer.dropout, sim.trainer.minibatches.sites = False, ()
-    return sim
-
-
-def in_dtype(sim: Simulation, dtype: torch.dtype) -> Simulation:
-    """``sim`` computing in ``dtype``: its model and samples cast (float64: the lockstep check
-    without float32's rounding, whose differences the ReLUs and max-pools amplify round by round)."""
-    if dtype != torch.float32:
-        sim.model.module.to(dtype)
-        sim.data = replace(sim.data, x=sim.data.x.to(dtype),
-                           global_test={name: (x.to(dtype), y) for name, (x, y) in sim.data.global_test.items()})
-        sim.inputs = sim._run_inputs()
-    return sim
-
-
 def lockstep_simulation(args, batched: bool) -> Simulation:
-    """The package's side; with ``args.inputs`` (a recording's), fed the recorded inputs."""
+    """The package's side: without dropout, computing in ``args.dtype`` (its model and samples cast
+    after the model is initialised; float64: the lockstep check without float32's rounding, whose
+    differences the ReLUs and max-pools amplify round by round); with ``args.inputs`` (a
+    recording's), fed the recorded inputs."""
     inputs = getattr(args, "inputs", None)
+    options = {"dtype": args.dtype, "dropout": False}
     if inputs is None:
-        return in_dtype(without_dropout(Simulation(package_config(args.seed, args.rounds, args.raw_dir, batched))), args.dtype)
+        return Simulation(package_config(args.seed, args.rounds, args.raw_dir, batched), **options)
     with tempfile.TemporaryDirectory() as tmp:
         part_file = save_partition(recorded_partition(inputs, args.seed, args.raw_dir), Path(tmp) / "partition.npz")
-        sim = Simulation(package_config(args.seed, args.rounds, args.raw_dir, batched, str(part_file)))
-    return in_dtype(without_dropout(fed(sim, inputs)), args.dtype)
+        sim = Simulation(package_config(args.seed, args.rounds, args.raw_dir, batched, str(part_file)), **options)
+    return fed(sim, inputs)
 
 
 # ------------------------------------------------------------------ the inputs a recording carries
@@ -170,23 +158,14 @@ def minibatches(sim: Simulation, t: int, user: int) -> list[list[int]]:
 
 
 def package_rounds(sim: Simulation, starts: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
-    """The package's global model after every round; with ``starts``, round t starts from
-    ``starts[t - 1]`` (the authors' model after round t - 1) instead of the package's own."""
+    """The package's global model after every round (``run_round``, the rounds of one pack); with
+    ``starts``, round t starts from ``starts[t - 1]`` (the authors' model after round t - 1)
+    instead of the package's own."""
+    scheduler, w = Scheduler([sim.inputs]), sim.model.initial_vector().to(sim.device)
     models: list[torch.Tensor] = []
-    aggregate, one_round = sim.hooks.aggregate, sim._round
-
-    def recording(w, updates, ctx):
-        w_next, info = aggregate(w, updates, ctx)
-        models.append(w_next.detach().clone())
-        return w_next, info
-
-    def from_their_model(w, t, state):
-        return (yield from one_round(starts[t - 1].clone() if t > 0 else w, t, state))
-
-    sim.hooks.aggregate = recording
-    if starts is not None:
-        sim._round = from_their_model
-    run_packed([sim], [None])
+    for t in range(sim.cfg.rounds):
+        w = run_round(sim, starts[t - 1].clone() if starts is not None and t > 0 else w, t, scheduler).w_next
+        models.append(w.detach().clone())
     return models
 
 

@@ -10,7 +10,6 @@ import pytest
 import torch
 from toy_federated import make_toy_federated, toy_config
 
-from fedmgda import scheduler
 from fedmgda.config import ConfigError
 from fedmgda.scheduler import Scheduler, batched_training, run, run_packed, training_path
 from fedmgda.simulator import CHECKPOINT, Simulation, TrainRequest
@@ -67,11 +66,9 @@ def test_resume_from_a_checkpoint_is_exact(tmp_path):
     pd.testing.assert_frame_equal(resumed.per_user, uninterrupted.per_user)
 
 
-def test_scaffold_trains_on_the_batched_path_and_no_fallback_is_said(monkeypatch, capsys):
+def test_scaffold_trains_on_the_batched_path_and_no_fallback_is_said(capsys):
     """Its term is vmap-ed with the step (tests/test_plugin_terms.py compares it with the
     reference path); nothing is logged about a fall-back."""
-    monkeypatch.setattr(scheduler, "_REFERENCE_TERMS", {})
-    monkeypatch.setattr(scheduler, "_SAID", set())
     data = make_toy_federated()
     sim = Simulation(scaffold(), data=data, model_name="logreg")
     run_packed([sim], [None])

@@ -137,21 +137,29 @@ def test_a_term_written_as_a_plugin_is_fedprox():
     ("FloatState", "holds a float"),
     ("ProxTermOnReference", "declares vmap_local_term = False"),
 ])
-def test_a_term_that_cannot_be_vmapped_falls_back_and_says_why(plugin, reason, monkeypatch, capsys):
-    monkeypatch.setattr(scheduler, "_REFERENCE_TERMS", {})
-    monkeypatch.setattr(scheduler, "_SAID", set())
+def test_a_term_that_cannot_be_vmapped_falls_back_and_says_why(plugin, reason, capsys):
+    """Its pack's runs of the algorithm go to the reference path, said once in the pack's log; a
+    later pack (in the same process) knows nothing of it: it tries again, and says it again."""
     data = make_toy_federated()
     for user in range(5):  # every client each round: groups of 3 x 24 and 5 x 2 samples, so a group
         data.train_idx[user] = data.train_idx[user][:2]  # trains after the one before it fell back
     assert [len(group) for group in size_groups([len(i) for i in data.train_idx])] == [3, 5]
     algorithm = {"algorithm": {"ItemTerm": "item_term", "FloatState": "float_state", "ProxTermOnReference": "prox_term_ref"}[plugin],
                  "plugin": f"{REPO}/tests/term_plugins.py:{plugin}", "hparams": {"mu": 0.1}}
-    batched = [run(config(algorithm, seed=seed, participation=1.0), data=data, model_name="mlp_digits") for seed in (1, 2)]
+    sims = [Simulation(config(algorithm, seed=seed, participation=1.0), data=data, model_name="mlp_digits") for seed in (1, 2)]
+    batched = run_packed(sims, [None, None])
     lines = [line for line in capsys.readouterr().out.splitlines() if "its local_term is not vmap-ed" in line]
     assert len(lines) == 1 and re.search(reason, lines[0]), lines
-    assert training_path(Simulation(config(algorithm), data=data, model_name="mlp_digits").inputs).startswith("reference (")
+    assert all(training_path(sim.inputs).startswith("reference (") for sim in sims)
     reference = run(config(algorithm, seed=2, participation=1.0, batched=False), data=data, model_name="mlp_digits")
     assert torch.equal(batched[1].final_weights, reference.final_weights)
+
+    later = Simulation(config(algorithm, seed=3, participation=1.0), data=data, model_name="mlp_digits")
+    assert training_path(later.inputs).startswith("reference (") == (plugin == "ProxTermOnReference")
+    run_packed([later], [None])
+    again = [line for line in capsys.readouterr().out.splitlines() if "its local_term is not vmap-ed" in line]
+    assert again == lines and training_path(later.inputs).startswith("reference (")
+    assert not hasattr(scheduler, "_REFERENCE_TERMS") and not hasattr(scheduler, "_SAID")  # nothing kept per process
 
 
 @pytest.mark.parametrize("model", ["logreg", "mlp_digits"])

@@ -8,7 +8,7 @@ import torch
 from toy_federated import killed_at, killed_then_resumed, make_toy_federated, toy_config
 
 from fedmgda.errors import RunFolderError
-from fedmgda.scheduler import run, run_packed
+from fedmgda.scheduler import Scheduler, run, run_packed, run_round
 from fedmgda.simulator import CHECKPOINT, Simulation
 
 
@@ -186,3 +186,44 @@ def test_afl_gamma_w_as_local_lr_is_a_server_step_of_one():
     multiplier = simulate(algorithm="afl", participation=1.0, local_lr=0.05,
                           hparams={"gamma_w": 0.05, "gamma_lambda": 0.3})
     assert not torch.allclose(multiplier.final_weights, literal.final_weights)
+
+
+# ---------------------------------------------------------------- options for checks (scripts/lockstep_authors_fmnist.py)
+def test_one_round_at_a_time_is_the_run():
+    """``run_round`` from each round's own model gives the run's models and metrics bit for bit; its
+    record names the participants and holds the updates the aggregation used."""
+    cfg = toy_config(algorithm="fedmgda_plus", hparams={"eta": 1.0, "decay": 0.1}, rounds=4)
+    whole = run(cfg, data=make_toy_federated(), model_name="logreg")
+    sim = Simulation(cfg, data=make_toy_federated(), model_name="logreg")
+    scheduler, w, rows = Scheduler([sim.inputs]), sim.model.initial_vector(), []
+    for t in range(cfg.rounds):
+        record = run_round(sim, w, t, scheduler)
+        assert record.t == t and record.users == sim.participants(t) and record.diverged is None
+        assert record.updates.shape == (len(record.users), len(w))
+        w = record.w_next
+        rows.append(record.row)
+    assert torch.equal(w, whole.final_weights)
+    pd.testing.assert_frame_equal(pd.DataFrame(rows), whole.metrics[pd.DataFrame(rows).columns])
+    start = torch.zeros_like(w)  # any model: the round starts there (a scheduler of its own by default)
+    again = [run_round(Simulation(cfg, data=make_toy_federated(), model_name="logreg"), start, 2) for _ in range(2)]
+    assert torch.equal(again[0].w_next, again[1].w_next) and not torch.equal(again[0].w_next, w)
+
+
+def test_dtype_casts_the_model_and_the_samples_after_the_model_is_initialised():
+    single = Simulation(toy_config(), data=make_toy_federated(), model_name="logreg")
+    double = Simulation(toy_config(), data=make_toy_federated(), model_name="logreg", dtype=torch.float64)
+    assert torch.equal(double.model.initial_vector(), single.model.initial_vector().double())
+    assert double.inputs.data.x.dtype == double.inputs.test_x.dtype == double.data.global_test["pooled"][0].dtype == torch.float64
+    result = run_packed([double], [None])[0]
+    assert result.summary["status"] == "ok" and result.final_weights.dtype == torch.float64
+    assert torch.allclose(result.final_weights.float(), run_packed([single], [None])[0].final_weights, atol=1e-4)
+
+
+def test_without_dropout_the_clients_train_without_masks():
+    from test_client_randomness import images
+
+    cfg = toy_config(rounds=2, batch_size=10, local_lr=0.05, batched=False)
+    on = Simulation(cfg, data=images(), model_name="cnn_fmnist")
+    off = Simulation(cfg, data=images(), model_name="cnn_fmnist", dropout=False)
+    assert on.trainer.minibatches.sites and off.trainer.minibatches.sites == () and not off.trainer.dropout
+    assert not torch.equal(run_packed([on], [None])[0].final_weights, run_packed([off], [None])[0].final_weights)

@@ -1,8 +1,10 @@
-"""Checkpoint files: tensors and plain data, read back as data only.
+"""A run's checkpoint file (``checkpoint.pt`` in its run folder): written, read back as data only,
+resumed from.
 
-A checkpoint (``Simulation._save_checkpoint``) holds tensors, numbers, strings and lists / dicts
-of them; a per-user table is kept as one tensor per column (``frame_columns``). It is read with
-``torch.load(weights_only=True)``, whose unpickler builds nothing else, so a crafted file cannot
+A run's progress is a ``RunState``; a checkpoint (``save``) holds the part of it a resumed run
+needs, with the run config, the algorithm's state, the clients' states and the environment stamp:
+tensors, numbers, strings and lists / dicts of them; a per-user table is kept as one tensor per
+column (``frame_columns``). It is read (``load``, ``resume``) with ``torch.load(weights_only=True)``, whose unpickler builds nothing else, so a crafted file cannot
 run code when a run resumes. A file that cannot be read as a checkpoint (empty, truncated,
 random bytes, another torch file, other objects) is refused with one line naming it, what is
 wrong and how to start afresh (``UnusableCheckpoint``, a ``RunFolderError``): a run never silently
@@ -17,6 +19,7 @@ import contextlib
 import os
 import pickle
 import shlex
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +27,109 @@ import numpy as np
 import pandas as pd
 import torch
 
+from fedmgda import provenance
 from fedmgda.errors import RunFolderError
-from fedmgda.runfolder import FRESH_ENV, FRESH_OPTION
+from fedmgda.runfolder import FRESH_ENV, FRESH_OPTION, writing
+
+CHECKPOINT = "checkpoint.pt"  # its name in the run folder
 
 # what a checkpoint holds, and the type of each entry
 FIELDS: dict[str, type | tuple[type, ...]] = {
     "config": dict, "next_round": int, "w": torch.Tensor, "iterate_sum": torch.Tensor, "algorithm": dict,
     "client_states": dict, "rows": list, "per_user_rows": list, "elapsed": (int, float),
 }
+
+
+@dataclass
+class RunState:
+    """A run's progress: the rounds done, the global model and the outputs so far. A checkpoint
+    keeps what a resumed run needs (``save``); the rest is rebuilt from the config."""
+
+    next_round: int = 0
+    w: torch.Tensor | None = None
+    iterate_sum: torch.Tensor | None = None
+    rows: list[dict[str, float]] = field(default_factory=list)
+    per_user_rows: list[pd.DataFrame] = field(default_factory=list)
+    elapsed: float = 0.0
+    diverged_round: int | None = None
+    failure: tuple[int, str] | None = None  # (round, message) of a hook that broke its contract
+    diverged_because: str | None = None  # why: weights or test loss not finite, or no finite report
+    made_under: dict[str, Any] | None = None  # the environment stamp of the checkpoint resumed from
+
+
+@dataclass
+class Resumed:
+    """What a checkpoint gives back to its run: its progress, its algorithm's and clients' states."""
+
+    state: RunState
+    algorithm: dict[str, Any]
+    client_states: dict[int, Any]
+
+
+def save(out: Path, state: RunState, config: dict, algorithm: dict, client_states: dict, environment: dict) -> None:
+    """Write the checkpoint of a run of ``config`` (``RunConfig.to_dict``) into its folder ``out``:
+    ``state``'s rounds, models and outputs, the algorithm's ``state_dict``, the clients' states."""
+    out.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "config": config,
+        "next_round": state.next_round,
+        "w": state.w.cpu(),
+        "iterate_sum": state.iterate_sum.cpu(),
+        "algorithm": algorithm,
+        "client_states": client_states,
+        "rows": state.rows,
+        "per_user_rows": [frame_columns(table) for table in state.per_user_rows],
+        "elapsed": state.elapsed,
+        "environment": environment,
+    }
+    with writing(out / CHECKPOINT) as tmp, open(tmp, "wb") as file:  # atomic: a kill leaves the previous checkpoint intact
+        torch.save(payload, file)  # to a Python file: a full disk is an OSError (torch's own writer says "iostream error")
+
+
+def load(path: Path, device: torch.device, config: dict, num_params: int) -> Resumed:
+    """The checkpoint at ``path`` of a run of ``config`` whose model has ``num_params`` weights,
+    its tensors on ``device``; ``UnusableCheckpoint`` if it is not one of this run."""
+    payload = read(path, device)  # data only; refused if it is not a checkpoint
+    if payload["config"] != config:
+        raise refuse(path, "belongs to a different run config")
+    size = (num_params,)
+    if payload["w"].shape != size or payload["iterate_sum"].shape != size:
+        raise refuse(path, f"holds a model of {payload['w'].numel()} weights; this run's has {size[0]}")
+    state = RunState(
+        next_round=payload["next_round"],
+        w=payload["w"].to(device),
+        iterate_sum=payload["iterate_sum"].to(device),
+        rows=payload["rows"],
+        per_user_rows=[frame(columns) for columns in payload["per_user_rows"]],
+        elapsed=payload["elapsed"],
+        made_under=payload.get("environment") if isinstance(payload.get("environment"), dict) else None,
+    )
+    return Resumed(state, payload["algorithm"], payload["client_states"])
+
+
+def resume(out: Path, device: torch.device, config: dict, num_params: int, environment: dict,
+           fresh_if_unreadable: bool) -> Resumed | None:
+    """The checkpoint in the run folder ``out`` (``load``), or None when there is none. One the run
+    cannot resume from stops it (``UnusableCheckpoint``), or with ``fresh_if_unreadable`` is set
+    aside (``set_aside``) and None returned; each printed in one line, as is a resume made under
+    another environment (``provenance.resume_note``)."""
+    path = out / CHECKPOINT
+    if not path.exists():
+        return None
+    try:
+        resumed = load(path, device, config, num_params)
+    except UnusableCheckpoint as refused:
+        if not fresh_if_unreadable:
+            raise
+        aside = set_aside(refused)
+        print(f"{out}: {path.name} {refused.why}: set aside as {aside.name} ({FRESH_OPTION}); "
+              "this run restarts from round 0", flush=True)
+        return None
+    print(f"{out}: resuming from its checkpoint (round {resumed.state.next_round} of {config['rounds']} done)", flush=True)
+    note = provenance.resume_note(resumed.state.made_under, environment)
+    if note:
+        print(f"{out}: {note}", flush=True)
+    return resumed
 
 
 class UnusableCheckpoint(RunFolderError):

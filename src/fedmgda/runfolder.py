@@ -9,6 +9,9 @@ checks that the folder can be written, before round 1.
 
 ``writing`` writes a file through ``<file>.tmp`` renamed into place: a full disk or a read-only
 folder becomes one line naming the file, and leaves no ``.tmp`` behind.
+
+This is how a run folder is written, not what it holds: its files' format is ``fedmgda.results``'s
+(the outputs, written and read) and ``fedmgda.checkpoints``'s (the checkpoint).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 their requests, choosing for each the path that serves it.
 
 ``run`` trains one run; ``run_packed`` trains several in lockstep ("run packing"), so that a
-round's clients of all of them are one batched computation, which keeps a large GPU busy. Each
+round's clients of all of them are one batched computation, which keeps a large GPU busy;
+``run_round`` plays one round of a run from a given model (checks). Each
 run keeps its own protocol (sampling, aggregation, evaluation, checkpoints, outputs: the
 simulator); the scheduler only answers, per kind of request, for all runs asking it at once.
 
@@ -21,7 +22,8 @@ sizes) and turns seed keys into generators (``derived_seed``, ``dropout_generato
   path (``fastpaths.ConvNetSteps``) clients of similar size (a client alone too, so that it gets
   the numbers it gets in a group). An algorithm with a ``local_term`` trains each run's clients by
   size on the ``vmap`` path, the term vmap-ed with the step and the clients' states stacked; a term
-  that cannot be vmap-ed sends its clients to the reference path (said once in the log);
+  that cannot be vmap-ed sends its clients to the reference path for the rest of the pack
+  (``Scheduler.refuse_vmap``; said once per pack in the log);
 - ``LossRequest``, ``EvalRequest``: each run's own evaluation, or, for batched linear + log_softmax
   models, the runs sharing a partition at once, once per distinct sample
   (``fastpaths.LinearSoftmaxEvaluation``).
@@ -50,14 +52,12 @@ from fedmgda.fastpaths import (
 from fedmgda.simulator import (
     EvalRequest,
     LossRequest,
+    RoundRecord,
     RunInputs,
     RunResult,
     Simulation,
     TrainRequest,
 )
-
-_REFERENCE_TERMS: dict[str, str] = {}  # algorithm -> why its local_term failed to vmap (from then on: the reference path)
-_SAID: set[tuple[str, str]] = set()  # (algorithm, reason) of the fall-backs logged
 
 
 def run(cfg: RunConfig, out_dir: str | Path | None = None, data: FederatedDataset | None = None, model_name: str | None = None) -> RunResult:
@@ -114,14 +114,37 @@ def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None], progre
     return results
 
 
+def run_round(sim: Simulation, w: torch.Tensor, t: int, scheduler: Scheduler | None = None) -> RoundRecord:
+    """Round t of ``sim`` from the global model ``w``, on its own (``Simulation.round``: its
+    participants, their updates, the new global model), answered by ``scheduler`` (a pack of
+    ``sim`` alone, kept across rounds by the caller; default: a new one). Nothing is written; the
+    run's algorithm and client states advance. For checks that start each round from a model of
+    their own (scripts/lockstep_authors_fmnist.py: the authors' model of the round before)."""
+    scheduler = scheduler if scheduler is not None else Scheduler([sim.inputs])
+    playing, answer = sim.round(w, t), None
+    with single_thread_on_cpu(scheduler.device, scheduler.linear):
+        while True:
+            try:
+                request = playing.send(answer)
+            except StopIteration as done:
+                return done.value
+            answer = scheduler.serve([request])[0]
+
+
 class Scheduler:
-    """Answers the requests of a pack of runs (``check_packable``: one device, model, local
-    training and set of samples), choosing the path of each; holds the paths' state (the batched
-    path, CUDA graphs, the distinct samples of each partition). It knows the runs only by what
-    their requests carry (``fedmgda.simulator.RunInputs``)."""
+    """One pack's request server: answers its runs' requests, choosing for each the path that computes it.
+
+    A pack (``check_packable``: one device, model, local training and set of samples) has one, for
+    its lifetime (``run_packed``). It holds the paths' state (the batched path, CUDA graphs, the
+    distinct samples of each partition) and what the pack learnt of its runs' local terms
+    (``refuse_vmap``). It knows the runs only by what their requests carry
+    (``fedmgda.simulator.RunInputs``)."""
 
     def __init__(self, runs: list[RunInputs]):
         check_packable(runs)
+        # each run's algorithm and fall-back (not the runs: a pack's runs then share one copy of the samples)
+        self.fallbacks = [(run.algorithm, run.fallback) for run in runs]
+        self.said: set[tuple[str, str]] = set()  # (algorithm, reason) of the fall-backs logged
         lead = runs[0]
         self.device = lead.device
         self.linear = LinearSoftmaxSteps.eligible(lead.trainer.model)  # linear + log_softmax
@@ -132,7 +155,22 @@ class Scheduler:
         self.linear_evaluation = LinearSoftmaxEvaluation() if self.linear and lead.batched else None
         for run in runs:
             if run.batched and run.local_term is not None and not run.vmap_local_term:
-                say_reference(run.algorithm, "it declares vmap_local_term = False")
+                self.say_reference(run.algorithm, "it declares vmap_local_term = False")
+
+    def refuse_vmap(self, run: RunInputs, reason: str) -> None:
+        """From now on, the clients of ``run`` and of the pack's other runs of its algorithm train
+        on the reference path (their ``fallback``, read by ``reference_reason``); said once."""
+        for algorithm, fallback in [(run.algorithm, run.fallback), *self.fallbacks]:
+            if algorithm == run.algorithm and fallback.reason is None:
+                fallback.reason = reason
+        self.say_reference(run.algorithm, reason)
+
+    def say_reference(self, algorithm: str, reason: str) -> None:
+        """The log line of an algorithm whose local term is not vmap-ed, once per pack, algorithm and reason."""
+        if (algorithm, reason) not in self.said:
+            self.said.add((algorithm, reason))
+            print(f"[engine] {algorithm}: its local_term is not vmap-ed ({reason}); its clients train on the reference path, "
+                  f"one after another", flush=True)
 
     def serve(self, requests: list) -> list:
         """Answer one request of each run, each kind for all the runs asking it at once."""
@@ -242,7 +280,7 @@ class Scheduler:
                 # nothing was changed yet: the reference path trains the same clients from scratch
                 # (a term that breaks its contract there too fails its run, fedmgda.contract)
                 cause = error.__cause__ if isinstance(error, PluginError) and error.__cause__ else error
-                refuse_vmap(request.run.algorithm, f"{type(cause).__name__}: {str(cause).strip().splitlines()[0]}")
+                self.refuse_vmap(request.run, f"{type(cause).__name__}: {str(cause).strip().splitlines()[0]}")
         return [train_one(request, k) for k in ks]
 
     def train_together(self, requests: list[TrainRequest], ks: list[int], term=None, states=None) -> list[ClientResult]:
@@ -289,27 +327,13 @@ def batched_path(run: RunInputs) -> type[LinearSoftmaxSteps] | type[ConvNetSteps
 
 def reference_reason(run: RunInputs) -> str | None:
     """Why a run's local term keeps its clients on the reference path, or None: the algorithm
-    declares ``vmap_local_term = False``, or its term or states failed to vmap (``refuse_vmap``)."""
+    declares ``vmap_local_term = False``, or its term or states failed to vmap in its pack
+    (``Scheduler.refuse_vmap``)."""
     if run.local_term is None:
         return None
     if not run.vmap_local_term:
         return "it declares vmap_local_term = False"
-    return _REFERENCE_TERMS.get(run.algorithm)
-
-
-def refuse_vmap(algorithm: str, reason: str) -> None:
-    """From now on (in this process) ``algorithm``'s clients train on the reference path; said once."""
-    if algorithm not in _REFERENCE_TERMS:
-        _REFERENCE_TERMS[algorithm] = reason
-        say_reference(algorithm, reason)
-
-
-def say_reference(algorithm: str, reason: str) -> None:
-    """The log line of an algorithm whose local term is not vmap-ed, once per algorithm and reason."""
-    if (algorithm, reason) not in _SAID:
-        _SAID.add((algorithm, reason))
-        print(f"[engine] {algorithm}: its local_term is not vmap-ed ({reason}); its clients train on the reference path, "
-              f"one after another", flush=True)
+    return run.fallback.reason
 
 
 def training_path(run: RunInputs) -> str:
