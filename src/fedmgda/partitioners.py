@@ -171,14 +171,20 @@ def source_cut(pairs: Iterable[tuple[Any, Any]], users: list[str] | None) -> Spl
 # --------------------------------------------------------------------------- the authors' partitions
 def iid_partition(num_items: int, num_users: int, seed: int) -> list[np.ndarray]:
     """``main/sampling.py`` iid: ⌊N/users⌋ items per user drawn without replacement, in set order."""
-    rng = np.random.RandomState(seed)
-    per_user = num_items // num_users
-    pool = list(range(num_items))
+    drawn = _draw_without_replacement(np.random.RandomState(seed), num_items, num_items // num_users, num_users)
+    return [np.fromiter(items, dtype=np.int64, count=len(items)) for items in drawn]
+
+
+def _draw_without_replacement(rng: np.random.RandomState, pool_size: int, per_user: int, num_users: int) -> list[set[int]]:
+    """The authors' dealing loop of both samplers (``main/sampling.py``): each user in turn draws
+    ``per_user`` of the remaining ids 0..pool_size-1 (``rng.choice``, no replacement) as a Python
+    ``set``, and the pool becomes the set difference, rebuilt as a list in set-iteration order."""
+    pool = list(range(pool_size))
     out = []
     for _ in range(num_users):
         drawn = set(rng.choice(pool, per_user, replace=False).tolist())
         pool = list(set(pool) - drawn)
-        out.append(np.fromiter(drawn, dtype=np.int64, count=len(drawn)))
+        out.append(drawn)
     return out
 
 
@@ -212,14 +218,8 @@ def _deal_shards(rng: np.random.RandomState, idxs: np.ndarray, num_users: int, n
                  shard_size: int) -> list[np.ndarray]:
     """Cut the label-sorted ``idxs`` into ``num_shards`` shards of ``shard_size`` and give each user
     ⌊num_shards/num_users⌋ of them, drawn without replacement with ``rng`` (set order)."""
-    per_user = num_shards // num_users
-    remaining = list(range(num_shards))
-    out = []
-    for _ in range(num_users):
-        chosen = set(rng.choice(remaining, per_user, replace=False).tolist())
-        remaining = list(set(remaining) - chosen)
-        out.append(np.concatenate([idxs[s * shard_size:(s + 1) * shard_size] for s in chosen]))
-    return out
+    dealt = _draw_without_replacement(rng, num_shards, num_shards // num_users, num_users)
+    return [np.concatenate([idxs[s * shard_size:(s + 1) * shard_size] for s in chosen]) for chosen in dealt]
 
 
 def global_test_shards(labels, num_users: int, num_shards: int, shard_size: int, seed: int,
