@@ -45,7 +45,7 @@ from fedmgda.config import RunConfig
 from fedmgda.data import DATASET_SPECS
 from fedmgda.data.base import FederatedDataset
 from fedmgda.scheduler import Scheduler
-from fedmgda.simulator import Simulation, _State
+from fedmgda.simulator import Simulation
 
 
 @dataclass(frozen=True)
@@ -113,11 +113,10 @@ def packed_rounds(setting: Setting, data: FederatedDataset, batched: bool, devic
     scheduler = Scheduler([sim.inputs for sim in sims])  # checks that the runs can be packed
     for sim in sims[1:]:
         sim.share_samples(sims[0])  # as run_packed: one copy of the samples
-    states = [_State() for _ in sims]
     ws = [sim.model.initial_vector().to(sim.device) for sim in sims]
 
     def one_round(t: int) -> None:
-        steps = [sim._round(w, t, state) for sim, w, state in zip(sims, ws, states)]
+        steps = [sim.round(w, t) for sim, w in zip(sims, ws)]
         pending = {i: next(step) for i, step in enumerate(steps)}
         while pending:  # training and participant-loss requests, until the round's end
             order = list(pending)
@@ -128,7 +127,7 @@ def packed_rounds(setting: Setting, data: FederatedDataset, batched: bool, devic
                     del pending[i]
 
     one_round(1)  # warm-up (allocations, first calls)
-    if scheduler.graphs is not None:
+    if scheduler.vmap.graphs is not None:
         one_round(1)  # a client group's second sight is captured as a CUDA graph
     return sims, ws, one_round
 

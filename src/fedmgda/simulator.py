@@ -438,7 +438,6 @@ class ClientSide:
         return reports
 
 
-_State = RunState  # its old name (benchmarks/bench_rounds.py)
 
 
 def sample_participants(cfg: RunConfig, train_sizes: np.ndarray, per_round: int, t: int) -> list[int]:
