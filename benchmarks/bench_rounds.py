@@ -26,6 +26,13 @@ table alone:
 
     python benchmarks/bench_rounds.py --plan --cores 16 --gpus 1
 
+``--bound`` then prints each setting's batched round beside a lower bound of the same work: the
+longest client's local steps, each one SGD step of one model on all the round's clients' samples of
+that step as one batch, replayed as a CUDA graph on a GPU (the Shakespeare LSTM through cuDNN),
+and the ratio (issue 42: within 3x, or the reason measured). ``--profile`` ends with one profiled
+round per setting: its costliest operators and one line on where its time went (GPU kernels,
+copies, kernel and graph launches, host synchronisations).
+
 ``--csv PATH --source FILE`` also writes the measured round times as rows of that table, to add to
 it once the run's output is committed as FILE (the rows' ``source``).
 """
@@ -150,21 +157,188 @@ def time_rounds(setting: Setting, data: FederatedDataset, batched: bool, rounds:
 
 
 def profile_round(setting: Setting, data: FederatedDataset, device: str, rows: int = 15) -> None:
-    """torch.profiler over one batched round after a warm-up: the costliest operators and the
-    number of kernel launches (a launch-bound round shows many cheap kernels)."""
+    """torch.profiler over one batched round after a warm-up: the costliest operators and where
+    the round's time goes (``profile_shares``: kernels, copies, launches, host syncs)."""
     from torch.profiler import ProfilerActivity, profile
 
     sims, _, one_round = packed_rounds(setting, data, True, device)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if sims[0].device.type == "cuda" else [])
+    on_gpu = sims[0].device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
     with profile(activities=activities) as prof:
+        start = time.perf_counter()
         one_round(2)
         sync(sims[0].device)
-    key = "self_cuda_time_total" if sims[0].device.type == "cuda" else "self_cpu_time_total"
+        wall = time.perf_counter() - start
+    key = "self_cuda_time_total" if on_gpu else "self_cpu_time_total"
     print(f"\nprofile of one batched round of {setting.name}:")
     print(prof.key_averages().table(sort_by=key, row_limit=rows))
-    if sims[0].device.type == "cuda":
-        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-        print(f"kernel launches in the round: {len(kernels)}")
+    events = [(e.name, e.device_type == torch.autograd.DeviceType.CUDA, e.time_range.elapsed_us()) for e in prof.events()]
+    print(f"{setting.name}: {profile_shares(events, wall)}", flush=True)
+
+
+# CUDA runtime calls on the host, by what they do (names as the profiler records them)
+LAUNCH_CALLS = {"cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx"}
+SYNC_CALLS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize"}
+COPY_CALLS = {"cudaMemcpy", "cudaMemcpyAsync"}
+
+
+def profile_shares(events: list[tuple[str, bool, float]], wall: float) -> str:
+    """Where a profiled round's ``wall`` seconds went, in one line, from its events (name, on the
+    GPU, microseconds): GPU time in kernels and in copies (summed, so concurrent kernels count
+    twice), kernel and graph launches, and the host's synchronisations and copies (each waits for
+    the GPU). On a CPU (no GPU events) it says so."""
+    device = [(name, us) for name, on_gpu, us in events if on_gpu]
+    if not device:
+        return f"round {wall:.3f} s, all on the CPU (no GPU events)"
+    copy_us = sum(us for name, us in device if "memcpy" in name.lower() or "memset" in name.lower())
+    kernel_us = sum(us for _, us in device) - copy_us
+    host = [(name, us) for name, on_gpu, us in events if not on_gpu]
+    launches = sum(name in LAUNCH_CALLS for name, _ in host)
+    graphs = sum(name == "cudaGraphLaunch" for name, _ in host)
+    syncs = [us for name, us in host if name in SYNC_CALLS or name in COPY_CALLS]
+    return (f"round {wall:.3f} s (profiled): GPU kernels {kernel_us / 1e6:.3f} s ({100 * kernel_us / 1e6 / wall:.0f} %), "
+            f"copies {copy_us / 1e6:.3f} s; {launches} kernel launches, {graphs} graph launches; "
+            f"{len(syncs)} host syncs or copies ({sum(syncs) / 1e6:.3f} s)")
+
+
+# --------------------------------------------------------------------------- lower bounds
+@dataclass(frozen=True)
+class Bound:
+    """A round's lower bound: ``steps`` SGD steps of one model on ``batch`` samples each, one step
+    taking ``step_s`` seconds as ``timed_as`` (CUDA graph or eager), and the pre- and post-round
+    participant losses (two forward passes over the participants' samples) in ``losses_s``."""
+    steps: int
+    batch: int
+    step_s: float
+    losses_s: float
+    timed_as: str
+
+    @property
+    def seconds(self) -> float:
+        return self.steps * self.step_s + self.losses_s
+
+
+def bound_shape(setting: Setting) -> tuple[int, int, int]:
+    """The bound's sequential steps, their batch, and the samples of one participant-loss pass:
+    the longest client's steps of one local epoch (every client's whole data, not ``--fraction``'s),
+    each on all the round's clients' samples of a step as one batch (clients x b; a full batch:
+    one step of clients x the mean client size); the losses over clients x the mean client size."""
+    samples = setting.per_round * round(statistics.mean(setting.train_sizes))
+    if setting.batch_size == "full":
+        return 1, samples, samples
+    return math.ceil(max(setting.train_sizes) / setting.batch_size), setting.per_round * setting.batch_size, samples
+
+
+def random_batch(setting: Setting, batch: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    spec = DATASET_SPECS[setting.dataset]
+    if setting.dataset == "shakespeare":
+        x = torch.randint(0, 80, (batch, *spec.input_shape), device=device)
+    else:
+        x = torch.randn(batch, *spec.input_shape, device=device)
+    return x, torch.randint(0, spec.num_classes, (batch,), device=device)
+
+
+def bound_step(setting: Setting, batch: int, device: torch.device):
+    """One SGD step (momentum 0.5, foreach updates) of the setting's model on ``batch`` random
+    samples, as a function of (x, y), its inputs, and the model. The Shakespeare LSTM runs through
+    nn.LSTM's fused kernels (``forward_fused``: cuDNN on a GPU), the same function."""
+    import torch.nn.functional as F
+
+    from fedmgda.models import build_model
+
+    spec = DATASET_SPECS[setting.dataset]
+    torch.manual_seed(0)
+    model = build_model(spec.model, spec.input_shape, spec.num_classes).to(device).train()
+    forward = getattr(model, "forward_fused", model)
+    params = list(model.parameters())
+    momenta = [torch.zeros_like(p) for p in params]
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor]:
+        loss = F.nll_loss(forward(x), y)
+        grads = torch.autograd.grad(loss, params)
+        with torch.no_grad():
+            torch._foreach_mul_(momenta, 0.5)
+            torch._foreach_add_(momenta, grads)
+            torch._foreach_add_(params, momenta, alpha=-setting.lr)
+        return (loss.detach(),)
+
+    return step, random_batch(setting, batch, device), model
+
+
+def loss_pass(setting: Setting, model: torch.nn.Module, samples: int, device: torch.device, chunk: int = 8192):
+    """One participant-loss pass: the summed NLL of ``samples`` random samples, forward only, in
+    chunks of at most ``chunk`` (the model in eval mode)."""
+    import torch.nn.functional as F
+
+    forward = getattr(model, "forward_fused", model)
+    x, y = random_batch(setting, min(samples, chunk), device)
+    sizes = [chunk] * (samples // chunk) + ([samples % chunk] if samples % chunk else [])
+
+    @torch.no_grad()
+    def run() -> torch.Tensor:
+        model.eval()
+        total = sum(F.nll_loss(forward(x[:n]), y[:n], reduction="sum") for n in sizes)
+        model.train()
+        return total
+
+    return run
+
+
+def timed(call, device: torch.device, reps: int) -> float:
+    """Seconds per call, over ``reps`` calls (the device synchronised around them)."""
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(reps):
+        call()
+    sync(device)
+    return (time.perf_counter() - start) / reps
+
+
+def round_bound(setting: Setting, device: torch.device, reps: int | None = None) -> Bound:
+    """The setting's lower bound (``bound_shape``): its step timed over ``reps`` calls after two
+    (the second captures it as a CUDA graph on a GPU: ``fedmgda.fastpaths.CudaGraphs``), its
+    loss pass after one."""
+    from fedmgda.fastpaths import CudaGraphs
+
+    steps, batch, samples = bound_shape(setting)
+    step, inputs, model = bound_step(setting, batch, device)
+    graphs = CudaGraphs(capacity=1) if device.type == "cuda" else None
+    call = (lambda: graphs("bound", step, inputs)) if graphs is not None else (lambda: step(*inputs))
+    call()
+    call()
+    timed_as = "eager" if graphs is None else "CUDA graph" if "bound" in graphs.graphs else "eager (capture failed)"
+    reps = reps or (20 if device.type == "cuda" else 2)
+    step_s = timed(call, device, reps)
+    losses = loss_pass(setting, model, samples, device)
+    losses()
+    return Bound(steps, batch, step_s, 2 * timed(losses, device, max(1, reps // 4)), timed_as)
+
+
+def print_bounds(measured: dict[str, tuple[float, float]], device: torch.device, within: float = 3.0) -> None:
+    """Each measured setting's batched round beside its lower bound (``round_bound``) and their
+    ratio; the last line counts the settings within ``within`` x their bound."""
+    print(f"\nlower bounds: the longest client's local steps, each one SGD step of one model on all the round's "
+          f"clients' samples of that step as one batch, and two forward passes over the participants' samples "
+          f"(the pre- and post-round losses)")
+    print(f"{'setting':20} {'batched s/round':>15} {'steps':>6} {'batch':>6} {'step ms':>8} {'timed as':>12} "
+          f"{'losses s':>9} {'bound s/round':>13} {'ratio':>7}")
+    ratios = {}
+    for setting in SETTINGS:
+        if setting.name not in measured:
+            continue
+        try:
+            bound = round_bound(setting, device)
+        except (RuntimeError, torch.cuda.OutOfMemoryError) as error:
+            print(f"{setting.name:20} bound failed: {type(error).__name__}: {str(error).splitlines()[0][:200]}", flush=True)
+            continue
+        batched = measured[setting.name][0]
+        ratios[setting.name] = batched / bound.seconds
+        print(f"{setting.name:20} {batched:>15.3f} {bound.steps:>6} {bound.batch:>6} {1e3 * bound.step_s:>8.3f} {bound.timed_as:>12} "
+              f"{bound.losses_s:>9.4f} {bound.seconds:>13.4f} {ratios[setting.name]:>6.1f}x", flush=True)
+    if ratios:
+        inside = sorted(name for name, r in ratios.items() if r <= within)
+        print(f"within {within:g}x of the bound: {len(inside)} of {len(ratios)} settings "
+              f"({', '.join(inside) or 'none'})")
 
 
 def match_setting(cfg: dict, names: set[str] | dict) -> tuple[Setting, int, str | None] | None:
@@ -254,10 +428,10 @@ def plan_jobs(rows, gpus: int = 1, config: str = "config/config.yaml"):
     return jobs, runs, sorted(notes)
 
 
-def run_rows(measured: dict[str, tuple[float, float]], packed: dict[str, float], pack: int, device: str, machine: str,
+def run_rows(measured: dict[str, tuple[float, float]], packed: dict[str, dict[int, float]], device: str, machine: str,
              threads: int = 1, source: str = "this run"):
     """This run's round times as rows of the round-time table (fedmgda.devices.RoundTime): per
-    setting, 1 run batched, and ``pack`` runs packed where timed."""
+    setting, 1 run batched, and each pack size timed ({setting: {runs packed: s/round}})."""
     from fedmgda.devices import RoundTime
 
     by_name = {s.name: s for s in SETTINGS}
@@ -266,8 +440,8 @@ def run_rows(measured: dict[str, tuple[float, float]], packed: dict[str, float],
         setting = by_name[setting_name]
         model = DATASET_SPECS[setting.dataset].model
         rows.append(RoundTime(setting_name, setting.dataset, model, device, machine, threads, 1, batched, eval_s, source))
-        if setting_name in packed:
-            rows.append(RoundTime(setting_name, setting.dataset, model, device, machine, threads, pack, packed[setting_name], eval_s, source))
+        for runs, seconds in sorted(packed.get(setting_name, {}).items()):
+            rows.append(RoundTime(setting_name, setting.dataset, model, device, machine, threads, runs, seconds, eval_s, source))
     return rows
 
 
@@ -286,12 +460,12 @@ def write_rows(rows, path: str) -> None:
             writer.writerow([f"{v:.3f}" if isinstance(v, float) else v for v in dataclasses.astuple(r)])
 
 
-def measured_rows(measured: dict[str, tuple[float, float]], packed: dict[str, float], pack: int, machine: str):
-    """This run's GPU round times as rows of the round-time table (1 run, and ``pack`` runs where
+def measured_rows(measured: dict[str, tuple[float, float]], packed: dict[str, dict[int, float]], machine: str):
+    """This run's GPU round times as rows of the round-time table (1 run, and each pack size
     timed), with the committed table's CPU rows (fedmgda.devices.round_times)."""
     from fedmgda.devices import round_times
 
-    return [r for r in round_times() if r.device == "cpu"] + run_rows(measured, packed, pack, "cuda", machine)
+    return [r for r in round_times() if r.device == "cpu"] + run_rows(measured, packed, "cuda", machine)
 
 
 def print_choices(rows) -> None:
@@ -352,8 +526,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--fraction", type=float, default=1.0, help="keep this fraction of each client's samples and scale round times by 1/fraction (approximate: fixed per-round costs are scaled too)")
     parser.add_argument("--fraction-of", nargs="*", default=[], metavar="SETTING=F", help="a fraction for one setting (e.g. shakespeare_b10=0.05, whose sequential path is slow)")
     parser.add_argument("--only", nargs="*", help="setting names")
-    parser.add_argument("--profile", action="store_true", help="also profile one batched round of each setting")
-    parser.add_argument("--pack", type=int, default=1, help="also time K runs (seeds 1..K) trained packed, and print their throughput against K batched runs one after another")
+    parser.add_argument("--profile", action="store_true", help="also profile one batched round of each setting (after the rest)")
+    parser.add_argument("--bound", action="store_true", help="also time each setting's lower bound (its steps as one model's "
+                        "large-batch steps, a CUDA graph on a GPU) and print the batched round's ratio to it")
+    parser.add_argument("--pack", type=int, nargs="+", default=[1], metavar="K", help="also time K runs (seeds 1..K) trained packed, "
+                        "for each K given (e.g. --pack 4 8 16), and print their throughput against K batched runs one after another")
+    parser.add_argument("--no-sequential", action="store_true", help="do not time the sequential reference path (its "
+                        "columns print '-'; it is the slow part on a GPU and feeds no projection)")
     parser.add_argument("--plan", action="store_true", help="measure nothing: project the paper DAG's makespan on --cores and --gpus from the committed round times (src/fedmgda/reference/round_times.csv)")
     parser.add_argument("--cores", type=int, default=16, help="CPU cores of the machine the plan is projected on")
     parser.add_argument("--gpus", type=int, default=1, help="GPUs of the machine the plan is projected on")
@@ -384,18 +563,25 @@ def main() -> None:
     print(f"device: {name}; torch {torch.__version__}; CUDA graphs: {device.type == 'cuda'}")
     measured, packed_s = measure_settings(args, device)
     if measured and args.csv:
-        write_rows(run_rows(measured, packed_s, args.pack, device.type, name, 1 if device.type == "cuda" else torch.get_num_threads(), args.source), args.csv)
+        write_rows(run_rows(measured, packed_s, device.type, name, 1 if device.type == "cuda" else torch.get_num_threads(), args.source), args.csv)
     if measured:
         print_projection(measured, packed_s, args, device, name)
+    if measured and args.bound:
+        print_bounds(measured, device)
+    if args.profile:  # last: the longest output
+        fractions = dict(item.split("=") for item in args.fraction_of)
+        for setting in (s for s in SETTINGS if s.name in measured):
+            profile_round(setting, random_dataset(setting, float(fractions.get(setting.name, args.fraction))), str(device))
 
 
-def measure_settings(args: argparse.Namespace, device: torch.device) -> tuple[dict[str, tuple[float, float]], dict[str, float]]:
-    """Time every chosen setting (sequential, batched, packed): {setting: (batched s/round, eval s)}
-    and {setting: packed s/round}, printing a row per setting as it is measured."""
+def measure_settings(args: argparse.Namespace, device: torch.device) -> tuple[dict[str, tuple[float, float]], dict[str, dict[int, float]]]:
+    """Time every chosen setting (sequential unless --no-sequential, batched, packed by each
+    --pack size): {setting: (batched s/round, eval s)} and {setting: {runs packed: s/round}},
+    printing a row per setting as it is measured."""
     fractions = {name: float(f) for name, f in (item.split("=") for item in args.fraction_of)}
     print(f"{'setting':22} {'clients':>7} {'samples kept':>12} {'sequential s/round':>19} {'batched s/round':>16} {'speed-up':>9} {'batched rounds/s':>17} {'eval s':>7}")
     measured: dict[str, tuple[float, float]] = {}
-    packed_s: dict[str, float] = {}
+    packed_s: dict[str, dict[int, float]] = {}
     for setting in SETTINGS:
         if args.only and setting.name not in args.only:
             continue
@@ -403,22 +589,21 @@ def measure_settings(args: argparse.Namespace, device: torch.device) -> tuple[di
         torch.manual_seed(0)
         data = random_dataset(setting, fraction)
         try:
-            seq, eval_s = time_rounds(setting, data, batched=False, rounds=args.rounds, device=str(device))
-            bat, _ = time_rounds(setting, data, batched=True, rounds=args.rounds, device=str(device))
+            seq = None if args.no_sequential else time_rounds(setting, data, batched=False, rounds=args.rounds, device=str(device))[0] / fraction
+            bat, eval_s = time_rounds(setting, data, batched=True, rounds=args.rounds, device=str(device))
         except (RuntimeError, torch.cuda.OutOfMemoryError) as error:  # report it, measure the rest
             print(f"{setting.name:22} failed: {type(error).__name__}: {str(error).splitlines()[0][:200]}", flush=True)
             continue
-        seq, bat = seq / fraction, bat / fraction
+        bat /= fraction
         measured[setting.name] = (bat, eval_s)
         kept = "all" if fraction == 1 else f"{fraction:g} (x1/f)"
-        print(f"{setting.name:22} {setting.per_round:>7} {kept:>12} {seq:>19.3f} {bat:>16.3f} {seq / bat:>8.2f}x {1 / bat:>17.3f} {eval_s:>7.3f}", flush=True)
-        if args.pack > 1:
-            packed = time_rounds(setting, data, batched=True, rounds=args.rounds, device=str(device), pack=args.pack)[0] / fraction
-            print(f"{'':22} {args.pack} runs packed: {packed:.3f} s per round of all {args.pack} "
-                  f"(throughput {args.pack * bat / packed:.2f}x that of the runs one after another)", flush=True)
-            packed_s[setting.name] = packed
-        if args.profile:
-            profile_round(setting, data, str(device))
+        seq_cols = f"{'-':>19} {bat:>16.3f} {'-':>9}" if seq is None else f"{seq:>19.3f} {bat:>16.3f} {seq / bat:>8.2f}x"
+        print(f"{setting.name:22} {setting.per_round:>7} {kept:>12} {seq_cols} {1 / bat:>17.3f} {eval_s:>7.3f}", flush=True)
+        for k in sorted(k for k in set(args.pack) if k > 1):
+            packed = time_rounds(setting, data, batched=True, rounds=args.rounds, device=str(device), pack=k)[0] / fraction
+            print(f"{'':22} {k} runs packed: {packed:.3f} s per round of all {k} "
+                  f"(throughput {k * bat / packed:.2f}x that of the runs one after another)", flush=True)
+            packed_s.setdefault(setting.name, {})[k] = packed
     return measured, packed_s
 
 
@@ -431,7 +616,7 @@ def print_projection(measured: dict[str, tuple[float, float]], packed_s: dict[st
     for line in approximated:
         print(f"  approximated: {line}")
     if device.type == "cuda":  # the plan: these GPU times, the committed CPU times (one core each)
-        print_plan(measured_rows(measured, packed_s, args.pack, name), args.cores, args.gpus)
+        print_plan(measured_rows(measured, packed_s, name), args.cores, args.gpus)
 
 if __name__ == "__main__":
     main()

@@ -16,11 +16,15 @@ Parts, in order (files under --out, at most 7, all at its top level):
    test for a CUDA device: batched/sequential updates, CUDA graphs with the F-MNIST CNN's dropout,
    CNN reproducibility, local terms, a whole run); a CUDA test that skips on a CUDA machine fails
    the part (``pytest_cuda.txt``).
-3. ``bench_rounds``: ``benchmarks/bench_rounds.py --device cuda --pack 8`` over the paper's
-   settings, with the projected wall time of the whole paper DAG back to back and, after it, the
-   plan's makespan (packs, each run on its faster device, the GPU queue beside the CPU cores:
-   docs/performance.md, "Projection as the plan's makespan"); on a time-out the back-to-back
-   projection is made from the settings measured so far (``bench_rounds.txt``).
+3. ``bench_rounds``: ``benchmarks/bench_rounds.py --device cuda --pack 4 8 16 --no-sequential
+   --bound --profile`` over the paper's settings: the batched path, 1, 4, 8 and 16 runs packed,
+   the projected wall time of the whole paper DAG back to back and, after it, the plan's makespan
+   (packs, each run on its faster device, the GPU queue beside the CPU cores: docs/performance.md,
+   "Projection as the plan's makespan"), then each setting's round beside its lower bound (its
+   steps as one model's large-batch steps replayed as a CUDA graph, and its participant losses),
+   and last one profiled round per setting (where its time goes: kernels, copies, launches, host
+   syncs); on a time-out the back-to-back projection is made from the settings measured so far
+   (``bench_rounds.txt``).
 4. ``fairness``: the F-MNIST fairness core (``fmnist_core`` of config/fmnist.yaml: FedAvg,
    FedMGDA+, FedAvg-n, FedMGDA on real F-MNIST shards) at the paper's 2 000 rounds, seeds in the
    paper's order (1, 5000, 6000, 9000), packed on the GPU, as many seeds per pack as the measured
@@ -73,13 +77,13 @@ NEEDS = {"same_results": ("torch", "numpy", "pandas", "yaml", "cvxopt", "pytest"
          "bench_rounds": ("torch", "numpy", "pandas", "yaml", "cvxopt"),
          "fairness": ("torch", "numpy", "pandas", "yaml", "cvxopt")}
 OPTIONAL = ("matplotlib", "seaborn", "sklearn", "h5py", "scipy", "snakemake", "jsonschema", "tabulate", "papermill")
-BENCH_LINE = re.compile(r"^(?P<name>\S+)\s+(?P<clients>\d+)\s+(all|\S+ \(x1/f\))\s+(?P<seq>[\d.]+)\s+(?P<bat>[\d.]+)\s+"
-                        r"[\d.]+x\s+[\d.]+\s+(?P<eval>[\d.]+)\s*$")
+BENCH_LINE = re.compile(r"^(?P<name>\S+)\s+(?P<clients>\d+)\s+(all|\S+ \(x1/f\))\s+(?P<seq>[\d.]+|-)\s+(?P<bat>[\d.]+)\s+"
+                        r"([\d.]+x|-)\s+[\d.]+\s+(?P<eval>[\d.]+)\s*$")  # sequential '-': not timed (--no-sequential)
 PACK_LINE = re.compile(r"^\s+(?P<k>\d+) runs packed: (?P<s>[\d.]+) s per round")
 # each part's time limit in seconds, on the GPU and in the dry mode (fairness: what is left of the budget)
-LIMITS = {"env": (60.0, 30.0), "same_results": (120.0, 120.0), "pytest_cuda": (150.0, 60.0), "bench_rounds": (150.0, 60.0)}
-BENCH_ARGS = ("--device cuda --rounds 2 --pack 8 --fraction-of shakespeare_b10=0.01",  # on the GPU; dry:
-              "--device cpu --rounds 1 --pack 2 --only adult_b10 --fraction 0.01")
+LIMITS = {"env": (60.0, 30.0), "same_results": (120.0, 120.0), "pytest_cuda": (150.0, 60.0), "bench_rounds": (210.0, 60.0)}
+BENCH_ARGS = ("--device cuda --rounds 2 --pack 4 8 16 --no-sequential --fraction-of shakespeare_b10=0.01 --bound --profile",  # on the GPU; dry:
+              "--device cpu --rounds 1 --pack 2 3 --no-sequential --only adult_b10 --fraction 0.01 --bound --profile")
 
 
 # --------------------------------------------------------------------------- running a part
@@ -385,6 +389,8 @@ def child_project(measured_json: str) -> int:
 def bench_note(measured: dict[str, dict[str, float]], text: str) -> str:
     """The summary's note of part 3: settings measured, projections, F-MNIST's round times."""
     note = f"{len(measured)} settings measured" + projection_note(text)
+    if bounds := re.search(r"^within ([\d.]+)x of the bound: (\d+) of (\d+) settings", text, re.M):
+        note += f"; {bounds.group(2)} of {bounds.group(3)} within {bounds.group(1)}x of their lower bound"
     fm = measured.get("fmnist_b10_p0.1")
     if fm:
         packed = "".join(f", {k} packed {s:.3f}" for k, s in fm["pack"].items())
@@ -775,8 +781,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--experiment", default="fmnist_core", help="part 4's experiment of --config, or several separated by commas "
                         "(their shared runs trained once; runs that cannot share a process, such as FedProx's, in packs of their own)")
     parser.add_argument("--pytest-k", help='pytest -k expression (default "cuda or dropout"; dry: "cuda", which all skip)')
-    parser.add_argument("--bench-args", help="bench_rounds.py's arguments (default: --device cuda --rounds 2 --pack 8 "
-                                             "--fraction-of shakespeare_b10=0.01)")
+    parser.add_argument("--bench-args", help="bench_rounds.py's arguments (default: --device cuda --rounds 2 --pack 4 8 16 "
+                                             "--no-sequential --fraction-of shakespeare_b10=0.01 --bound --profile)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--device", help=argparse.SUPPRESS)
     parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)

@@ -75,8 +75,8 @@ def test_a_gpu_measurement_gives_the_plan_its_gpu_rows(bench, capsys):
     H200's numbers given back as a measurement print the same plan as --plan."""
     committed = round_times()
     measured = {r.setting: (r.s_per_round, r.eval_s) for r in committed if r.device == "cuda" and r.runs == 1}
-    packed = {r.setting: r.s_per_round for r in committed if r.device == "cuda" and r.runs == 8}
-    rows = bench.measured_rows(measured, packed, 8, "NVIDIA H200")
+    packed = {r.setting: {8: r.s_per_round} for r in committed if r.device == "cuda" and r.runs == 8}
+    rows = bench.measured_rows(measured, packed, "NVIDIA H200")
     key = sorted((r.setting, r.device, r.runs, r.s_per_round, r.eval_s) for r in rows)
     assert key == sorted((r.setting, r.device, r.runs, r.s_per_round, r.eval_s) for r in committed)
     bench.print_plan(rows, 16, 1, CONFIG)
@@ -103,13 +103,14 @@ def test_a_run_writes_rows_of_the_committed_table(bench, tmp_path):
     """--csv: the rows a measurement adds to src/fedmgda/reference/round_times.csv, read back as written."""
     from fedmgda.devices import RoundTime
 
-    rows = bench.run_rows({"adult_b10": (0.2134, 0.001), "fmnist_b10_p0.1": (1.8444, 0.307)}, {"adult_b10": 0.257}, 8,
+    rows = bench.run_rows({"adult_b10": (0.2134, 0.001), "fmnist_b10_p0.1": (1.8444, 0.307)}, {"adult_b10": {8: 0.257, 4: 0.2}},
                           "cpu", "CPU (2 threads)", 2, "benchmarks/measurements/x.txt")
-    assert rows[:2] == [RoundTime("adult_b10", "adult", "logreg", "cpu", "CPU (2 threads)", 2, 1, 0.2134, 0.001, "benchmarks/measurements/x.txt"),
+    assert rows[:3] == [RoundTime("adult_b10", "adult", "logreg", "cpu", "CPU (2 threads)", 2, 1, 0.2134, 0.001, "benchmarks/measurements/x.txt"),
+                        RoundTime("adult_b10", "adult", "logreg", "cpu", "CPU (2 threads)", 2, 4, 0.2, 0.001, "benchmarks/measurements/x.txt"),
                         RoundTime("adult_b10", "adult", "logreg", "cpu", "CPU (2 threads)", 2, 8, 0.257, 0.001, "benchmarks/measurements/x.txt")]
-    assert rows[2].model == "cnn_fmnist" and len(rows) == 3
+    assert rows[3].model == "cnn_fmnist" and len(rows) == 4
     bench.write_rows(rows, tmp_path / "t.csv")
     text = (tmp_path / "t.csv").read_text()
     assert text.splitlines()[0] == (ROOT / "src/fedmgda/reference/round_times.csv").read_text().splitlines()[0]
     back = parse_round_times(text)
-    assert back == [dataclasses.replace(rows[0], s_per_round=0.213), rows[1], dataclasses.replace(rows[2], s_per_round=1.844)]
+    assert back == [dataclasses.replace(rows[0], s_per_round=0.213), *rows[1:3], dataclasses.replace(rows[3], s_per_round=1.844)]

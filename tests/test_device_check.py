@@ -34,6 +34,9 @@ def test_the_dry_mode_runs_every_part(tmp_path):
         status[part] = row.group(1)
     assert status == dict.fromkeys(PARTS, "ok"), f"{summary}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     assert proc.returncode == 0
+    bench = (out / "bench_rounds.txt").read_text()  # issue 42: the round's lower bound and its profile
+    assert "within 3x of the bound:" in bench and "adult_b10: round " in bench
+    assert re.search(r"^\| \d bench_rounds \| ok \|.* of 1 within 3x of their lower bound", summary, re.M)
     stamp = re.search(r"^environment stamp \(cpu\): (.*)$", (out / "same_results.txt").read_text(), re.M)
     assert stamp and json.loads(stamp.group(1))["device"] == "cpu"  # this machine's stamp, for the other machine's comparison
     files = sorted(p.name for p in out.iterdir())
@@ -203,6 +206,19 @@ def test_part_bench_rounds_projects_from_what_was_measured_before_a_time_out(che
     part = c.summary.parts["bench_rounds"]
     assert part.status == "timeout" and part.note == ("1 settings measured; paper DAG (1599 runs) projected 12.5 h back to back; "
                                                       "F-MNIST s/round: 1 run 0.100, 8 packed 0.300")
+
+
+def test_bench_measurements_read_untimed_sequential_columns_and_every_pack_size(check):
+    """--no-sequential prints '-' for the sequential path and its speed-up; every --pack size is read."""
+    module, _ = check
+    text = ("cifar10_b10_p0.1            10          all                   -            0.093         -            10.726   0.057\n"
+            "                       4 runs packed: 0.300 s per round of all 4 (throughput 1.24x that of the runs one after another)\n"
+            "                       16 runs packed: 1.100 s per round of all 16 (throughput 1.35x that of the runs one after another)\n"
+            "shakespeare_b10             31  0.01 (x1/f)            1000.753           12.760    78.43x             0.078   0.140\n")
+    assert module.bench_measurements(text) == {"cifar10_b10_p0.1": {"batched": 0.093, "eval": 0.057, "pack": {4: 0.3, 16: 1.1}},
+                                               "shakespeare_b10": {"batched": 12.76, "eval": 0.14, "pack": {}}}
+    note = module.bench_note(module.bench_measurements(text), text + "within 3x of the bound: 1 of 2 settings (cifar10_b10_p0.1)\n")
+    assert note == "2 settings measured; no projection; 1 of 2 within 3x of their lower bound"
 
 
 def test_part_fairness_packs_the_run_folders_and_says_which_finished(check, monkeypatch):

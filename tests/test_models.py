@@ -34,12 +34,19 @@ def test_parameter_count_and_output_shape(name, shape, classes, expected):
 
 
 def test_lstm_recurrence_matches_torch_lstm():
+    """The written-out recurrence (vmap-able) and ``forward_fused`` (nn.LSTM's kernels, the
+    bound of bench_rounds --bound) are one function: same outputs and same gradients."""
     torch.manual_seed(1)
     model = ShakespeareLSTM().eval()
     x = torch.randint(0, 80, (3, 80))
     reference_hidden, _ = model.lstm(model.embed(x))
     reference = torch.log_softmax(model.fc(reference_hidden[:, -1]), dim=1)
     assert torch.allclose(model(x), reference, atol=1e-5)
+    assert torch.equal(model.forward_fused(x), reference)
+    y = torch.tensor([0, 5, 79])
+    grads = [torch.autograd.grad(torch.nn.functional.nll_loss(f(x), y), list(model.parameters())) for f in (model, model.forward_fused)]
+    for written, fused in zip(*grads):
+        assert torch.allclose(written, fused, atol=1e-5)
 
 
 def test_unknown_model_is_one_clear_error():

@@ -132,6 +132,13 @@ class ShakespeareLSTM(nn.Module):
             h = _lstm_layer(h, w_ih, w_hh, bias, self.hidden)
         return F.log_softmax(self.fc(h[:, -1]), dim=1)
 
+    def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
+        """The same function through ``nn.LSTM``'s own kernels (cuDNN's fused recurrence on a
+        GPU). One model only: it does not run under ``torch.func.vmap``. The lower bound of a
+        round (``benchmarks/bench_rounds.py --bound``) uses it."""
+        out, _ = self.lstm(self.embed(x))
+        return F.log_softmax(self.fc(out[:, -1]), dim=1)
+
 
 def _lstm_layer(x: torch.Tensor, w_ih: torch.Tensor, w_hh: torch.Tensor, bias: torch.Tensor, hidden: int) -> torch.Tensor:
     """One LSTM layer over a (batch, time, features) sequence; gate order i, f, g, o as nn.LSTM."""
