@@ -28,7 +28,8 @@ Parts, in order (files under --out, at most 7, all at its top level):
 4. ``fairness``: the F-MNIST fairness core (``fmnist_core`` of config/fmnist.yaml: FedAvg,
    FedMGDA+, FedAvg-n, FedMGDA on real F-MNIST shards) at the paper's 2 000 rounds, seeds in the
    paper's order (1, 5000, 6000, 9000), packed on the GPU, as many seeds per pack as the measured
-   F-MNIST round time lets finish, packs until the time is up. The runs come from the experiment
+   F-MNIST round time lets finish and part 3's best measured pack size allows, packs until the
+   time is up. The runs come from the experiment
    registry and are trained by the workflow's own jobs (``fedmgda partition``, then the pack
    rules' ``fedmgda.packs.train_pack``: ``fedmgda train --config run.yaml ... --out DIR ...``), so
    each run folder is what the workflow writes under results/fmnist/runs/ (run.yaml, metrics.csv,
@@ -558,11 +559,26 @@ def plan_fairness(args: argparse.Namespace, work: Path):
     return registry, by_seed
 
 
+def measured_pack_runs(bench_text: str) -> int | None:
+    """The F-MNIST pack size part 3 measured best (``fedmgda.devices.best_pack_size`` over its
+    1-run and packed rows); None without packed rows."""
+    from fedmgda.devices import best_pack_size
+
+    row = bench_measurements(bench_text).get("fmnist_b10_p0.1")
+    if not row or not row["pack"]:
+        return None
+    return best_pack_size({1: row["batched"], **row["pack"]})
+
+
 def seeds_per_pack(runs_per_seed: int, todo: int, rate: float | None, bench_text: str, rounds: int, left: float) -> int:
-    """The most seeds (of ``todo``) whose runs, packed, should finish in the ``left`` seconds: from
-    the last pack's measured seconds per run-round (``rate``), else from part 3's benchmark; 1 at least."""
+    """The most seeds (of ``todo``) whose runs, packed, should finish in the ``left`` seconds (from
+    the last pack's measured seconds per run-round, ``rate``, else from part 3's benchmark) and
+    are no more runs than part 3's best measured pack size (``measured_pack_runs``); 1 at least."""
+    most = measured_pack_runs(bench_text)
     for n in range(todo, 0, -1):
         runs = runs_per_seed * n
+        if most is not None and runs > most and n > 1:
+            continue
         estimate = (rate * runs * rounds + 30) if rate else round_estimate(bench_text, runs, rounds)
         if estimate is not None and estimate <= left:
             return n

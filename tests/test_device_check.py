@@ -257,6 +257,21 @@ def test_seeds_per_pack_fits_the_time_left():
     assert module.fairness_status(0, [{"state": "finished, ok"}]) == "ok"
 
 
+def test_seeds_per_pack_stay_within_the_best_measured_pack_size():
+    """Part 3 measured F-MNIST packs of 4, 8 and 16 runs: 8 is best (per run-round), so packs of 4
+    algorithms hold 2 seeds, however much time is left; without packed rows, the time alone decides."""
+    module = load_script()
+    bench = ("fmnist_b10_p0.1             10          all                   -            0.043         -            23.506   0.006\n"
+             "                       4 runs packed: 0.100 s per round of all 4 (throughput 1.72x)\n"
+             "                       8 runs packed: 0.143 s per round of all 8 (throughput 2.41x)\n"
+             "                       16 runs packed: 0.400 s per round of all 16 (throughput 1.72x)\n")
+    assert module.measured_pack_runs(bench) == 8
+    assert module.seeds_per_pack(4, 4, rate=None, bench_text=bench, rounds=100, left=1e9) == 2
+    assert module.seeds_per_pack(4, 4, rate=0.001, bench_text=bench, rounds=100, left=1e9) == 2
+    assert module.seeds_per_pack(4, 4, rate=0.001, bench_text="", rounds=100, left=1e9) == 4
+    assert module.measured_pack_runs("") is None
+
+
 def test_main_refuses_unknown_parts_in_one_line(tmp_path, monkeypatch, capsys):
     module = load_script()
     monkeypatch.chdir(tmp_path)  # main works from the repository root; the test's folder is restored after

@@ -101,3 +101,39 @@ def test_paper_config_asks_a_gpu_exactly_for_the_runs_that_train_on_one():
     for spec in reg.runs.values():
         assert job_gpu(spec.config, spec.resources) == spec.resources["gpu"], spec.key
         assert (run_device(spec.config, cuda_available=True) == "cuda") == (spec.resources["gpu"] == 1), spec.key
+
+
+def test_best_pack_size_is_the_smallest_within_tolerance_of_the_best():
+    from fedmgda.devices import best_pack_size
+
+    assert best_pack_size({}) == 1  # nothing measured
+    # per run: 1 -> 0.100, 8 -> 0.075, 16 -> 0.07375; 8 is within 5 % of 16's, and smaller
+    assert best_pack_size({1: 0.10, 8: 0.60, 16: 1.18}) == 8
+    assert best_pack_size({1: 0.10, 8: 0.60, 16: 1.18}, tolerance=0.0) == 16
+    assert best_pack_size({1: 0.162, 8: 1.334}) == 1  # packing that does not pay (CIFAR-10, 20 clients, H200)
+
+
+def test_measured_pack_averages_each_settings_ratio_to_its_single_run():
+    """Two settings of one dataset, one fast and one slow: each pack size scored by the mean of its
+    settings' per-run ratio to their own single run; other devices and datasets ignored."""
+    from fedmgda.devices import measured_pack
+
+    rows = table("a,cifar10,cnn_cifar,cuda,G,1,1,0.100,0,x", "a,cifar10,cnn_cifar,cuda,G,1,8,0.400,0,x",  # 8: 0.5 per run
+                 "b,cifar10,cnn_cifar,cuda,G,1,1,10.0,0,x", "b,cifar10,cnn_cifar,cuda,G,1,8,88.0,0,x",  # 8: 1.1
+                 "b,cifar10,cnn_cifar,cuda,G,1,4,36.0,0,x",  # 4 (only b): 0.9
+                 "a,cifar10,cnn_cifar,cpu,C,1,1,1.0,0,x", "a,cifar10,cnn_cifar,cpu,C,1,8,1.0,0,x",
+                 "c,fmnist,cnn_fmnist,cuda,G,1,1,1.0,0,x", "c,fmnist,cnn_fmnist,cuda,G,1,16,1.0,0,x")
+    assert measured_pack("cifar10", "cuda", table=rows) == 8  # mean(0.5, 1.1) = 0.8 < 0.9 (4) < 1 (1)
+    assert measured_pack("cifar10", "cpu", table=rows) == 8
+    assert measured_pack("fmnist", "cuda", table=rows) == 16
+    assert measured_pack("femnist", "cuda", table=rows) == 1  # not measured: one run per job
+    slow_b = [r for r in rows if not (r.setting == "b" and r.runs == 8)]
+    assert measured_pack("cifar10", "cuda", table=slow_b) == 8  # a alone at 8 (0.5) beats b at 4 (0.9)
+
+
+def test_the_committed_table_packs_the_gpu_datasets_by_8():
+    """config/config.yaml's pack: auto gives, from today's H200 rows (1 and 8 runs), what its
+    explicit packs of 8 gave."""
+    from fedmgda.devices import measured_pack
+
+    assert {d: measured_pack(d, "cuda") for d in ("cifar10", "fmnist", "shakespeare")} == dict.fromkeys(("cifar10", "fmnist", "shakespeare"), 8)

@@ -86,6 +86,35 @@ def choose_device(dataset: str, model: str | None = None, cuda_available: bool =
     return "cuda" if model is not None and model.startswith(GPU_MODEL_PREFIXES) else "cpu"
 
 
+def best_pack_size(seconds: Mapping[int, float], tolerance: float = 0.05) -> int:
+    """The pack size to use from measured {runs packed: seconds per round of them all}: the
+    smallest size whose time per run-round is within ``tolerance`` of the best measured (a smaller
+    pack risks less on a failure and a deadline for the same throughput). 1 when nothing is measured."""
+    per_run = {k: s / k for k, s in seconds.items()}
+    if not per_run:
+        return 1
+    best = min(per_run.values())
+    return min(k for k, t in per_run.items() if t <= best * (1 + tolerance))
+
+
+def measured_pack(dataset: str, device: str, model: str | None = None,
+                  table: tuple[RoundTime, ...] | list[RoundTime] | None = None, tolerance: float = 0.05) -> int:
+    """``resources.<dataset>.pack: auto``: :func:`best_pack_size` over the pack sizes measured for
+    ``dataset`` (and ``model``) on ``device`` in ``table`` (default :func:`round_times`), each
+    size's time per run-round the mean over the dataset's settings of its ratio to the setting's
+    single run (so a slow setting does not outweigh a fast one). Sizes measured beside a single run
+    only; 1 where no pack is measured."""
+    rows = round_times() if table is None else table
+    model = model or default_model(dataset)
+    mine = [r for r in rows if r.dataset == dataset and r.device == device and (model is None or r.model == model)]
+    single = {r.setting: r.s_per_round for r in mine if r.runs == 1}
+    ratios: dict[int, list[float]] = {}
+    for r in mine:
+        if r.setting in single:
+            ratios.setdefault(r.runs, []).append(r.s_per_round / single[r.setting])
+    return best_pack_size({k: sum(v) / len(v) for k, v in ratios.items()}, tolerance)
+
+
 def run_device(config: Mapping[str, Any], cuda_available: bool) -> str:
     """The device a run config trains on: its ``device``, or :func:`choose_device` for ``auto``."""
     device = str(config.get("device") or "auto")

@@ -86,8 +86,15 @@ def run_yaml_text(spec: RunSpec, partitions_dir: str) -> str:
 
 
 def pack_size(spec: RunSpec) -> int:
-    """``resources.<dataset>.pack`` (or ``resources.default.pack``; the schema's default 1)."""
-    return int({**def_defaults("resources"), **spec.resources}["pack"])
+    """``resources.<dataset>.pack`` (or ``resources.default.pack``; the schema's default 1);
+    ``auto``: the size measured best for the run's dataset on the device it trains on where a GPU
+    is present (``fedmgda.devices.measured_pack``; the device as ``job_gpu`` takes it)."""
+    size = {**def_defaults("resources"), **spec.resources}["pack"]
+    if size == "auto":
+        from fedmgda.devices import measured_pack, run_device
+
+        return measured_pack(spec.config["dataset"], run_device(spec.config, cuda_available=True), spec.config.get("model"))
+    return int(size)
 
 
 # what a training job writes into a run's folder and the workflow declares (its train.log aside)
