@@ -317,9 +317,9 @@ def round_bound(setting: Setting, device: torch.device, reps: int | None = None)
 def print_bounds(measured: dict[str, tuple[float, float]], device: torch.device, within: float = 3.0) -> None:
     """Each measured setting's batched round beside its lower bound (``round_bound``) and their
     ratio; the last line counts the settings within ``within`` x their bound."""
-    print(f"\nlower bounds: the longest client's local steps, each one SGD step of one model on all the round's "
-          f"clients' samples of that step as one batch, and two forward passes over the participants' samples "
-          f"(the pre- and post-round losses)")
+    print("\nlower bounds: the longest client's local steps, each one SGD step of one model on all the round's "
+          "clients' samples of that step as one batch, and two forward passes over the participants' samples "
+          "(the pre- and post-round losses)")
     print(f"{'setting':20} {'batched s/round':>15} {'steps':>6} {'batch':>6} {'step ms':>8} {'timed as':>12} "
           f"{'losses s':>9} {'bound s/round':>13} {'ratio':>7}")
     ratios = {}

@@ -93,6 +93,7 @@ def test_the_quick_rows_run_count_is_the_profiles():
     profile grew to 86), counted here from config/quick.yaml, and its time is a measurement of
     that many runs (the wall_times.csv row it renders has n = the run count)."""
     import csv
+
     from fedmgda.experiments import expand, load_config
 
     runs = len(expand(load_config(str(REPO / "config" / "quick.yaml"))).runs)

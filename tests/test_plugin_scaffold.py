@@ -10,9 +10,10 @@ import pytest
 import torch
 from toy_federated import make_toy_federated, toy_config
 
+from fedmgda.checkpoints import CHECKPOINT
 from fedmgda.config import ConfigError
 from fedmgda.scheduler import Scheduler, batched_training, run, run_packed, training_path
-from fedmgda.simulator import CHECKPOINT, Simulation, TrainRequest
+from fedmgda.simulator import Simulation, TrainRequest
 
 REPO = Path(__file__).resolve().parents[1]
 SCAFFOLD = f"{REPO}/examples/scaffold.py:Scaffold"

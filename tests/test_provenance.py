@@ -12,11 +12,11 @@ import yaml
 
 import fedmgda
 from fedmgda import provenance
+from fedmgda.checkpoints import CHECKPOINT
 from fedmgda.cli import main
 from fedmgda.config import RunConfig
 from fedmgda.data import make_partition
 from fedmgda.packs import trained_runs
-from fedmgda.simulator import CHECKPOINT
 
 CONFIG = dict(dataset="synthetic", algorithm="fedavg", rounds=4, device="cpu", checkpoint_every=1)
 STAMP_KEYS = {"fedmgda", "commit", "dirty", "python", "torch", "numpy", "cvxopt", "device", "cuda", "gpu", "cpu",

@@ -14,9 +14,9 @@ import pytest
 import torch
 import yaml
 
+from fedmgda.checkpoints import CHECKPOINT
 from fedmgda.cli import main
 from fedmgda.runfolder import LOCK
-from fedmgda.simulator import CHECKPOINT
 
 CONFIG = dict(dataset="synthetic", algorithm="fedavg", rounds=3, device="cpu", checkpoint_every=1)
 

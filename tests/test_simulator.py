@@ -7,9 +7,10 @@ import pytest
 import torch
 from toy_federated import killed_at, killed_then_resumed, make_toy_federated, toy_config
 
+from fedmgda.checkpoints import CHECKPOINT
 from fedmgda.errors import RunFolderError
 from fedmgda.scheduler import Scheduler, run, run_packed, run_round
-from fedmgda.simulator import CHECKPOINT, Simulation
+from fedmgda.simulator import Simulation
 
 
 def simulate(**overrides):
@@ -227,3 +228,27 @@ def test_without_dropout_the_clients_train_without_masks():
     off = Simulation(cfg, data=images(), model_name="cnn_fmnist", dropout=False)
     assert on.trainer.minibatches.sites and off.trainer.minibatches.sites == () and not off.trainer.dropout
     assert not torch.equal(run_packed([on], [None])[0].final_weights, run_packed([off], [None])[0].final_weights)
+
+
+def test_moved_names_still_import_from_the_simulator_with_one_deprecation_each(capsys):
+    """CHECKPOINT (now fedmgda.checkpoints) and RunResult, write_result, protocol_stats,
+    NONFINITE_COLUMNS (now fedmgda.results): the old import works until fedmgda 0.2.0, warning
+    once per name with the line that fixes it; other names are plain AttributeErrors."""
+    import importlib
+    import warnings
+
+    import fedmgda.simulator as simulator
+
+    simulator._warned.clear()
+    for name, home in simulator.MOVED.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            value = getattr(simulator, name)
+            assert getattr(simulator, name) is value  # the second time: no warning
+        assert value is getattr(importlib.import_module(home), name)
+        assert [str(w.message) for w in caught] == [f"fedmgda.simulator.{name} is deprecated: import it from {home} "
+                                                    f"(from {home} import {name}); the old place goes in fedmgda 0.2.0"]
+        assert caught[0].category is DeprecationWarning and caught[0].filename == __file__
+    assert capsys.readouterr().err.count("fedmgda: deprecated: fedmgda.simulator.") == len(simulator.MOVED)
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        simulator.nothing_here

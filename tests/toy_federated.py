@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fedmgda.checkpoints import CHECKPOINT
 from fedmgda.config import RunConfig
 from fedmgda.data.base import FederatedDataset
 from fedmgda.scheduler import run
-from fedmgda.simulator import CHECKPOINT, Simulation
+from fedmgda.simulator import Simulation
 
 
 def make_toy_federated(num_users: int = 8, dim: int = 10, classes: int = 3, n_train: int = 24, n_test: int = 8, seed: int = 0) -> FederatedDataset:

@@ -49,12 +49,12 @@ from fedmgda.fastpaths import (
     LinearSoftmaxSteps,
     single_thread_on_cpu,
 )
+from fedmgda.results import RunResult
 from fedmgda.simulator import (
     EvalRequest,
     LossRequest,
     RoundRecord,
     RunInputs,
-    RunResult,
     Simulation,
     TrainRequest,
 )

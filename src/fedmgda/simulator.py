@@ -35,26 +35,38 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fedmgda import checkpoints, provenance
+from fedmgda import checkpoints, provenance, results
 from fedmgda.algorithms import Algorithm, ClientRound, RoundContext
 from fedmgda.attacks import force_attacker, loss_bias, loss_scale
 from fedmgda.catalog import get_algorithm, make_algorithm
-from fedmgda.checkpoints import CHECKPOINT, RunState
+from fedmgda.checkpoints import RunState
 from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, evaluate_samples
 from fedmgda.config import RunConfig
 from fedmgda.contract import CheckedHooks
 from fedmgda.data.base import FederatedDataset
-from fedmgda.errors import ConfigError, PluginError
+from fedmgda.errors import ConfigError, PluginError, warn_deprecated
 from fedmgda.metrics import accuracy_stats, improved_fraction, participant_stats, per_owner_mean
 from fedmgda.models import build_model
-from fedmgda.results import (  # noqa: F401  (RunResult, write_result, protocol_stats, NONFINITE_COLUMNS: their old home)
-    NONFINITE_COLUMNS,
-    RunResult,
-    per_user_table,
-    protocol_stats,
-    run_result,
-    write_result,
-)
+from fedmgda.results import per_user_table, run_result
+
+# names this module used to hold, and where they live now: importing one from here still works,
+# with one deprecation warning per name, until fedmgda 0.2.0 (CHANGELOG.md, "Deprecated")
+MOVED = {"CHECKPOINT": "fedmgda.checkpoints", "RunResult": "fedmgda.results", "write_result": "fedmgda.results",
+         "protocol_stats": "fedmgda.results", "NONFINITE_COLUMNS": "fedmgda.results"}
+_warned: set[str] = set()
+
+
+def __getattr__(name: str) -> Any:
+    """A moved name (``MOVED``) from its new home, with a deprecation warning the first time."""
+    if name not in MOVED:
+        raise AttributeError(f"module 'fedmgda.simulator' has no attribute {name!r}")
+    import importlib
+
+    if name not in _warned:
+        _warned.add(name)
+        warn_deprecated(f"fedmgda.simulator.{name} is deprecated: import it from {MOVED[name]} "
+                        f"(from {MOVED[name]} import {name}); the old place goes in fedmgda 0.2.0")
+    return getattr(importlib.import_module(MOVED[name]), name)
 
 
 def resolve_device(name: str, dataset: str | None = None, model: str | None = None) -> torch.device:
@@ -314,8 +326,8 @@ class Simulation:
         state.elapsed = time.perf_counter() - started
         result = self._finish(w, state)
         if out is not None:
-            write_result(result, out)
-            (out / CHECKPOINT).unlink(missing_ok=True)
+            results.write_result(result, out)
+            (out / checkpoints.CHECKPOINT).unlink(missing_ok=True)
         return result
 
     def _resume(self, out: Path, fresh_if_unreadable: bool) -> RunState | None:
@@ -379,7 +391,7 @@ class Simulation:
         states = [self.clients.state(u, w) for u in users] if self.inputs.local_term is not None else None
         return TrainRequest(self.inputs, w, t, users, [(self.cfg.seed, t, u) for u in users], loss_scales, states)
 
-    def _finish(self, w: torch.Tensor, state: RunState) -> RunResult:
+    def _finish(self, w: torch.Tensor, state: RunState) -> results.RunResult:
         """The run's outputs (``results.run_result``); its final model: the average of the
         iterates (``final_model``, or the algorithm's ``averages_iterates``), else the last one."""
         cfg = self.cfg

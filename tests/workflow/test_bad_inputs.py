@@ -24,9 +24,9 @@ import pytest
 import yaml
 from test_run_folder import FORMS, a_checkpoint_that
 
+from fedmgda.checkpoints import CHECKPOINT
 from fedmgda.cli import main
 from fedmgda.runfolder import holding
-from fedmgda.simulator import CHECKPOINT
 
 from .conftest import copy_workflow
 
