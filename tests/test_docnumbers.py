@@ -174,3 +174,18 @@ def test_a_claims_csv_gives_its_interval(tmp_path):
     with pytest.raises(DocNumberError):
         value(Spec("c.csv", "c2", "ci95_low", None), tmp_path)
 
+
+
+def test_transcribed_numbers_are_each_used_and_carry_their_sentence():
+    """benchmarks/measurements/performance_numbers.csv (numbers measured in sessions that kept no
+    log): every row is rendered by some page's marker (no stale row), and its ``what`` is the
+    sentence or table row around that marker, holding the value."""
+    import csv
+
+    path = "benchmarks/measurements/performance_numbers.csv"
+    with open(REPO / path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    text = "".join((REPO / page).read_text() for page in PAGES)
+    used = set(re.findall(rf"<!-- n {re.escape(path)} (\S+) value -->", text))
+    assert rows and [r["key"] for r in rows if r["key"] not in used] == []
+    assert [r["key"] for r in rows if r["value"] not in r["what"] or len(r["what"]) > 200] == []
