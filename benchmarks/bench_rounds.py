@@ -64,12 +64,40 @@ class Setting:
     train_sizes: tuple[int, ...]  # per-user training samples
     test_size: int  # per-user test samples
     lr: float = 0.01
+    # non-empty: why this setting's round is only a lower bound of its dataset's real round; it
+    # stands in for the dataset in projections until a real setting is measured, and is not
+    # measured unless named by --only
+    stand_in: str = ""
 
 
 def femnist_sizes(users: int = 100, seed: int = 0) -> tuple[int, ...]:
     """Per-writer training sizes like FEMNIST's (mean ~209, long tail)."""
     rng = np.random.default_rng(seed)
     return tuple(int(s) for s in np.clip(rng.lognormal(np.log(190), 0.45, users), 20, 700))
+
+
+def shakespeare_sizes(users: int = 31, mean: float = 3749, stdev: float = 6912, total: int = 116_214,
+                      train_fraction: float = 0.8) -> tuple[int, ...]:
+    """Per-role training sizes like the Shakespeare of q-FFL / FedMGDA+ (no RNG): the q-FFL
+    paper's Table 4 gives 31 devices, 116 214 samples, mean 3 749 and stdev 6 912 per device
+    (train and test); LEAF cuts each role 80 / 20 (``-tf 0.8 -t sample``; FedMGDA+ Table 1: 92 959
+    training samples). The sizes are the ``users`` mid-quantiles of a log-normal whose spread is
+    solved so that their population stdev / mean is Table 4's, scaled to ``total``, then 80 %."""
+    from statistics import NormalDist, fmean, pstdev
+
+    z = [NormalDist().inv_cdf((i + 0.5) / users) for i in range(users)]
+
+    def spread(sigma: float) -> float:
+        values = [math.exp(sigma * q) for q in z]
+        return pstdev(values) / fmean(values)
+
+    low, high = 0.1, 5.0
+    for _ in range(100):  # bisection: the spread grows with sigma
+        mid = (low + high) / 2
+        low, high = (mid, high) if spread(mid) < stdev / mean else (low, mid)
+    values = [math.exp(low * q) for q in z]
+    scale = total / sum(values)
+    return tuple(max(1, round(train_fraction * v * scale)) for v in values)
 
 
 SETTINGS = [
@@ -79,7 +107,11 @@ SETTINGS = [
     Setting("fmnist_b10_p0.1", "fmnist", 10, 10, (480,) * 100, 60),
     Setting("femnist_b20", "femnist", 20, 10, femnist_sizes(), 23, lr=0.1),
     Setting("femnist_full", "femnist", "full", 10, femnist_sizes(), 23, lr=0.1),
-    Setting("shakespeare_b10", "shakespeare", 10, 31, (3000,) * 31, 750, lr=0.8),
+    Setting("shakespeare_b10", "shakespeare", 10, 31, shakespeare_sizes(), 750, lr=0.8),
+    # measured on the H200 on 2026-11-26 as "shakespeare_b10", before its clients had real sizes
+    Setting("shakespeare_b10_equal", "shakespeare", 10, 31, (3000,) * 31, 750, lr=0.8,
+            stand_in="equal client sizes, 300 local steps each; the real roles' heavy tail (q-FFL Table 4: "
+                     "stdev 6 912 per device, mean 3 749) gives the longest client 2 000+ steps a round"),
     Setting("adult_b10", "adult", 10, 2, (330, 25718), 3215),
 ]
 
@@ -349,15 +381,18 @@ def match_setting(cfg: dict, names: set[str] | dict) -> tuple[Setting, int, str 
     dataset, batch = cfg["dataset"], cfg.get("batch_size", 10)
     per_round = cfg.get("clients_per_round") or max(1, int(cfg.get("participation", 0.1) * (2 if dataset == "adult" else 31 if dataset == "shakespeare" else 100) + 1e-9))
     candidates = [s for s in SETTINGS if s.dataset == dataset and s.name in names]
+    candidates = [s for s in candidates if not s.stand_in] or candidates  # a real setting where measured
     if not candidates:
         return None
     full_batch = batch in ("full", 400)  # CIFAR-10's b = 400 is its clients' full batch
     same_kind = [s for s in candidates if (s.batch_size == "full") == full_batch] or candidates
     chosen = min(same_kind, key=lambda s: abs(s.per_round - per_round))
-    note = None
+    notes = []
+    if chosen.stand_in:
+        notes.append(f"{dataset}: a lower bound, {chosen.name} stands in ({chosen.stand_in})")
     if (chosen.batch_size == "full") != full_batch or chosen.per_round != per_round:
-        note = f"{dataset} b={batch} n={per_round} ~ {chosen.name} x {per_round}/{chosen.per_round}"
-    return chosen, per_round, note
+        notes.append(f"{dataset} b={batch} n={per_round} ~ {chosen.name} x {per_round}/{chosen.per_round}")
+    return chosen, per_round, "; ".join(notes) or None
 
 
 def project_paper(per_setting: dict[str, tuple[float, float]], config: str = "config/config.yaml") -> tuple[dict[str, float], int, list[str]]:
@@ -474,7 +509,7 @@ def print_choices(rows) -> None:
     (always the GPU) and now (fedmgda.devices.choose_device over ``rows``)."""
     from fedmgda.devices import choose_device
 
-    print(f"\n{'setting':20} {'GPU 1 run':>10} {'GPU packed':>11} {'CPU':>9}  auto before  auto now   (s per run-round)")
+    print(f"\n{'setting':22} {'GPU 1 run':>10} {'GPU packed':>11} {'CPU':>9}  auto before  auto now   (s per run-round)")
     for setting in SETTINGS:
         mine = [r for r in rows if r.setting == setting.name]
         if not mine:
@@ -488,7 +523,7 @@ def print_choices(rows) -> None:
         model = mine[0].model
         now = choose_device(setting.dataset, model, cuda_available=True, table=rows)
         label = f"{best('cuda', max(r.runs for r in packed))} x{max(r.runs for r in packed)}" if packed else "-"
-        print(f"{setting.name:20} {best('cuda', 1):>10} {label:>11} {best('cpu'):>9}  {'cuda':11}  {now}")
+        print(f"{setting.name:22} {best('cuda', 1):>10} {label:>11} {best('cpu'):>9}  {'cuda':11}  {now}")
 
 
 def print_plan(rows, cores: int, gpus: int, config: str = "config/config.yaml") -> None:
@@ -517,6 +552,8 @@ def print_plan(rows, cores: int, gpus: int, config: str = "config/config.yaml") 
           f"GPU busy in the plan: {gpu_busy / 3600:.2f} h")
     for line in sorted(set(notes) | {n for n in back_notes if "left out" in n}):
         print(f"  note: {line}")
+    if any("a lower bound" in line for line in notes):
+        print("  note: the totals are lower bounds too: a stand-in setting's round is shorter than its dataset's")
 
 
 def parse_args() -> argparse.Namespace:
@@ -533,12 +570,33 @@ def parse_args() -> argparse.Namespace:
                         "for each K given (e.g. --pack 4 8 16), and print their throughput against K batched runs one after another")
     parser.add_argument("--no-sequential", action="store_true", help="do not time the sequential reference path (its "
                         "columns print '-'; it is the slow part on a GPU and feeds no projection)")
+    parser.add_argument("--sizes", action="store_true", help="measure nothing: print each setting's client sizes and "
+                        "the sequential local steps they cost a round")
     parser.add_argument("--plan", action="store_true", help="measure nothing: project the paper DAG's makespan on --cores and --gpus from the committed round times (src/fedmgda/reference/round_times.csv)")
     parser.add_argument("--cores", type=int, default=16, help="CPU cores of the machine the plan is projected on")
     parser.add_argument("--gpus", type=int, default=1, help="GPUs of the machine the plan is projected on")
     parser.add_argument("--csv", metavar="PATH", help="also write this run's round times as rows of src/fedmgda/reference/round_times.csv (source: --source)")
     parser.add_argument("--source", default="this run", help="the source column of --csv's rows: the measurement file they will be committed as")
     return parser.parse_args()
+
+
+def print_sizes() -> None:
+    """--sizes: each setting's clients and what they cost a round in sequential local steps: the
+    longest client's (a round's least, whatever the batching) and, where every client takes part,
+    the sum over the groups ``fedmgda.client.size_groups`` trains one after another (each as long
+    as its longest client)."""
+    from fedmgda.client import size_groups
+
+    print(f"{'setting':22} {'clients':>7} {'per round':>9} {'train samples':>13} {'mean':>7} {'largest':>7} "
+          f"{'longest steps':>13} {'grouped steps':>13}")
+    for setting in SETTINGS:
+        sizes = list(setting.train_sizes)
+        steps = [1 if setting.batch_size == "full" else math.ceil(n / setting.batch_size) for n in sizes]
+        grouped = "-"
+        if setting.per_round == len(sizes):
+            grouped = str(sum(max(steps[i] for i in group) for group in size_groups(sizes)))
+        print(f"{setting.name:22} {len(sizes):>7} {setting.per_round:>9} {sum(sizes):>13} {statistics.fmean(sizes):>7.0f} "
+              f"{max(sizes):>7} {max(steps):>13} {grouped:>13}")
 
 
 def show_committed_plan(args: argparse.Namespace) -> None:
@@ -555,6 +613,9 @@ def show_committed_plan(args: argparse.Namespace) -> None:
 
 def main() -> None:
     args = parse_args()
+    if args.sizes:
+        print_sizes()
+        return
     if args.plan:
         show_committed_plan(args)
         return
@@ -583,7 +644,7 @@ def measure_settings(args: argparse.Namespace, device: torch.device) -> tuple[di
     measured: dict[str, tuple[float, float]] = {}
     packed_s: dict[str, dict[int, float]] = {}
     for setting in SETTINGS:
-        if args.only and setting.name not in args.only:
+        if (args.only and setting.name not in args.only) or (setting.stand_in and not args.only):
             continue
         fraction = fractions.get(setting.name, args.fraction)
         torch.manual_seed(0)
