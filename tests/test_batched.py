@@ -140,3 +140,39 @@ def test_cuda_cnn_runs_are_reproducible(batched):
     a, b = (run(cfg, data=data, model_name="cnn_cifar") for _ in range(2))
     pd.testing.assert_frame_equal(a.metrics, b.metrics)
     assert torch.equal(a.final_weights, b.final_weights)
+
+
+def test_cuda_graphs_capture_a_key_at_most_once(monkeypatch):
+    """More recurring keys than the capacity (Shakespeare's size groups): each key is captured once
+    at most, an evicted key runs eagerly after; replays and eager calls give fn's outputs. The
+    capture is stood in for on the CPU (a 'graph' whose replay runs fn on the static inputs)."""
+    captured = []
+
+    class FakeGraph:
+        def __init__(self, fn, static_inputs, static_outputs):
+            self.fn, self.static_inputs, self.static_outputs = fn, static_inputs, static_outputs
+
+        def replay(self):
+            for out, value in zip(self.static_outputs, self.fn(*self.static_inputs)):
+                out.copy_(value)
+
+    def fake_capture(fn, inputs):
+        static_inputs = tuple(x.clone() for x in inputs)
+        captured.append(len(captured))
+        static_outputs = fn(*static_inputs)
+        return FakeGraph(fn, static_inputs, static_outputs), static_inputs, static_outputs
+
+    graphs = CudaGraphs(capacity=2)
+    monkeypatch.setattr(graphs, "_capture", fake_capture)
+    calls = []
+
+    def fn(x):
+        calls.append(1)
+        return (x * 2,)
+
+    for round_ in range(4):
+        for key in ("a", "b", "c"):
+            x = torch.full((2,), float(round_))
+            assert torch.equal(graphs(key, fn, (x,))[0], x * 2)
+    assert len(captured) == 3  # a, b and c once each (without the guard: 3 more every round)
+    assert graphs.evicted == {"a"} and list(graphs.graphs) == ["b", "c"]  # b and c replayed, a eager

@@ -646,6 +646,11 @@ class CudaGraphs:
     give the eager results bit for bit; nothing random is drawn inside (the dropout masks are
     inputs, drawn per client beforehand: ``Minibatches.dropout_masks``). At most ``capacity`` graphs are kept, least recently used evicted; a key
     whose capture fails (an operation that cannot be captured) runs eagerly, with a warning.
+
+    A key is captured at most once: an evicted key runs eagerly from then on. A round with more
+    recurring keys than ``capacity`` (Shakespeare's clients of very unequal sizes train in about
+    ten size groups, ``client.size_groups``) would otherwise evict and capture every group again
+    every round, and a capture costs an eager run and more.
     """
 
     def __init__(self, capacity: int = 4):
@@ -653,10 +658,11 @@ class CudaGraphs:
         self.graphs: OrderedDict = OrderedDict()
         self.seen: set = set()
         self.failed: set = set()
+        self.evicted: set = set()
 
     def __call__(self, key, fn, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         if key not in self.graphs:
-            if key not in self.seen or key in self.failed:
+            if key not in self.seen or key in self.failed or key in self.evicted:
                 self.seen.add(key)
                 return fn(*inputs)
             try:
@@ -666,7 +672,7 @@ class CudaGraphs:
                 warnings.warn(f"CUDA graph capture failed, running eagerly: {str(error).splitlines()[0]}", stacklevel=2)
                 return fn(*inputs)
             if len(self.graphs) > self.capacity:
-                self.graphs.popitem(last=False)
+                self.evicted.add(self.graphs.popitem(last=False)[0])
         self.graphs.move_to_end(key)
         graph, static_inputs, static_outputs = self.graphs[key]
         for static, x in zip(static_inputs, inputs):
