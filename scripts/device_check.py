@@ -82,7 +82,7 @@ BENCH_LINE = re.compile(r"^(?P<name>\S+)\s+(?P<clients>\d+)\s+(all|\S+ \(x1/f\))
                         r"([\d.]+x|-)\s+[\d.]+\s+(?P<eval>[\d.]+)\s*$")  # sequential '-': not timed (--no-sequential)
 PACK_LINE = re.compile(r"^\s+(?P<k>\d+) runs packed: (?P<s>[\d.]+) s per round")
 # each part's time limit in seconds, on the GPU and in the dry mode (fairness: what is left of the budget)
-LIMITS = {"env": (60.0, 30.0), "same_results": (120.0, 120.0), "pytest_cuda": (150.0, 60.0), "bench_rounds": (210.0, 60.0)}
+LIMITS = {"env": (60.0, 30.0), "same_results": (120.0, 120.0), "pytest_cuda": (150.0, 60.0), "bench_rounds": (240.0, 60.0)}
 BENCH_ARGS = ("--device cuda --rounds 2 --pack 4 8 16 --no-sequential --fraction-of shakespeare_b10=0.01 --bound --profile",  # on the GPU; dry:
               "--device cpu --rounds 1 --pack 2 3 --no-sequential --only adult_b10 --fraction 0.01 --bound --profile")
 
