@@ -145,11 +145,14 @@ def bench_config(setting: Setting, device: str, batched: bool, seed: int = 1) ->
                      per_user_every=10**9, device=device, batched=batched, seed=seed)
 
 
-def packed_rounds(setting: Setting, data: FederatedDataset, batched: bool, device: str, pack: int = 1):
+def packed_rounds(setting: Setting, data: FederatedDataset, batched: bool, device: str, pack: int = 1, max_padding: float | None = None):
     """``pack`` runs of the setting (seeds 1..pack), their start models, and a function that
-    trains one round of all of them, packed (the real simulator's round, less per-user evaluation)."""
+    trains one round of all of them, packed (the real simulator's round, less per-user evaluation);
+    ``max_padding``: the scheduler's size-group padding, if not its default."""
     sims = [Simulation(bench_config(setting, device, batched, seed), data=data, model_name=DATASET_SPECS[setting.dataset].model) for seed in range(1, pack + 1)]
     scheduler = Scheduler([sim.inputs for sim in sims])  # checks that the runs can be packed
+    if max_padding is not None:
+        scheduler.max_padding = max_padding
     for sim in sims[1:]:
         sim.share_samples(sims[0])  # as run_packed: one copy of the samples
     ws = [sim.model.initial_vector().to(sim.device) for sim in sims]
@@ -171,10 +174,11 @@ def packed_rounds(setting: Setting, data: FederatedDataset, batched: bool, devic
     return sims, ws, one_round
 
 
-def time_rounds(setting: Setting, data: FederatedDataset, batched: bool, rounds: int, device: str, pack: int = 1) -> tuple[float, float]:
+def time_rounds(setting: Setting, data: FederatedDataset, batched: bool, rounds: int, device: str, pack: int = 1,
+                max_padding: float | None = None) -> tuple[float, float]:
     """Median seconds per round (training part, of all ``pack`` runs together) and seconds for one
     evaluation of every user."""
-    sims, ws, one_round = packed_rounds(setting, data, batched, device, pack)
+    sims, ws, one_round = packed_rounds(setting, data, batched, device, pack, max_padding)
     times = []
     for t in range(2, 2 + rounds):
         sync(sims[0].device)
@@ -568,6 +572,9 @@ def parse_args() -> argparse.Namespace:
                         "large-batch steps, a CUDA graph on a GPU) and print the batched round's ratio to it")
     parser.add_argument("--pack", type=int, nargs="+", default=[1], metavar="K", help="also time K runs (seeds 1..K) trained packed, "
                         "for each K given (e.g. --pack 4 8 16), and print their throughput against K batched runs one after another")
+    parser.add_argument("--max-padding", type=float, nargs="*", default=[], metavar="P", help="also time each setting whose "
+                        "clients all take part and differ in size with size groups of at most this padding (inf: one group; "
+                        "the default is fedmgda.client.MAX_PADDING)")
     parser.add_argument("--no-sequential", action="store_true", help="do not time the sequential reference path (its "
                         "columns print '-'; it is the slow part on a GPU and feeds no projection)")
     parser.add_argument("--sizes", action="store_true", help="measure nothing: print each setting's client sizes and "
@@ -665,7 +672,24 @@ def measure_settings(args: argparse.Namespace, device: torch.device) -> tuple[di
             print(f"{'':22} {k} runs packed: {packed:.3f} s per round of all {k} "
                   f"(throughput {k * bat / packed:.2f}x that of the runs one after another)", flush=True)
             packed_s.setdefault(setting.name, {})[k] = packed
+        time_paddings(setting, data, args, device, fraction)
     return measured, packed_s
+
+
+def time_paddings(setting: Setting, data: FederatedDataset, args: argparse.Namespace, device: torch.device, fraction: float) -> None:
+    """A setting of unequal clients, timed again (one run) with each --max-padding: how much padding
+    a size group may carry (``fedmgda.client.size_groups``; inf: every client in one group)."""
+    from fedmgda.client import size_groups
+
+    if len(set(setting.train_sizes)) == 1 or setting.per_round != len(setting.train_sizes) or not args.max_padding:
+        return  # equal clients, or a round's clients drawn anew: one group count would not say much
+    sim = Simulation(bench_config(setting, str(device), True), data=data, model_name=DATASET_SPECS[setting.dataset].model)
+    if not Scheduler([sim.inputs]).steps.groups_by_size:
+        return  # a path that does not pad (the linear models'): no size groups
+    sizes = [len(idx) for idx in data.train_idx]
+    for padding in args.max_padding:
+        seconds = time_rounds(setting, data, batched=True, rounds=args.rounds, device=str(device), max_padding=padding)[0] / fraction
+        print(f"{'':22} max padding {padding:g}: {seconds:.3f} s per round ({len(size_groups(sizes, padding))} size groups)", flush=True)
 
 
 def print_projection(measured: dict[str, tuple[float, float]], packed_s: dict[str, float], args: argparse.Namespace, device: torch.device, name: str) -> None:

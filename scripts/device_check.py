@@ -17,7 +17,8 @@ Parts, in order (files under --out, at most 7, all at its top level):
    CNN reproducibility, local terms, a whole run); a CUDA test that skips on a CUDA machine fails
    the part (``pytest_cuda.txt``).
 3. ``bench_rounds``: ``benchmarks/bench_rounds.py --device cuda --pack 4 8 16 --no-sequential
-   --bound --profile`` over the paper's settings: the batched path, 1, 4, 8 and 16 runs packed,
+   --max-padding inf --bound --profile`` over the paper's settings: the batched path, 1, 4, 8 and
+   16 runs packed, Shakespeare's unequal clients also in one size group,
    the projected wall time of the whole paper DAG back to back and, after it, the plan's makespan
    (packs, each run on its faster device, the GPU queue beside the CPU cores: docs/performance.md,
    "Projection as the plan's makespan"), then each setting's round beside its lower bound (its
@@ -83,7 +84,7 @@ BENCH_LINE = re.compile(r"^(?P<name>\S+)\s+(?P<clients>\d+)\s+(all|\S+ \(x1/f\))
 PACK_LINE = re.compile(r"^\s+(?P<k>\d+) runs packed: (?P<s>[\d.]+) s per round")
 # each part's time limit in seconds, on the GPU and in the dry mode (fairness: what is left of the budget)
 LIMITS = {"env": (60.0, 30.0), "same_results": (120.0, 120.0), "pytest_cuda": (150.0, 60.0), "bench_rounds": (240.0, 60.0)}
-BENCH_ARGS = ("--device cuda --rounds 2 --pack 4 8 16 --no-sequential --fraction-of shakespeare_b10=0.01 --bound --profile",  # on the GPU; dry:
+BENCH_ARGS = ("--device cuda --rounds 2 --pack 4 8 16 --no-sequential --max-padding inf --fraction-of shakespeare_b10=0.01 --bound --profile",  # on the GPU; dry:
               "--device cpu --rounds 1 --pack 2 3 --no-sequential --only adult_b10 --fraction 0.01 --bound --profile")
 
 
@@ -798,7 +799,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "(their shared runs trained once; runs that cannot share a process, such as FedProx's, in packs of their own)")
     parser.add_argument("--pytest-k", help='pytest -k expression (default "cuda or dropout"; dry: "cuda", which all skip)')
     parser.add_argument("--bench-args", help="bench_rounds.py's arguments (default: --device cuda --rounds 2 --pack 4 8 16 "
-                                             "--no-sequential --fraction-of shakespeare_b10=0.01 --bound --profile)")
+                                             "--no-sequential --max-padding inf --fraction-of shakespeare_b10=0.01 --bound --profile)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--device", help=argparse.SUPPRESS)
     parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)

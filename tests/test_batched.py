@@ -176,3 +176,26 @@ def test_cuda_graphs_capture_a_key_at_most_once(monkeypatch):
             assert torch.equal(graphs(key, fn, (x,))[0], x * 2)
     assert len(captured) == 3  # a, b and c once each (without the guard: 3 more every round)
     assert graphs.evicted == {"a"} and list(graphs.graphs) == ["b", "c"]  # b and c replayed, a eager
+
+
+def test_the_size_groups_padding_changes_the_groups_not_the_numbers(monkeypatch):
+    """Scheduler.max_padding (bench_rounds --max-padding): with no bound every client of a round
+    trains in one padded group instead of by size; the clients follow the same trajectories, so
+    the run's metrics and final model agree up to float rounding."""
+    import fedmgda.scheduler as scheduler_module
+
+    data = make_toy_federated()
+    for user in range(5):  # every client each round: 3 clients of 24 samples, 5 of 2
+        data.train_idx[user] = data.train_idx[user][:2]
+    groups = []
+    real_size_groups = scheduler_module.size_groups
+    monkeypatch.setattr(scheduler_module, "size_groups", lambda sizes, padding: groups.append(real_size_groups(sizes, padding)) or groups[-1])
+    cfg = toy_config(algorithm="fedmgda_plus", hparams={"eta": 1.0, "decay": 0.1}, rounds=3, participation=1.0)
+    by_size = run(cfg, data=data, model_name="mlp_digits")
+    assert {len(g) for g in groups} == {2}  # the 24-sample clients apart from the 2-sample ones
+    groups.clear()
+    monkeypatch.setattr(scheduler_module, "MAX_PADDING", float("inf"))
+    together = run(cfg, data=data, model_name="mlp_digits")
+    assert {len(g) for g in groups} == {1}  # one group: every client padded to 24 samples
+    assert torch.allclose(by_size.final_weights, together.final_weights, atol=1e-6)
+    pd.testing.assert_frame_equal(by_size.metrics, together.metrics, atol=1e-6)

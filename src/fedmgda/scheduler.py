@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedmgda.client import ClientResult, ClientSteps, VmapSteps, size_groups, stack_states
+from fedmgda.client import MAX_PADDING, ClientResult, ClientSteps, VmapSteps, size_groups, stack_states
 from fedmgda.config import RunConfig
 from fedmgda.data.base import FederatedDataset
 from fedmgda.errors import ConfigError, PluginError
@@ -153,6 +153,9 @@ class Scheduler:
         path = batched_path(lead)
         self.steps: ClientSteps = self.vmap if path is VmapSteps else path(lead.trainer.model, lead.trainer.hparams)
         self.linear_evaluation = LinearSoftmaxEvaluation() if self.linear and lead.batched else None
+        # the padding a size group may carry (``client.size_groups``); a benchmark may set it
+        # (bench_rounds --max-padding measures others: on a GPU a step may cost the same at any width)
+        self.max_padding = MAX_PADDING
         for run in runs:
             if run.batched and run.local_term is not None and not run.vmap_local_term:
                 self.say_reference(run.algorithm, "it declares vmap_local_term = False")
@@ -247,7 +250,7 @@ class Scheduler:
 
         def by_size(members: list[int]) -> list[list[int]]:
             sizes = [len(runs[j].train_idx_cpu[requests[j].users[k]]) for j, k in (clients[c] for c in members)]
-            return [[members[i] for i in group] for group in size_groups(sizes)]
+            return [[members[i] for i in group] for group in size_groups(sizes, self.max_padding)]
 
         if not self.steps.groups_by_size:
             groups = [together] if together else []
