@@ -251,4 +251,4 @@ def test_moved_names_still_import_from_the_simulator_with_one_deprecation_each(c
         assert caught[0].category is DeprecationWarning and caught[0].filename == __file__
     assert capsys.readouterr().err.count("fedmgda: deprecated: fedmgda.simulator.") == len(simulator.MOVED)
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
-        simulator.nothing_here
+        _ = simulator.nothing_here

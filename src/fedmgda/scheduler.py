@@ -38,7 +38,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedmgda.client import MAX_PADDING, ClientResult, ClientSteps, VmapSteps, size_groups, stack_states
+from fedmgda.client import (
+    MAX_PADDING,
+    ClientResult,
+    ClientSteps,
+    VmapSteps,
+    size_groups,
+    stack_states,
+)
 from fedmgda.config import RunConfig
 from fedmgda.data.base import FederatedDataset
 from fedmgda.errors import ConfigError, PluginError
