@@ -6,7 +6,7 @@ printed as well.
     python scripts/device_check.py --dry --out DIR      # the same parts on the CPU, tiny (< 1 min)
     python scripts/device_check.py --parts fairness --resume DIR/fairness_runs.tar.gz   # go on
 
-Parts, in order (files under --out, at most 7, all at its top level):
+Parts, in order (files under --out, at most 8, all at its top level):
 
 0. ``env``: GPU, driver, torch / CUDA / cuDNN versions, which modules import (``env.txt``).
 1. ``same_results``: this machine's environment stamp (``fedmgda.provenance``, per device) and the
@@ -25,7 +25,9 @@ Parts, in order (files under --out, at most 7, all at its top level):
    steps as one model's large-batch steps replayed as a CUDA graph, and its participant losses),
    and last one profiled round per setting (where its time goes: kernels, copies, launches, host
    syncs); on a time-out the back-to-back projection is made from the settings measured so far
-   (``bench_rounds.txt``).
+   (``bench_rounds.txt``). The measured round times also come as rows of
+   src/fedmgda/reference/round_times.csv (``round_times_rows.csv``, source ``bench_rounds.txt``:
+   replace it by the committed file's path, then append them).
 4. ``fairness``: the F-MNIST fairness core (``fmnist_core`` of config/fmnist.yaml: FedAvg,
    FedMGDA+, FedAvg-n, FedMGDA on real F-MNIST shards) at the paper's 2 000 rounds, seeds in the
    paper's order (1, 5000, 6000, 9000), packed on the GPU, as many seeds per pack as the measured
@@ -82,6 +84,8 @@ OPTIONAL = ("matplotlib", "seaborn", "sklearn", "h5py", "scipy", "snakemake", "j
 BENCH_LINE = re.compile(r"^(?P<name>\S+)\s+(?P<clients>\d+)\s+(all|\S+ \(x1/f\))\s+(?P<seq>[\d.]+|-)\s+(?P<bat>[\d.]+)\s+"
                         r"([\d.]+x|-)\s+[\d.]+\s+(?P<eval>[\d.]+)\s*$")  # sequential '-': not timed (--no-sequential)
 PACK_LINE = re.compile(r"^\s+(?P<k>\d+) runs packed: (?P<s>[\d.]+) s per round")
+# part 3's round times as rows of src/fedmgda/reference/round_times.csv (their source: bench_rounds.txt)
+ROUND_TIME_ROWS = "round_times_rows.csv"
 # each part's time limit in seconds, on the GPU and in the dry mode (fairness: what is left of the budget)
 LIMITS = {"env": (60.0, 30.0), "same_results": (120.0, 120.0), "pytest_cuda": (150.0, 60.0), "bench_rounds": (240.0, 60.0)}
 BENCH_ARGS = ("--device cuda --rounds 2 --pack 4 8 16 --no-sequential --max-padding inf --fraction-of shakespeare_b10=0.01 --bound --profile",  # on the GPU; dry:
@@ -403,8 +407,13 @@ def bench_note(measured: dict[str, dict[str, float]], text: str) -> str:
 def part_bench_rounds(check: Check) -> None:
     part, log = check.begin("bench_rounds")
     bench_args = check.args.bench_args or BENCH_ARGS[check.dry]
-    rc, part.wall, text = run_logged([sys.executable, "benchmarks/bench_rounds.py", *bench_args.split()], part.limit, log, check.env)
+    rows = check.out / ROUND_TIME_ROWS
+    rows.unlink(missing_ok=True)
+    argv = [sys.executable, "benchmarks/bench_rounds.py", *bench_args.split(), "--csv", str(rows), "--source", "bench_rounds.txt"]
+    rc, part.wall, text = run_logged(argv, part.limit, log, check.env)
     part.status = exit_status(rc)
+    if rows.exists():
+        part.files.append(rows.name)
     measured = bench_measurements(text)
     if "projected wall time" not in text and measured:  # a time-out: project from what was measured
         _, _, more = run_logged(child("project", "--measured", json.dumps(measured)), 60, log, check.env)
