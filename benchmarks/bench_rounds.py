@@ -51,7 +51,7 @@ import torch
 from fedmgda.config import RunConfig
 from fedmgda.data import DATASET_SPECS
 from fedmgda.data.base import FederatedDataset
-from fedmgda.scheduler import Scheduler
+from fedmgda.scheduler import Scheduler, batched_path
 from fedmgda.simulator import Simulation
 
 
@@ -116,16 +116,21 @@ SETTINGS = [
 ]
 
 
+def random_batch(setting: Setting, n: int, device: torch.device, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` random samples of the setting's shapes (Shakespeare: symbol ids) and labels."""
+    spec = DATASET_SPECS[setting.dataset]
+    if setting.dataset == "shakespeare":
+        x = torch.randint(0, 80, (n, *spec.input_shape), generator=generator, device=device)
+    else:
+        x = torch.randn(n, *spec.input_shape, generator=generator, device=device)
+    return x, torch.randint(0, spec.num_classes, (n,), generator=generator, device=device)
+
+
 def random_dataset(setting: Setting, fraction: float, seed: int = 0) -> FederatedDataset:
     spec = DATASET_SPECS[setting.dataset]
     g = torch.Generator().manual_seed(seed)
     train = [max(1, math.ceil(fraction * n)) for n in setting.train_sizes]
-    total = sum(train) + setting.test_size * len(train)
-    if setting.dataset == "shakespeare":
-        x = torch.randint(0, 80, (total, *spec.input_shape), generator=g)
-    else:
-        x = torch.randn(total, *spec.input_shape, generator=g)
-    y = torch.randint(0, spec.num_classes, (total,), generator=g)
+    x, y = random_batch(setting, sum(train) + setting.test_size * len(train), torch.device("cpu"), g)
     train_idx, test_idx, start = [], [], 0
     for n in train:
         train_idx.append(torch.arange(start, start + n))
@@ -263,15 +268,6 @@ def bound_shape(setting: Setting) -> tuple[int, int, int]:
     if setting.batch_size == "full":
         return 1, samples, samples
     return math.ceil(max(setting.train_sizes) / setting.batch_size), setting.per_round * setting.batch_size, samples
-
-
-def random_batch(setting: Setting, batch: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    spec = DATASET_SPECS[setting.dataset]
-    if setting.dataset == "shakespeare":
-        x = torch.randint(0, 80, (batch, *spec.input_shape), device=device)
-    else:
-        x = torch.randn(batch, *spec.input_shape, device=device)
-    return x, torch.randint(0, spec.num_classes, (batch,), device=device)
 
 
 def bound_step(setting: Setting, batch: int, device: torch.device):
@@ -637,23 +633,27 @@ def main() -> None:
     if measured and args.bound:
         print_bounds(measured, device)
     if args.profile:  # last: the longest output
-        fractions = dict(item.split("=") for item in args.fraction_of)
         for setting in (s for s in SETTINGS if s.name in measured):
-            profile_round(setting, random_dataset(setting, float(fractions.get(setting.name, args.fraction))), str(device))
+            profile_round(setting, random_dataset(setting, setting_fraction(args, setting)), str(device))
+
+
+def setting_fraction(args: argparse.Namespace, setting: Setting) -> float:
+    """The fraction of its clients' samples a setting keeps: its --fraction-of, else --fraction."""
+    fractions = {name: float(f) for name, f in (item.split("=") for item in args.fraction_of)}
+    return fractions.get(setting.name, args.fraction)
 
 
 def measure_settings(args: argparse.Namespace, device: torch.device) -> tuple[dict[str, tuple[float, float]], dict[str, dict[int, float]]]:
     """Time every chosen setting (sequential unless --no-sequential, batched, packed by each
     --pack size): {setting: (batched s/round, eval s)} and {setting: {runs packed: s/round}},
     printing a row per setting as it is measured."""
-    fractions = {name: float(f) for name, f in (item.split("=") for item in args.fraction_of)}
     print(f"{'setting':22} {'clients':>7} {'samples kept':>12} {'sequential s/round':>19} {'batched s/round':>16} {'speed-up':>9} {'batched rounds/s':>17} {'eval s':>7}")
     measured: dict[str, tuple[float, float]] = {}
     packed_s: dict[str, dict[int, float]] = {}
     for setting in SETTINGS:
         if (args.only and setting.name not in args.only) or (setting.stand_in and not args.only):
             continue
-        fraction = fractions.get(setting.name, args.fraction)
+        fraction = setting_fraction(args, setting)
         torch.manual_seed(0)
         data = random_dataset(setting, fraction)
         try:
@@ -684,7 +684,7 @@ def time_paddings(setting: Setting, data: FederatedDataset, args: argparse.Names
     if len(set(setting.train_sizes)) == 1 or setting.per_round != len(setting.train_sizes) or not args.max_padding:
         return  # equal clients, or a round's clients drawn anew: one group count would not say much
     sim = Simulation(bench_config(setting, str(device), True), data=data, model_name=DATASET_SPECS[setting.dataset].model)
-    if not Scheduler([sim.inputs]).steps.groups_by_size:
+    if not batched_path(sim.inputs).groups_by_size:
         return  # a path that does not pad (the linear models'): no size groups
     sizes = [len(idx) for idx in data.train_idx]
     for padding in args.max_padding:
@@ -692,7 +692,7 @@ def time_paddings(setting: Setting, data: FederatedDataset, args: argparse.Names
         print(f"{'':22} max padding {padding:g}: {seconds:.3f} s per round ({len(size_groups(sizes, padding))} size groups)", flush=True)
 
 
-def print_projection(measured: dict[str, tuple[float, float]], packed_s: dict[str, float], args: argparse.Namespace, device: torch.device, name: str) -> None:
+def print_projection(measured: dict[str, tuple[float, float]], packed_s: dict[str, dict[int, float]], args: argparse.Namespace, device: torch.device, name: str) -> None:
     """The paper DAG back to back from these round times; on a GPU also the plan's makespan."""
     seconds, runs, approximated = project_paper(measured)
     print(f"\nprojected wall time of the paper DAG ({runs} training runs, batched path, one device, runs back to back): "
