@@ -64,6 +64,8 @@ class Setting:
     train_sizes: tuple[int, ...]  # per-user training samples
     test_size: int  # per-user test samples
     lr: float = 0.01
+    sampling: str = "uniform"  # how a round's clients are drawn (RunConfig.sampling)
+    sizes_option: str = ""  # the dataset option ``sizes`` of the runs it times, where the dataset has one
     # non-empty: why this setting's round is only a lower bound of its dataset's real round; it
     # stands in for the dataset in projections until a real setting is measured, and is not
     # measured unless named by --only
@@ -100,6 +102,16 @@ def shakespeare_sizes(users: int = 31, mean: float = 3749, stdev: float = 6912, 
     return tuple(max(1, round(train_fraction * v * scale)) for v in values)
 
 
+def synthetic_sizes(sizes_option: str = "table4", users: int = 100, data_seed: int = 0, train_fraction: float = 0.8) -> tuple[int, ...]:
+    """Per-device training sizes of q-FFL's Synthetic(1, 1) as config/config.yaml draws them
+    (``fedmgda.data.synthetic.generate``, data seed 0; Table 11 with sizes ``table4``, its variant
+    with ``script``), 80 % for training."""
+    from fedmgda.data.synthetic import SIZE_FLOOR, size_lognormal
+
+    sizes = np.random.RandomState(data_seed).lognormal(*size_lognormal(sizes_option), users).astype(int) + SIZE_FLOOR
+    return tuple(max(1, int(train_fraction * n)) for n in sizes)
+
+
 SETTINGS = [
     Setting("cifar10_b10_p0.1", "cifar10", 10, 10, (400,) * 100, 50),
     Setting("cifar10_b10_p0.2", "cifar10", 10, 20, (400,) * 100, 50),
@@ -113,6 +125,12 @@ SETTINGS = [
             stand_in="equal client sizes, 300 local steps each; the real roles' heavy tail (q-FFL Table 4: "
                      "stdev 6 912 per device, mean 3 749) gives the longest client 2 000+ steps a round"),
     Setting("adult_b10", "adult", 10, 2, (330, 25718), 3215),
+    # q-FFL Table 2 (3 devices, one class each: F-MNIST's 6 000 train and 1 000 t10k images per
+    # class, full batch) and Table 11 (Synthetic, 100 devices, 10 a round, minibatch 10); timed with
+    # FedMGDA+'s round like the rest: the same local steps as q-FedAvg's, whose server step is as cheap
+    Setting("fmnist3_full", "fmnist3", "full", 3, (6000,) * 3, 1000, lr=0.001),
+    Setting("synthetic_b10", "synthetic", 10, 10, synthetic_sizes("table4"), 13, lr=0.1, sampling="size", sizes_option="table4"),
+    Setting("synthetic_b10_script", "synthetic", 10, 10, synthetic_sizes("script"), 41, lr=0.1, sampling="size", sizes_option="script"),
 ]
 
 
@@ -146,7 +164,7 @@ def sync(device: torch.device) -> None:
 
 def bench_config(setting: Setting, device: str, batched: bool, seed: int = 1) -> RunConfig:
     return RunConfig(dataset=setting.dataset, algorithm="fedmgda_plus", hparams={"eta": 1.0}, batch_size=setting.batch_size,
-                     local_lr=setting.lr, clients_per_round=setting.per_round, rounds=10**6, eval_every=10**9,
+                     local_lr=setting.lr, clients_per_round=setting.per_round, sampling=setting.sampling, rounds=10**6, eval_every=10**9,
                      per_user_every=10**9, device=device, batched=batched, seed=seed)
 
 
@@ -379,11 +397,13 @@ def match_setting(cfg: dict, names: set[str] | dict) -> tuple[Setting, int, str 
     a note when the match is not exact (its times are scaled by the clients per round). None when
     no setting of the run's dataset is measured."""
     dataset, batch = cfg["dataset"], cfg.get("batch_size", 10)
-    per_round = cfg.get("clients_per_round") or max(1, int(cfg.get("participation", 0.1) * (2 if dataset == "adult" else 31 if dataset == "shakespeare" else 100) + 1e-9))
-    candidates = [s for s in SETTINGS if s.dataset == dataset and s.name in names]
+    sizes_option = (cfg.get("dataset_options") or {}).get("sizes", "")
+    candidates = [s for s in SETTINGS if s.dataset == dataset and s.name in names and s.sizes_option in ("", sizes_option)]
     candidates = [s for s in candidates if not s.stand_in] or candidates  # a real setting where measured
     if not candidates:
         return None
+    users = len(candidates[0].train_sizes)  # the dataset's (every setting of a dataset has its users)
+    per_round = cfg.get("clients_per_round") or max(1, int(cfg.get("participation", 0.1) * users + 1e-9))
     full_batch = batch in ("full", 400)  # CIFAR-10's b = 400 is its clients' full batch
     same_kind = [s for s in candidates if (s.batch_size == "full") == full_batch] or candidates
     chosen = min(same_kind, key=lambda s: abs(s.per_round - per_round))
@@ -543,15 +563,18 @@ def print_plan(rows, cores: int, gpus: int, config: str = "config/config.yaml") 
     for dataset in sorted(runs, key=lambda d: -alone[d]):
         mine = [j for j in jobs if j.dataset == dataset]
         devices = "/".join(sorted({j.device for j in mine}))
-        print(f"{dataset:12} {runs[dataset]:>5} {len(mine):>5} {devices:>7} {back.get(dataset, float('nan')) / 3600:>15.1f} "
+        back_h = f"{back[dataset] / 3600:.1f}" if dataset in back else "-"
+        print(f"{dataset:12} {runs[dataset]:>5} {len(mine):>5} {devices:>7} {back_h:>15} "
               f"{alone[dataset] / 3600:>13.2f} {together.finish(mine) / 3600:>15.2f}")
     gpu_busy = sum(j.seconds for j in jobs if j.device == "cuda")
     print(f"{'all':12} {sum(runs.values()):>5} {len(jobs):>5} {'':>7} {sum(back.values()) / 3600:>15.1f} {alone['all'] / 3600:>13.2f} "
           f"{together.makespan / 3600:>15.2f}")
     print(f"  back to back: every run on the GPU, batched, one after another ({total_runs} runs; the projection above); "
           f"GPU busy in the plan: {gpu_busy / 3600:.2f} h")
-    for line in sorted(set(notes) | {n for n in back_notes if "left out" in n}):
+    for line in sorted(notes):
         print(f"  note: {line}")
+    for line in (n for n in back_notes if "left out" in n):
+        print(f"  note: back to back: {line} (no GPU round time: '-')")
     if any("a lower bound" in line for line in notes):
         print("  note: the totals are lower bounds too: a stand-in setting's round is shorter than its dataset's")
 

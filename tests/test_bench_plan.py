@@ -52,9 +52,10 @@ def test_plan_jobs_devices_and_makespan(bench):
 
     jobs, runs, notes = bench.plan_jobs(round_times(), gpus=1, config=CONFIG)
     devices = {j.dataset: j.device for j in jobs}
-    assert devices == {"adult": "cpu", "cifar10": "cuda", "femnist": "cuda", "fmnist": "cuda", "shakespeare": "cuda"}
-    assert runs["adult"] == 630 and sum(runs.values()) == 1600 - 80  # fmnist3 and synthetic: no CPU time measured
-    assert any("fmnist3" in n for n in notes) and any("synthetic" in n for n in notes)
+    assert devices == {"adult": "cpu", "cifar10": "cuda", "femnist": "cuda", "fmnist": "cuda", "shakespeare": "cuda",
+                       "fmnist3": "cpu", "synthetic": "cpu"}
+    assert runs["adult"] == 630 and sum(runs.values()) == 1600  # every run has a round time
+    assert not any("left out" in n for n in notes)
     plan = makespan_by_dataset(jobs, cores=16, gpus=1)
     gpu_busy = sum(j.seconds for j in jobs if j.device == "cuda")
     assert plan["all"] == pytest.approx(gpu_busy)  # one GPU queue; Adult's CPU packs run beside it
@@ -226,3 +227,16 @@ def test_sizes_print_the_committed_file(bench, capsys):
     assert committed == "$ python benchmarks/bench_rounds.py --sizes\n" + out
     line = next(row for row in out.splitlines() if row.startswith("shakespeare_b10 "))
     assert line.split()[-2:] == ["2870", "5763"]  # the longest role's steps; the size groups' sum
+
+
+def test_match_setting_by_users_and_sizes(bench):
+    """A run's clients per round come from its dataset's users (q-FFL's 3-device F-MNIST takes
+    part whole: 3, not 0.1 x 100), and Synthetic's runs are timed with their own device sizes."""
+    names = {s.name for s in bench.SETTINGS}
+    setting, per_round, note = bench.match_setting({"dataset": "fmnist3", "batch_size": "full", "participation": 1.0}, names)
+    assert (setting.name, per_round, note) == ("fmnist3_full", 3, None)
+    for sizes, expected in (("table4", "synthetic_b10"), ("script", "synthetic_b10_script")):
+        cfg = {"dataset": "synthetic", "batch_size": 10, "clients_per_round": 10, "dataset_options": {"sizes": sizes}}
+        assert bench.match_setting(cfg, names)[0].name == expected
+    script, table4 = (next(s for s in bench.SETTINGS if s.name == n) for n in ("synthetic_b10_script", "synthetic_b10"))
+    assert max(script.train_sizes) > 10 * max(table4.train_sizes) // 2 and script.sampling == table4.sampling == "size"
