@@ -33,6 +33,11 @@ and the ratio (issue 42: within 3x, or the reason measured). ``--profile`` ends 
 round per setting: its costliest operators and one line on where its time went (GPU kernels,
 copies, kernel and graph launches, host synchronisations).
 
+``--flops`` measures nothing: each setting's work (``fedmgda.flops``: the matrix products and
+convolutions of its forward and backward passes), the rate its committed GPU round times reach on
+it, and the paper DAG's work, with the sustained rate 8 h would take. With ``--bound`` the run
+also measures this device's float32 matrix-product rate and prints the DAG's work at it: a floor.
+
 ``--csv PATH --source FILE`` also writes the measured round times as rows of that table, to add to
 it once the run's output is committed as FILE (the rows' ``source``).
 """
@@ -579,6 +584,100 @@ def print_plan(rows, cores: int, gpus: int, config: str = "config/config.yaml") 
         print("  note: the totals are lower bounds too: a stand-in setting's round is shorter than its dataset's")
 
 
+def setting_flops(setting: Setting):
+    """The setting's model's counted FLOPs per sample (``fedmgda.flops.per_sample``)."""
+    from fedmgda.flops import per_sample
+
+    spec = DATASET_SPECS[setting.dataset]
+    return per_sample(spec.model, tuple(spec.input_shape), spec.num_classes, 80 if setting.dataset == "shakespeare" else 0)
+
+
+def round_samples(setting: Setting, per_round: int | None = None) -> float:
+    """The training samples of a round of ``per_round`` clients (default the setting's), on
+    average: every client's where all take part, else per_round x the mean size, or x the
+    size-weighted mean (sum n^2 / sum n) where clients are drawn by size (as if with replacement)."""
+    sizes, per_round = setting.train_sizes, per_round or setting.per_round
+    if per_round >= len(sizes):
+        return float(sum(sizes))
+    mean = sum(n * n for n in sizes) / sum(sizes) if setting.sampling == "size" else statistics.fmean(sizes)
+    return per_round * mean
+
+
+def bench_round_flops(setting: Setting) -> float:
+    """FLOPs of one round as this benchmark times it: training and the two participant-loss passes
+    (FedMGDA+ with ``track_improvement``), one run."""
+    flops = setting_flops(setting)
+    return round_samples(setting) * (flops.train + 2 * flops.forward)
+
+
+def paper_work(config: str = "config/config.yaml"):
+    """The paper DAG's FLOPs per dataset (``fedmgda.flops.RunWork`` summed over its runs, each with
+    the sizes of its matched setting) and the runs counted."""
+    from fedmgda.catalog import get_algorithm
+    from fedmgda.experiments import expand, load_config
+    from fedmgda.flops import RunWork, run_work
+
+    work: dict[str, RunWork] = {}
+    counted = 0
+    for spec in expand(load_config(config)).runs.values():
+        cfg = spec.config
+        match = match_setting(cfg, {s.name for s in SETTINGS if not s.stand_in})
+        if match is None:
+            continue
+        setting, per_round, _ = match
+        pre = get_algorithm(cfg["algorithm"], cfg.get("plugin")).needs_pre_round_losses
+        run = run_work(setting_flops(setting), cfg, round_samples(setting, per_round), setting.test_size * len(setting.train_sizes), pre)
+        before = work.get(cfg["dataset"], RunWork(0.0, 0.0, 0.0))
+        work[cfg["dataset"]] = RunWork(before.training + run.training, before.losses + run.losses, before.evaluation + run.evaluation)
+        counted += 1
+    return work, counted
+
+
+def print_work_floor(measured: dict[str, tuple[float, float]], device: torch.device, config: str = "config/config.yaml") -> None:
+    """With --bound: this device's measured float32 matrix-product rate (``fedmgda.flops.matmul_rate``;
+    on CUDA also with TF32), the rate each measured setting's batched round reaches on the counted
+    work (``bench_round_flops``) and its share of that rate, and the paper DAG's counted work at
+    that rate: a floor under any float32 implementation on this device."""
+    from fedmgda.flops import matmul_rate
+
+    size = 4096 if device.type == "cuda" else 1024
+    fp32 = matmul_rate(device, size)
+    tf32 = f"; with TF32 {matmul_rate(device, size, tf32=True) / 1e12:.1f}" if device.type == "cuda" else ""
+    print(f"\nwork floor: float32 products of {size}x{size} matrices on this device: {fp32 / 1e12:.2f} TFLOP/s{tf32}")
+    print(f"{'setting':22} {'round GFLOP':>11} {'batched TFLOP/s':>15} {'share of products':>17}")
+    for setting in (s for s in SETTINGS if s.name in measured):
+        reached = bench_round_flops(setting) / measured[setting.name][0]
+        print(f"{setting.name:22} {bench_round_flops(setting) / 1e9:>11.1f} {reached / 1e12:>15.2f} {reached / fp32:>16.1%}")
+    work, counted = paper_work(config)
+    total = sum(w.total for w in work.values())
+    print(f"the paper DAG's counted work ({total / 1e15:.0f} PFLOP, {counted} runs) at that rate: {total / fp32 / 3600:.2f} h")
+
+
+def print_flops(rows, config: str = "config/config.yaml") -> None:
+    """--flops: each setting's counted work and the rate its committed GPU round times reach; the
+    paper DAG's work per dataset and the sustained rate that 8 h (and 4 h) would take."""
+    print("work: the matrix products and convolutions of forward and backward passes (fedmgda.flops), 2 FLOPs per multiply-add")
+    print(f"\n{'setting':22} {'train MFLOP':>11} {'fwd MFLOP':>9} {'round GFLOP':>11} {'GPU 1 run':>10} {'GPU packed':>11}   (per sample; a round as timed; TFLOP/s reached)")
+    for setting in SETTINGS:
+        flops, work = setting_flops(setting), bench_round_flops(setting)
+        mine = [r for r in rows if r.setting == setting.name and r.device == "cuda"]
+        single = [work / r.s_per_round / 1e12 for r in mine if r.runs == 1]
+        packed = {r.runs: r.runs * work / r.s_per_round / 1e12 for r in mine if r.runs > 1}
+        best = max(packed, key=packed.get) if packed else None
+        print(f"{setting.name:22} {flops.train / 1e6:>11.2f} {flops.forward / 1e6:>9.2f} {work / 1e9:>11.1f} "
+              f"{f'{single[0]:.2f}' if single else '-':>10} {f'{packed[best]:.2f} x{best}' if packed else '-':>11}")
+    work, counted = paper_work(config)
+    print(f"\npaper DAG ({counted} runs of the config): PFLOP")
+    print(f"{'dataset':12} {'training':>9} {'loss passes':>11} {'evaluation':>10} {'total':>9}")
+    for dataset, w in sorted(work.items(), key=lambda kv: -kv[1].total):
+        print(f"{dataset:12} {w.training / 1e15:>9.1f} {w.losses / 1e15:>11.1f} {w.evaluation / 1e15:>10.1f} {w.total / 1e15:>9.1f}")
+    total = sum(w.total for w in work.values())
+    print(f"{'all':12} {sum(w.training for w in work.values()) / 1e15:>9.1f} {sum(w.losses for w in work.values()) / 1e15:>11.1f} "
+          f"{sum(w.evaluation for w in work.values()) / 1e15:>10.1f} {total / 1e15:>9.1f}")
+    print(f"  the whole paper in 8 h takes {total / 8 / 3600 / 1e12:.1f} TFLOP/s sustained, in 4 h {total / 4 / 3600 / 1e12:.1f} "
+          "(the counted work only: a floor)")
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="auto")
@@ -599,6 +698,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--sizes", action="store_true", help="measure nothing: print each setting's client sizes and "
                         "the sequential local steps they cost a round")
     parser.add_argument("--plan", action="store_true", help="measure nothing: project the paper DAG's makespan on --cores and --gpus from the committed round times (src/fedmgda/reference/round_times.csv)")
+    parser.add_argument("--flops", action="store_true", help="measure nothing: each setting's counted work (fedmgda.flops), the "
+                        "TFLOP/s its committed GPU round times reach, the paper DAG's work and the rate 8 h would take")
     parser.add_argument("--cores", type=int, default=16, help="CPU cores of the machine the plan is projected on")
     parser.add_argument("--gpus", type=int, default=1, help="GPUs of the machine the plan is projected on")
     parser.add_argument("--csv", metavar="PATH", help="also write this run's round times as rows of src/fedmgda/reference/round_times.csv (source: --source)")
@@ -645,6 +746,11 @@ def main() -> None:
     if args.plan:
         show_committed_plan(args)
         return
+    if args.flops:
+        from fedmgda.devices import round_times
+
+        print_flops(round_times())
+        return
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device == "auto" else args.device))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
     print(f"device: {name}; torch {torch.__version__}; CUDA graphs: {device.type == 'cuda'}")
@@ -655,6 +761,7 @@ def main() -> None:
         print_projection(measured, packed_s, args, device, name)
     if measured and args.bound:
         print_bounds(measured, device)
+        print_work_floor(measured, device)
     if args.profile:  # last: the longest output
         for setting in (s for s in SETTINGS if s.name in measured):
             profile_round(setting, random_dataset(setting, setting_fraction(args, setting)), str(device))

@@ -397,6 +397,8 @@ def bench_note(measured: dict[str, dict[str, float]], text: str) -> str:
     note = f"{len(measured)} settings measured" + projection_note(text)
     if bounds := re.search(r"^within ([\d.]+)x of the bound: (\d+) of (\d+) settings", text, re.M):
         note += f"; {bounds.group(2)} of {bounds.group(3)} within {bounds.group(1)}x of their lower bound"
+    if floor := re.search(r"^the paper DAG's counted work \((\d+) PFLOP.*? at that rate: ([\d.]+) h", text, re.M):
+        note += f"; the paper's counted work ({floor.group(1)} PFLOP) takes {floor.group(2)} h at the measured float32 product rate"
     fm = measured.get("fmnist_b10_p0.1")
     if fm:
         packed = "".join(f", {k} packed {s:.3f}" for k, s in fm["pack"].items())

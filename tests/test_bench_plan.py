@@ -240,3 +240,30 @@ def test_match_setting_by_users_and_sizes(bench):
         assert bench.match_setting(cfg, names)[0].name == expected
     script, table4 = (next(s for s in bench.SETTINGS if s.name == n) for n in ("synthetic_b10_script", "synthetic_b10"))
     assert max(script.train_sizes) > 10 * max(table4.train_sizes) // 2 and script.sampling == table4.sampling == "size"
+
+
+def test_flops_print_the_committed_file(bench, capsys):
+    """--flops (no measurement) prints what benchmarks/measurements/paper_flops.txt holds, which
+    docs/performance.md renders from: each setting's work and the rate its committed round times
+    reach, the paper DAG's work over all 1 600 runs, and the rate 8 h would take."""
+    bench.print_flops(round_times(), CONFIG)
+    out = capsys.readouterr().out
+    committed = (ROOT / "benchmarks/measurements/paper_flops.txt").read_text()
+    assert committed == "$ python benchmarks/bench_rounds.py --flops\n" + out, "remake the file: the command's output changed"
+    assert "paper DAG (1600 runs of the config)" in out
+    work, counted = bench.paper_work(CONFIG)
+    total = sum(w.total for w in work.values())
+    assert counted == 1600 and f"8 h takes {total / 8 / 3600 / 1e12:.1f} TFLOP/s" in out
+    cifar = next(line for line in out.splitlines() if line.startswith("cifar10_b10_p0.1 "))
+    setting = next(s for s in bench.SETTINGS if s.name == "cifar10_b10_p0.1")
+    assert float(cifar.split()[4]) == pytest.approx(bench.bench_round_flops(setting) / 0.093 / 1e12, abs=0.006)  # H200, 1 run
+
+
+def test_round_samples_by_participation_and_sampling(bench):
+    setting = next(s for s in bench.SETTINGS if s.name == "synthetic_b10")
+    sizes = setting.train_sizes
+    assert bench.round_samples(setting) == pytest.approx(10 * sum(n * n for n in sizes) / sum(sizes))
+    uniform = dataclasses.replace(setting, sampling="uniform")
+    assert bench.round_samples(uniform) == pytest.approx(10 * sum(sizes) / len(sizes))
+    assert bench.round_samples(uniform) < bench.round_samples(setting)
+    assert bench.round_samples(setting, per_round=100) == sum(sizes)

@@ -37,6 +37,7 @@ def test_the_dry_mode_runs_every_part(tmp_path):
     bench = (out / "bench_rounds.txt").read_text()  # issue 42: the round's lower bound and its profile
     assert "within 3x of the bound:" in bench and "adult_b10: round " in bench
     assert re.search(r"^\| \d bench_rounds \| ok \|.* of 1 within 3x of their lower bound", summary, re.M)
+    assert "work floor: float32 products" in bench and re.search(r"counted work \(\d+ PFLOP\) takes [\d.]+ h at the measured", summary)
     stamp = re.search(r"^environment stamp \(cpu\): (.*)$", (out / "same_results.txt").read_text(), re.M)
     assert stamp and json.loads(stamp.group(1))["device"] == "cpu"  # this machine's stamp, for the other machine's comparison
     files = sorted(p.name for p in out.iterdir())
@@ -220,8 +221,10 @@ def test_bench_measurements_read_untimed_sequential_columns_and_every_pack_size(
             "shakespeare_b10             31  0.01 (x1/f)            1000.753           12.760    78.43x             0.078   0.140\n")
     assert module.bench_measurements(text) == {"cifar10_b10_p0.1": {"batched": 0.093, "eval": 0.057, "pack": {4: 0.3, 16: 1.1}},
                                                "shakespeare_b10": {"batched": 12.76, "eval": 0.14, "pack": {}}}
-    note = module.bench_note(module.bench_measurements(text), text + "within 3x of the bound: 1 of 2 settings (cifar10_b10_p0.1)\n")
-    assert note == "2 settings measured; no projection; 1 of 2 within 3x of their lower bound"
+    floor = "the paper DAG's counted work (2062 PFLOP, 1600 runs) at that rate: 8.60 h\n"
+    note = module.bench_note(module.bench_measurements(text), text + "within 3x of the bound: 1 of 2 settings (cifar10_b10_p0.1)\n" + floor)
+    assert note == ("2 settings measured; no projection; 1 of 2 within 3x of their lower bound; "
+                    "the paper's counted work (2062 PFLOP) takes 8.60 h at the measured float32 product rate")
 
 
 def test_part_fairness_packs_the_run_folders_and_says_which_finished(check, monkeypatch):
