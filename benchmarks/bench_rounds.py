@@ -485,6 +485,10 @@ def plan_jobs(rows, gpus: int = 1, config: str = "config/config.yaml"):
         runs[dataset] = runs.get(dataset, 0) + len(keys)
     for (dataset, device), n in sorted(skipped.items()):
         notes.add(f"{n} {dataset} runs ({device}) left out: no {device} round time measured for {dataset}")
+    untracked = sum(not spec.config["track_improvement"] for spec in registry.runs.values())
+    if untracked:  # bench_config's rounds track it: their times include the passes
+        notes.add(f"{untracked} runs do not record the improved fraction (track_improvement: false), but their rounds are "
+                  "timed with its two participant-loss passes, as the benchmark runs them (not measured without)")
     return jobs, runs, sorted(notes)
 
 

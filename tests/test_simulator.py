@@ -252,3 +252,18 @@ def test_moved_names_still_import_from_the_simulator_with_one_deprecation_each(c
     assert capsys.readouterr().err.count("fedmgda: deprecated: fedmgda.simulator.") == len(simulator.MOVED)
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         _ = simulator.nothing_here
+
+
+@pytest.mark.parametrize("algorithm, hparams", [("fedmgda_plus", {"eta": 1.0, "decay": 0.1}), ("fedavg", {}), ("qfedavg", {"q": 1.0, "L": 1.0})])
+def test_track_improvement_only_adds_its_columns(algorithm, hparams):
+    """The pre- and post-round participant losses are bookkeeping: without them (the paper
+    profile's runs that no figure or claim reads them from) every other metric, the per-user table
+    and the final model are identical, and the improved columns are NaN (q-FFL still evaluates its
+    pre-round losses, which its server step uses)."""
+    tracked = simulate(algorithm=algorithm, hparams=hparams, track_improvement=True)
+    untracked = simulate(algorithm=algorithm, hparams=hparams, track_improvement=False)
+    improved = ["improved_loss", "improved_acc"]
+    assert tracked.metrics[improved].notna().all().all() and untracked.metrics[improved].isna().all().all()
+    pd.testing.assert_frame_equal(tracked.metrics.drop(columns=improved), untracked.metrics.drop(columns=improved))
+    pd.testing.assert_frame_equal(tracked.per_user, untracked.per_user)
+    assert torch.equal(tracked.final_weights, untracked.final_weights)

@@ -63,7 +63,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedmgda.experiments import Registry, RegistryError, algorithm_info, fmt_num
+from fedmgda.experiments import Registry, RegistryError, algorithm_info, fmt_num, unrecorded
 from fedmgda.metrics import display_scale
 from fedmgda.results import metrics_value, read_summary, run_value, seed_stats
 from fedmgda.specs import ClaimSpec, Row
@@ -153,7 +153,19 @@ def parse_claims(config: dict[str, Any], reg: Registry) -> list[ClaimSpec]:
         if spec["margin"] is not None:
             spec["margin"] = float(spec["margin"])
         out.append(ClaimSpec(**spec))
+        _check_recorded(cid, out[-1], reg)
     return out
+
+
+def _check_recorded(cid: str, claim: ClaimSpec, reg: Registry) -> None:
+    """A claim on a metrics.csv column that only some runs record reads it from runs that do."""
+    if not claim.quantity.startswith("metrics."):
+        return
+    flag, missing = unrecorded(reg, claim_runs([claim]), claim.quantity.partition(".")[2])
+    if missing:
+        experiments = sorted({e for key in missing for e in reg.runs[key].experiments})
+        raise ClaimError(f"claim {cid}: reads {claim.quantity}, which {len(missing)} of its runs do not record "
+                         f"({flag}: false); set run: {{{flag}: true}} in experiment(s) {', '.join(experiments)}")
 
 
 def _rounds(config: dict[str, Any], exp: dict[str, Any], overridden: bool) -> Any:

@@ -31,6 +31,7 @@ from typing import Any
 from fedmgda.catalog import AlgorithmInfo, Dataset, get_algorithm, get_dataset, load_plugins
 from fedmgda.config import RunConfig  # no torch import: the Snakefile parses fast
 from fedmgda.errors import ConfigError
+from fedmgda.results import RECORDED_ONLY_WITH
 from fedmgda.schema import def_defaults, with_defaults
 from fedmgda.specs import FigureSpec, Row, TableSpec
 from fedmgda.variants import VariantError, apply_readings, check_readings, get_variant
@@ -614,7 +615,8 @@ def _bind_columns(name: str, spec: TableSpec, experiments: dict[str, dict[str, A
 
 
 def validate_runs(reg: Registry) -> None:
-    """Every run config through the library's own validation (RunConfig), before any job starts.
+    """Every run config through the library's own validation (RunConfig), before any job starts,
+    and every figure's columns recorded by its runs (:func:`check_figures_recorded`).
 
     Skipped (silently) when a plug-in's module cannot be imported here.
     """
@@ -625,6 +627,29 @@ def validate_runs(reg: Registry) -> None:
             return
         except ConfigError as err:
             raise RegistryError(f"run {key} (experiments {', '.join(spec.experiments)}): {err}") from err
+    check_figures_recorded(reg)
+
+
+def unrecorded(reg: Registry, runs: list[str], column: str) -> tuple[str, list[str]]:
+    """The config flag that metrics.csv ``column`` needs (``fedmgda.results.RECORDED_ONLY_WITH``;
+    "" for a column every run records) and the runs among ``runs`` that have it off."""
+    flag = RECORDED_ONLY_WITH.get(column, "")
+    return flag, [key for key in runs if flag and not reg.runs[key].config.get(flag, RUN_DEFAULTS[flag])]
+
+
+def check_figures_recorded(reg: Registry) -> None:
+    """Every metrics.csv column a figure plots is recorded by the runs it shows (a figure of runs
+    without ``track_improvement`` would plot nothing); the error names the figure, the column, the
+    flag and the experiments to set it in."""
+    for name, spec in reg.figures.items():
+        rows = rows_selected(reg.rows, spec)
+        columns = [spec.metric, *spec.metrics, *(src.partition(".")[2] for src in spec.columns.values() if src.startswith("metrics."))]
+        for column in filter(None, columns):
+            flag, missing = unrecorded(reg, [key for row in rows for key in row.runs], column)
+            if missing:
+                experiments = sorted({e for key in missing for e in reg.runs[key].experiments})
+                raise RegistryError(f"figure {name}: plots {column}, which {len(missing)} of its runs do not record "
+                                    f"({flag}: false); set run: {{{flag}: true}} in experiment(s) {', '.join(experiments)}")
 
 
 def rows_selected(rows: dict[str, list[Row]], spec: TableSpec | FigureSpec) -> list[Row]:

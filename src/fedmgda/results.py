@@ -54,6 +54,8 @@ PER_USER_FINAL = "per_user_final.csv"
 # and every column a run has even when it failed in round 1
 NONFINITE_COLUMNS = ("nonfinite_updates", "nonfinite_losses", "nonfinite_users", "dropped")
 METRICS_COLUMNS = ("round", "eta", "train_loss", *NONFINITE_COLUMNS, "improved_loss", "improved_acc", *STATISTICS)
+# metrics.csv columns a run records only when a flag of its config is on (else NaN): column -> flag
+RECORDED_ONLY_WITH = {"improved_loss": "track_improvement", "improved_acc": "track_improvement"}
 PER_USER_COLUMNS = ["round", "user", "n_test", "accuracy", "loss"]
 
 

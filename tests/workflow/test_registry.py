@@ -41,7 +41,7 @@ def test_shared_runs_are_one_job(paper):
     assert set(reg.runs[fedavg].experiments) == {"table8", "fig4_b10"}
     # vanilla FedMGDA = FedMGDA with epsilon 1: Figure 1's epsilon=1 curve is Table 8's seed 1 but
     # evaluated every round (Table 8's runs every 10: docs/performance.md "Evaluation"): two runs
-    assert reg.runs["cifar10-shards_b10_lr0.01_p0.1_T2000/fedmgda/default/clean/seed1"].experiments == ["fig1_shards"]
+    assert reg.runs["cifar10-shards_b10_lr0.01_p0.1_T2000_impr0/fedmgda/default/clean/seed1"].experiments == ["fig1_shards"]
     assert reg.runs["cifar10-shards_b10_lr0.01_p0.1_T2000_ev10/fedmgda/default/clean/seed1"].experiments == ["table8"]
     total_requested = sum(len(r.runs) for rows in reg.rows.values() for r in rows)
     assert total_requested > len(reg.runs)
@@ -50,9 +50,9 @@ def test_shared_runs_are_one_job(paper):
 def test_run_paths_are_readable(paper):
     reg = expand(paper)
     keys = set(reg.runs)
-    assert "cifar10-shards_b400_lr0.1_p0.2_T3000_ev10/fedmgda_plus/decay0.025_eta1.5/clean/seed9000" in keys
-    assert "cifar10-shards_b10_lr0.01_p0.2_T1500/fedavg_n/decay0.1_eta1/scaling10-u0/seed3" in keys
-    assert any(k.startswith("femnist-natural_bfull_lr0.1_n10_T1500_ev10/") for k in keys)
+    assert "cifar10-shards_b400_lr0.1_p0.2_T3000_ev10_impr0/fedmgda_plus/decay0.025_eta1.5/clean/seed9000" in keys
+    assert "cifar10-shards_b10_lr0.01_p0.2_T1500_impr0/fedavg_n/decay0.1_eta1/scaling10-u0/seed3" in keys
+    assert any(k.startswith("femnist-natural_bfull_lr0.1_n10_T1500_ev10_impr0/") for k in keys)
     assert any("/qfedavg/L1_q5/bias10000-u0/" in k for k in keys)
 
 
@@ -218,3 +218,29 @@ def test_fmnist_fedmdfg_runs_are_their_own_and_a_bad_local_test_stops_the_regist
     cfg["experiments"]["fmnist_fedmdfg"]["variants"].pop("fmnist_local_test")
     with pytest.raises(RegistryError, match="option local_test='test_shards' not in"):
         validate_runs(expand(cfg))
+
+
+def test_improvement_is_recorded_where_a_figure_or_claim_reads_it(paper):
+    """The paper profile records the improved fraction (track_improvement) only in the experiments
+    whose figures and claims read it; a figure or a claim that reads it from runs that do not
+    record it stops the registry before any job, naming the figure or claim and the experiment."""
+    from fedmgda.claims import ClaimError, parse_claims
+
+    reg = expand(paper)
+    validate_runs(reg)
+    parse_claims(paper, reg)
+    tracked = {e for spec in reg.runs.values() if spec.config["track_improvement"] for e in spec.experiments}
+    assert {"fig4_b10", "fig4_b400", "table8", "table10"} <= tracked
+    assert not tracked & {"table9", "table11", "table12", "table13", "table14", "fig1_shards", "fig1_iid", "fig2_scaling"}
+    cfg = copy.deepcopy(paper)
+    cfg["experiments"]["table10"]["run"] = {"eval_every": 10, "track_improvement": False}
+    with pytest.raises(RegistryError, match=r"figure fig9a: plots improved_loss, which 24 of its runs do not record "
+                                            r"\(track_improvement: false\); set run: \{track_improvement: true\} in experiment\(s\) table10"):
+        validate_runs(expand(cfg))
+    cfg = copy.deepcopy(paper)
+    cfg["experiments"]["fig4_b10"]["run"] = {"eval_every": 10, "track_improvement": False}
+    reg = expand(cfg)
+    with pytest.raises(RegistryError, match="figure fig4a: plots improved_loss"):
+        validate_runs(reg)
+    with pytest.raises(ClaimError, match=r"claim improved_b10: reads metrics.improved_loss, which \d+ of its runs do not record"):
+        parse_claims(cfg, reg)
