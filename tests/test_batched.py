@@ -142,19 +142,61 @@ def test_cuda_cnn_runs_are_reproducible(batched):
     assert torch.equal(a.final_weights, b.final_weights)
 
 
+class FakeGraph:
+    """A CPU stand-in for a captured CUDA graph: its replay runs fn on the static inputs."""
+
+    def __init__(self, fn, static_inputs, static_outputs):
+        self.fn, self.static_inputs, self.static_outputs = fn, static_inputs, static_outputs
+
+    def replay(self):
+        for out, value in zip(self.static_outputs, self.fn(*self.static_inputs)):
+            out.copy_(value)
+
+
+def test_graphs_replay_long_clients_in_recurring_spans(monkeypatch):
+    """With CUDA graphs the local steps run in spans of at most GRAPH_STEPS, keyed by their shapes
+    and activity: a long client's middle spans share one graph, and the spans give the one-loop
+    updates and losses bit for bit (dropout masks included). Graphs stood in for on the CPU."""
+    import fedmgda.client as client
+
+    monkeypatch.setattr(client, "GRAPH_STEPS", 3)
+    captured = []
+
+    def fake_capture(fn, inputs):
+        static_inputs = tuple(x.clone() for x in inputs)
+        captured.append(len(captured))
+        static_outputs = fn(*static_inputs)
+        return FakeGraph(fn, static_inputs, static_outputs), static_inputs, static_outputs
+
+    torch.manual_seed(0)
+    flat = FlatModel(build_model("cnn_fmnist", (1, 28, 28), 10).double())
+    x, y, idx = pooled_clients((1, 28, 28), 10, [200, 30, 160], token_input=False)  # 20, 3 and 16 steps of 10
+    trainer = LocalTrainer(flat, LocalHParams(batch_size=10, lr=0.05, momentum=0.5))
+    w0 = flat.initial_vector()
+
+    def train(graphs):
+        torch.manual_seed(7)  # the same dropout masks each time
+        plan = trainer.minibatches.plan(idx, [torch.Generator().manual_seed(k) for k in range(3)])
+        return VmapSteps(trainer, graphs).train(plan, w0, x, y, torch.tensor([1.0, 0.5, 2.0], dtype=torch.float64))
+
+    one_loop = train(None)
+    graphs = CudaGraphs(capacity=16)
+    monkeypatch.setattr(graphs, "_capture", fake_capture)
+    for _ in range(2):  # first round: keys seen once run eagerly, recurring ones are captured; second: replays
+        spans = train(graphs)
+        for a, b in zip(one_loop, spans):
+            assert torch.equal(a.update, b.update) and torch.equal(a.train_loss, b.train_loss)
+    # 7 spans of 3 steps (20, 3 and 16 steps): the first (3 clients, momentum from the gradient),
+    # four of 2 clients (one key: captured at its second sight, then replayed), one where the
+    # second client stops, the last (2 steps of 1 client): 4 keys, 4 graphs
+    assert len(graphs.seen) == 4 and len(captured) == len(graphs.graphs) == 4
+
+
 def test_cuda_graphs_capture_a_key_at_most_once(monkeypatch):
     """More recurring keys than the capacity (Shakespeare's size groups): each key is captured once
     at most, an evicted key runs eagerly after; replays and eager calls give fn's outputs. The
     capture is stood in for on the CPU (a 'graph' whose replay runs fn on the static inputs)."""
     captured = []
-
-    class FakeGraph:
-        def __init__(self, fn, static_inputs, static_outputs):
-            self.fn, self.static_inputs, self.static_outputs = fn, static_inputs, static_outputs
-
-        def replay(self):
-            for out, value in zip(self.static_outputs, self.fn(*self.static_inputs)):
-                out.copy_(value)
 
     def fake_capture(fn, inputs):
         static_inputs = tuple(x.clone() for x in inputs)
@@ -199,3 +241,29 @@ def test_the_size_groups_padding_changes_the_groups_not_the_numbers(monkeypatch)
     assert {len(g) for g in groups} == {1}  # one group: every client padded to 24 samples
     assert torch.allclose(by_size.final_weights, together.final_weights, atol=1e-6)
     pd.testing.assert_frame_equal(by_size.metrics, together.metrics, atol=1e-6)
+
+
+def test_cuda_graphs_capture_again_a_key_that_paid_its_capture_back(monkeypatch):
+    """A key replayed at least recapture_after times before its eviction (a long client's middle
+    span, replayed many times in a row) is captured again when it comes back; a key replayed less
+    stays eager. Graphs stood in for on the CPU."""
+    captured = []
+
+    def fake_capture(fn, inputs):
+        static_inputs = tuple(x.clone() for x in inputs)
+        captured.append(len(captured))
+        static_outputs = fn(*static_inputs)
+        return FakeGraph(fn, static_inputs, static_outputs), static_inputs, static_outputs
+
+    graphs = CudaGraphs(capacity=1, recapture_after=3)
+    monkeypatch.setattr(graphs, "_capture", fake_capture)
+    x = torch.ones(2)
+    for round_ in range(3):  # per round: the first span, ten middle spans, the last
+        for key in ["first"] + ["middle"] * 10 + ["last"]:
+            assert torch.equal(graphs(key, lambda v: (v + 1,), (x,))[0], x + 1)
+    # round 0: first and last eager, middle eager then captured (replayed 9 times); round 1: first
+    # captured (evicting middle, replayed 9 times: recapturable), middle captured again (evicting
+    # first after 1 replay: eager from then on), last captured (evicting middle); round 2: first
+    # eager, middle captured again (evicting last after 1 replay), last eager
+    assert graphs.evicted == {"first", "last"} and list(graphs.graphs) == ["middle"]
+    assert len(captured) == 5  # middle once a round, first and last once each

@@ -232,16 +232,10 @@ class VmapSteps:
             w_start = w_start[torch.tensor(order, device=w_start.device)]
         if states is not None:  # likewise
             states = tree_map(lambda leaf: leaf[torch.tensor(order, device=leaf.device)], states)
-        inputs = (w_start, padded.positions.to(device), scales.to(device=device, dtype=w_start.dtype)[order], *(padded.keep or ()))
-
-        def local_steps(w_start, positions, scales, *keep):
-            return self._local_steps(w_start, data_x, data_y, positions, scales, keep or None, padded.active, term, states)
-
-        if self.graphs is None or term is not None:
-            updates, mean_loss = local_steps(*inputs)
-        else:
-            key = (tuple(padded.positions.shape), padded.active, w_start.dtype, data_x.data_ptr(), self.trainer.dropout)
-            updates, mean_loss = self.graphs(key, local_steps, inputs)
+        scales = scales.to(device=device, dtype=w_start.dtype)[order]
+        graphs = self.graphs if term is None and states is None else None
+        updates, mean_loss = self._local_steps(w_start, data_x, data_y, padded.positions.to(device), scales, padded.keep,
+                                               padded.active, term, states, graphs)
         results: list[ClientResult | None] = [None] * len(order)
         for row, i in enumerate(order):
             results[i] = ClientResult(update=updates[row], train_loss=mean_loss[row])
@@ -257,12 +251,18 @@ class VmapSteps:
             self._batched_steps[with_keep, with_states] = vmap(self.trainer.step, in_dims=in_dims, randomness="error")
         return self._batched_steps[with_keep, with_states]
 
-    def _local_steps(self, w_start, data_x, data_y, positions, scales, keep, active: tuple[int, ...], term=None, states=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The local SGD on device tensors only (no host sync, fixed shapes: capturable as a CUDA
-        graph). positions: (clients, steps, width) sample indices, -1 = pad; keep: per dropout
-        site, (clients, steps, width, *mask shape) masks, or None; active[s]: how many clients (a
-        prefix of the rows) still have a minibatch at step s; term, states: an algorithm's local
-        term and the clients' stacked states, or None."""
+    def _local_steps(self, w_start, data_x, data_y, positions, scales, keep, active: tuple[int, ...], term=None, states=None,
+                     graphs=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The local SGD on device tensors only (no host sync). positions: (clients, steps, width)
+        sample indices, -1 = pad; keep: per dropout site, (clients, steps, width, *mask shape)
+        masks, or None; active[s]: how many clients (a prefix of the rows) still have a minibatch
+        at step s; term, states: an algorithm's local term and the clients' stacked states, or None.
+
+        With ``graphs`` (a ``fastpaths.CudaGraphs``) the steps run in spans of at most
+        ``GRAPH_STEPS``, each replayed as a CUDA graph keyed by its shapes and its clients'
+        activity: a long client's spans recur (Adult's 2 572 steps, Shakespeare's largest roles'
+        2 870: a few graphs of ``GRAPH_STEPS`` steps each, not one of thousands), and a graph holds
+        one span's memory. The spans run the same operations in the same order as one loop."""
         n = positions.shape[0]
         real = positions >= 0
         mask = real.to(w_start.dtype)
@@ -271,19 +271,39 @@ class VmapSteps:
         starts = w.clone()
         buf = torch.zeros_like(w)
         loss_sum = torch.zeros(n, device=w.device, dtype=w.dtype)
+        span = GRAPH_STEPS if graphs is not None else max(1, len(active))
+        for first in range(0, len(active), span):
+            cut = slice(first, first + span)
+            run = partial(self._steps, data_x, data_y, active[cut], first == 0, term, states)
+            inputs = (w, buf, starts, loss_sum, scales, positions[:, cut], mask[:, cut], *(site[:, cut] for site in keep or ()))
+            if graphs is None:
+                w, buf, loss_sum = run(*inputs)
+            else:
+                key = (tuple(positions[:, cut].shape), active[cut], first == 0, w.dtype, data_x.data_ptr(), self.trainer.dropout)
+                w, buf, loss_sum = graphs(key, run, inputs)
+        steps_done = real[:, :, 0].sum(dim=1).to(w.dtype)  # a client's minibatch s is real iff its first slot is
+        return (w - starts).detach(), (loss_sum / steps_done).detach()
+
+    def _steps(self, data_x, data_y, active: tuple[int, ...], from_start: bool, term, states,
+               w, buf, starts, loss_sum, scales, positions, mask, *keep) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A span of local steps (``_local_steps``'s arguments sliced to it; ``from_start``: it
+        holds the first step, whose momentum buffer is the gradient): the weights, momentum
+        buffers and summed losses after it."""
+        n = w.shape[0]
+        keep = keep or None
         step = self._vmapped_step(keep is not None, states is not None, term)
         state_of = {k: None if states is None else tree_map(lambda leaf, k=k: leaf[:k], states) for k in set(active)}
         for s, k in enumerate(active):
             pos = positions[:k, s]
             masks = None if keep is None else tuple(site[:k, s] for site in keep)
-            w_k, buf_k, loss = step(w[:k], buf[:k], starts[:k], data_x[pos], data_y[pos], scales[:k], s == 0, mask[:k, s], masks, state_of[k])
+            w_k, buf_k, loss = step(w[:k], buf[:k], starts[:k], data_x[pos], data_y[pos], scales[:k], from_start and s == 0,
+                                    mask[:k, s], masks, state_of[k])
             if k == n:
                 w, buf, loss_sum = w_k, buf_k, loss_sum + loss
             else:
                 w, buf = torch.cat([w_k, w[k:]]), torch.cat([buf_k, buf[k:]])
                 loss_sum = loss_sum + torch.cat([loss, loss_sum.new_zeros(n - k)])
-        steps_done = real[:, :, 0].sum(dim=1).to(w.dtype)  # a client's minibatch s is real iff its first slot is
-        return (w - starts).detach(), (loss_sum / steps_done).detach()
+        return w, buf, loss_sum
 
 
 def stack_states(states: list) -> Any:
@@ -307,6 +327,7 @@ def stack_states(states: list) -> Any:
         raise ValueError(f"its clients' states cannot be stacked: {str(error).splitlines()[0]}") from None
 
 
+GRAPH_STEPS = 64  # local steps per CUDA graph (VmapSteps._local_steps): CIFAR-10's and F-MNIST's rounds fit one
 MAX_PADDING = 0.25  # of a size group's real work (size_groups): measured best on the CPU, where padded work costs its time
 
 

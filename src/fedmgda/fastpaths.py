@@ -647,15 +647,19 @@ class CudaGraphs:
     inputs, drawn per client beforehand: ``Minibatches.dropout_masks``). At most ``capacity`` graphs are kept, least recently used evicted; a key
     whose capture fails (an operation that cannot be captured) runs eagerly, with a warning.
 
-    A key is captured at most once: an evicted key runs eagerly from then on. A round with more
-    recurring keys than ``capacity`` (Shakespeare's clients of very unequal sizes train in about
-    ten size groups, ``client.size_groups``) would otherwise evict and capture every group again
-    every round, and a capture costs an eager run and more.
+    An evicted key runs eagerly from then on, unless its graph was replayed at least
+    ``recapture_after`` times: a round with more recurring keys than ``capacity`` (Shakespeare's
+    clients of very unequal sizes train in about ten size groups, ``client.size_groups``) would
+    otherwise evict and capture every group's graph again every round, and a capture costs an
+    eager run and more. A key replayed many times in a row (the middle spans of a long client,
+    ``VmapSteps._local_steps``) pays its capture back within the round: it is captured again.
     """
 
-    def __init__(self, capacity: int = 4):
+    def __init__(self, capacity: int = 4, recapture_after: int = 4):
         self.capacity = capacity
+        self.recapture_after = recapture_after
         self.graphs: OrderedDict = OrderedDict()
+        self.replays: dict = {}  # key -> replays of its current graph
         self.seen: set = set()
         self.failed: set = set()
         self.evicted: set = set()
@@ -671,9 +675,13 @@ class CudaGraphs:
                 self.failed.add(key)
                 warnings.warn(f"CUDA graph capture failed, running eagerly: {str(error).splitlines()[0]}", stacklevel=2)
                 return fn(*inputs)
+            self.replays[key] = 0
             if len(self.graphs) > self.capacity:
-                self.evicted.add(self.graphs.popitem(last=False)[0])
+                oldest = self.graphs.popitem(last=False)[0]
+                if self.replays.pop(oldest) < self.recapture_after:
+                    self.evicted.add(oldest)
         self.graphs.move_to_end(key)
+        self.replays[key] += 1
         graph, static_inputs, static_outputs = self.graphs[key]
         for static, x in zip(static_inputs, inputs):
             static.copy_(x)
