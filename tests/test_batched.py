@@ -258,7 +258,7 @@ def test_cuda_graphs_capture_again_a_key_that_paid_its_capture_back(monkeypatch)
     graphs = CudaGraphs(capacity=1, recapture_after=3)
     monkeypatch.setattr(graphs, "_capture", fake_capture)
     x = torch.ones(2)
-    for round_ in range(3):  # per round: the first span, ten middle spans, the last
+    for _ in range(3):  # per round: the first span, ten middle spans, the last
         for key in ["first"] + ["middle"] * 10 + ["last"]:
             assert torch.equal(graphs(key, lambda v: (v + 1,), (x,))[0], x + 1)
     # round 0: first and last eager, middle eager then captured (replayed 9 times); round 1: first
