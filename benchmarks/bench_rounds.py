@@ -167,17 +167,19 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def bench_config(setting: Setting, device: str, batched: bool, seed: int = 1) -> RunConfig:
-    return RunConfig(dataset=setting.dataset, algorithm="fedmgda_plus", hparams={"eta": 1.0}, batch_size=setting.batch_size,
+def bench_config(setting: Setting, device: str, batched: bool, seed: int = 1, **overrides) -> RunConfig:
+    return RunConfig(**overrides, dataset=setting.dataset, algorithm="fedmgda_plus", hparams={"eta": 1.0}, batch_size=setting.batch_size,
                      local_lr=setting.lr, clients_per_round=setting.per_round, sampling=setting.sampling, rounds=10**6, eval_every=10**9,
                      per_user_every=10**9, device=device, batched=batched, seed=seed)
 
 
-def packed_rounds(setting: Setting, data: FederatedDataset, batched: bool, device: str, pack: int = 1, max_padding: float | None = None):
+def packed_rounds(setting: Setting, data: FederatedDataset, batched: bool, device: str, pack: int = 1, max_padding: float | None = None,
+                  overrides: dict | None = None):
     """``pack`` runs of the setting (seeds 1..pack), their start models, and a function that
     trains one round of all of them, packed (the real simulator's round, less per-user evaluation);
-    ``max_padding``: the scheduler's size-group padding, if not its default."""
-    sims = [Simulation(bench_config(setting, device, batched, seed), data=data, model_name=DATASET_SPECS[setting.dataset].model) for seed in range(1, pack + 1)]
+    ``max_padding``: the scheduler's size-group padding, if not its default; ``overrides``: run
+    config fields (e.g. ``deterministic``)."""
+    sims = [Simulation(bench_config(setting, device, batched, seed, **(overrides or {})), data=data, model_name=DATASET_SPECS[setting.dataset].model) for seed in range(1, pack + 1)]
     scheduler = Scheduler([sim.inputs for sim in sims])  # checks that the runs can be packed
     if max_padding is not None:
         scheduler.max_padding = max_padding
@@ -203,10 +205,10 @@ def packed_rounds(setting: Setting, data: FederatedDataset, batched: bool, devic
 
 
 def time_rounds(setting: Setting, data: FederatedDataset, batched: bool, rounds: int, device: str, pack: int = 1,
-                max_padding: float | None = None) -> tuple[float, float]:
+                max_padding: float | None = None, overrides: dict | None = None) -> tuple[float, float]:
     """Median seconds per round (training part, of all ``pack`` runs together) and seconds for one
     evaluation of every user."""
-    sims, ws, one_round = packed_rounds(setting, data, batched, device, pack, max_padding)
+    sims, ws, one_round = packed_rounds(setting, data, batched, device, pack, max_padding, overrides)
     times = []
     for t in range(2, 2 + rounds):
         sync(sims[0].device)
@@ -697,6 +699,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-padding", type=float, nargs="*", default=[], metavar="P", help="also time each setting whose "
                         "clients all take part and differ in size with size groups of at most this padding (inf: one group; "
                         "the default is fedmgda.client.MAX_PADDING)")
+    parser.add_argument("--nondeterministic", action="store_true", help="also time each setting (one run, batched) with "
+                        "deterministic: false (cuDNN may choose faster algorithms with atomics; reruns differ by float rounding)")
     parser.add_argument("--no-sequential", action="store_true", help="do not time the sequential reference path (its "
                         "columns print '-'; it is the slow part on a GPU and feeds no projection)")
     parser.add_argument("--sizes", action="store_true", help="measure nothing: print each setting's client sizes and "
@@ -792,6 +796,9 @@ def measure_settings(args: argparse.Namespace, device: torch.device) -> tuple[di
         data = random_dataset(setting, fraction)
         try:
             seq = None if args.no_sequential else time_rounds(setting, data, batched=False, rounds=args.rounds, device=str(device))[0] / fraction
+            # before the deterministic timings: each run sets the backend flags, so they end deterministic
+            free = time_rounds(setting, data, batched=True, rounds=args.rounds, device=str(device),
+                               overrides={"deterministic": False})[0] / fraction if args.nondeterministic else None
             bat, eval_s = time_rounds(setting, data, batched=True, rounds=args.rounds, device=str(device))
         except (RuntimeError, torch.cuda.OutOfMemoryError) as error:  # report it, measure the rest
             print(f"{setting.name:22} failed: {type(error).__name__}: {str(error).splitlines()[0][:200]}", flush=True)
@@ -807,6 +814,9 @@ def measure_settings(args: argparse.Namespace, device: torch.device) -> tuple[di
                   f"(throughput {k * bat / packed:.2f}x that of the runs one after another)", flush=True)
             packed_s.setdefault(setting.name, {})[k] = packed
         time_paddings(setting, data, args, device, fraction)
+        if free is not None:
+            print(f"{'':22} cuDNN free to choose nondeterministic algorithms: {free:.3f} s per round "
+                  f"({bat / free:.2f}x the deterministic round's speed)", flush=True)
     return measured, packed_s
 
 
