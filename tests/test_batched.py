@@ -153,6 +153,21 @@ class FakeGraph:
             out.copy_(value)
 
 
+def graphs_on_cpu(monkeypatch, **options) -> tuple[CudaGraphs, list]:
+    """A CudaGraphs whose captures are FakeGraphs (so it runs on the CPU), and the list its
+    captures are counted in."""
+    graphs, captured = CudaGraphs(**options), []
+
+    def fake_capture(fn, inputs):
+        static_inputs = tuple(x.clone() for x in inputs)
+        captured.append(len(captured))
+        static_outputs = fn(*static_inputs)
+        return FakeGraph(fn, static_inputs, static_outputs), static_inputs, static_outputs
+
+    monkeypatch.setattr(graphs, "_capture", fake_capture)
+    return graphs, captured
+
+
 def test_graphs_replay_long_clients_in_recurring_spans(monkeypatch):
     """With CUDA graphs the local steps run in spans of at most GRAPH_STEPS, keyed by their shapes
     and activity: a long client's middle spans share one graph, and the spans give the one-loop
@@ -160,13 +175,6 @@ def test_graphs_replay_long_clients_in_recurring_spans(monkeypatch):
     import fedmgda.client as client
 
     monkeypatch.setattr(client, "GRAPH_STEPS", 3)
-    captured = []
-
-    def fake_capture(fn, inputs):
-        static_inputs = tuple(x.clone() for x in inputs)
-        captured.append(len(captured))
-        static_outputs = fn(*static_inputs)
-        return FakeGraph(fn, static_inputs, static_outputs), static_inputs, static_outputs
 
     torch.manual_seed(0)
     flat = FlatModel(build_model("cnn_fmnist", (1, 28, 28), 10).double())
@@ -180,8 +188,7 @@ def test_graphs_replay_long_clients_in_recurring_spans(monkeypatch):
         return VmapSteps(trainer, graphs).train(plan, w0, x, y, torch.tensor([1.0, 0.5, 2.0], dtype=torch.float64))
 
     one_loop = train(None)
-    graphs = CudaGraphs(capacity=16)
-    monkeypatch.setattr(graphs, "_capture", fake_capture)
+    graphs, captured = graphs_on_cpu(monkeypatch, capacity=16)
     for _ in range(2):  # first round: keys seen once run eagerly, recurring ones are captured; second: replays
         spans = train(graphs)
         for a, b in zip(one_loop, spans):
@@ -196,16 +203,7 @@ def test_cuda_graphs_capture_a_key_at_most_once(monkeypatch):
     """More recurring keys than the capacity (Shakespeare's size groups): each key is captured once
     at most, an evicted key runs eagerly after; replays and eager calls give fn's outputs. The
     capture is stood in for on the CPU (a 'graph' whose replay runs fn on the static inputs)."""
-    captured = []
-
-    def fake_capture(fn, inputs):
-        static_inputs = tuple(x.clone() for x in inputs)
-        captured.append(len(captured))
-        static_outputs = fn(*static_inputs)
-        return FakeGraph(fn, static_inputs, static_outputs), static_inputs, static_outputs
-
-    graphs = CudaGraphs(capacity=2)
-    monkeypatch.setattr(graphs, "_capture", fake_capture)
+    graphs, captured = graphs_on_cpu(monkeypatch, capacity=2)
     calls = []
 
     def fn(x):
@@ -247,16 +245,7 @@ def test_cuda_graphs_capture_again_a_key_that_paid_its_capture_back(monkeypatch)
     """A key replayed at least recapture_after times before its eviction (a long client's middle
     span, replayed many times in a row) is captured again when it comes back; a key replayed less
     stays eager. Graphs stood in for on the CPU."""
-    captured = []
-
-    def fake_capture(fn, inputs):
-        static_inputs = tuple(x.clone() for x in inputs)
-        captured.append(len(captured))
-        static_outputs = fn(*static_inputs)
-        return FakeGraph(fn, static_inputs, static_outputs), static_inputs, static_outputs
-
-    graphs = CudaGraphs(capacity=1, recapture_after=3)
-    monkeypatch.setattr(graphs, "_capture", fake_capture)
+    graphs, captured = graphs_on_cpu(monkeypatch, capacity=1, recapture_after=3)
     x = torch.ones(2)
     for _ in range(3):  # per round: the first span, ten middle spans, the last
         for key in ["first"] + ["middle"] * 10 + ["last"]:
