@@ -111,3 +111,33 @@ def test_a_run_model_replaces_the_datasets(monkeypatch):
     assert load_dataset(cfg) == ("data", "cnn_fmnist")
     cfg = RunConfig.from_dict({"dataset": "fmnist", "algorithm": "fedavg", "model": "mlp_fmnist"})
     assert load_dataset(cfg) == ("data", "mlp_fmnist")
+
+
+@pytest.mark.parametrize("shape", [(256, 10, 24, 24), (7, 3, 9, 11), (2, 1, 3, 2)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_max_pool2_is_max_pool2d(shape, dtype):
+    """The CPU evaluation's pooling gives F.max_pool2d's values bit for bit: odd sizes floored,
+    ReLU's zeros (ties), NaN and infinities propagated; with autograd it is F.max_pool2d."""
+    import torch.nn.functional as F
+
+    from fedmgda.models import max_pool2
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.relu(torch.randn(shape, generator=g, dtype=dtype))  # half zeros: ties
+    x.view(-1)[:: 97] = float("nan")
+    x.view(-1)[5:: 89] = float("inf")
+    with torch.no_grad():
+        assert torch.equal(max_pool2(x).isnan(), F.max_pool2d(x, 2).isnan())
+        assert torch.equal(max_pool2(x).nan_to_num(), F.max_pool2d(x, 2).nan_to_num())
+    assert max_pool2(x.requires_grad_()).grad_fn.name() == F.max_pool2d(x, 2).grad_fn.name()
+
+
+@pytest.mark.parametrize("name, shape, classes", [("cnn_fmnist", (1, 28, 28), 10), ("cnn_femnist", (1, 28, 28), 62), ("cnn_cifar", (3, 32, 32), 10)])
+def test_cnn_evaluation_equals_the_autograd_forward(name, shape, classes):
+    """Each CNN's forward without autograd (max_pool2's CPU path) gives the forward with autograd
+    (F.max_pool2d) bit for bit."""
+    model = build_model(name, shape, classes).eval()
+    x = torch.randn(33, *shape, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        evaluated = model(x)
+    assert torch.equal(evaluated, model(x).detach())

@@ -35,12 +35,25 @@ class CNNCifar(nn.Module):
         self.fc3 = nn.Linear(192, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.local_response_norm(F.max_pool2d(F.relu(self.conv1(x)), 2), size=2)
-        x = F.max_pool2d(F.local_response_norm(F.relu(self.conv2(x)), size=2), 2)
+        x = F.local_response_norm(max_pool2(F.relu(self.conv1(x))), size=2)
+        x = max_pool2(F.local_response_norm(F.relu(self.conv2(x)), size=2))
         x = x.flatten(1)
         x = F.relu(self.fc1(x))
         x = F.relu(self.fc2(x))
         return F.log_softmax(self.fc3(x), dim=1)
+
+
+def max_pool2(x: torch.Tensor) -> torch.Tensor:
+    """``F.max_pool2d(x, 2)``, the same values. On the CPU without autograd (evaluation) it is two
+    element-wise maxima, columns then rows: torch's CPU pooling kernel takes about ten times as
+    long on these small maps (F-MNIST's 256 x 10 x 24 x 24: 8 ms against 0.8 ms on one thread), and
+    a maximum is exact in any order (NaN propagates in both). With autograd, or on a GPU, it is
+    ``F.max_pool2d`` itself, whose backward the training paths use."""
+    if x.device.type != "cpu" or torch.is_grad_enabled():
+        return F.max_pool2d(x, 2)
+    x = x[..., : x.shape[-2] // 2 * 2, : x.shape[-1] // 2 * 2]  # an odd last row or column is dropped, as the pooling floors
+    columns = torch.maximum(x[..., 0::2], x[..., 1::2])
+    return torch.maximum(columns[..., 0::2, :], columns[..., 1::2, :])
 
 
 def dropout(x: torch.Tensor, model: nn.Module, site: int, keep: tuple[torch.Tensor, ...] | None) -> torch.Tensor:
@@ -77,8 +90,8 @@ class CNNFashion(nn.Module):
         self.fc2 = nn.Linear(50, num_classes)
 
     def forward(self, x: torch.Tensor, keep: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
-        x = F.relu(F.max_pool2d(self.conv1(x), 2))
-        x = F.relu(F.max_pool2d(dropout(self.conv2(x), self, 0, keep), 2))
+        x = F.relu(max_pool2(self.conv1(x)))
+        x = F.relu(max_pool2(dropout(self.conv2(x), self, 0, keep)))
         x = dropout(F.relu(self.fc1(x.flatten(1))), self, 1, keep)
         return F.log_softmax(self.fc2(x), dim=1)
 
@@ -103,7 +116,7 @@ class CNNFemnist(nn.Module):
 
     def forward(self, x: torch.Tensor, keep: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
         x = F.relu(self.conv2(F.relu(self.conv1(x))))
-        x = dropout(F.max_pool2d(x, 2), self, 0, keep).flatten(1)
+        x = dropout(max_pool2(x), self, 0, keep).flatten(1)
         x = dropout(F.relu(self.fc1(x)), self, 1, keep)
         return F.log_softmax(self.fc2(x), dim=1)
 
