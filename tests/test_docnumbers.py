@@ -119,6 +119,14 @@ def test_no_claims_rows_have_no_claims_file():
             assert not claims.exists(), f"{cells[0]}: 'no claims', but {claims.relative_to(REPO)} exists"
 
 
+def test_a_marker_that_does_not_parse_fails_the_check():
+    """A marker whose spec holds a '|' (a table row's key) matches no marker and would stay at
+    whatever value was typed; the check names its line."""
+    page = 'A row:\n  a value <!-- n benchmarks/measurements/paper_flops.txt "| 1 |" #1 .1f -->0<!-- /n --> here.\n'
+    assert check(page, REPO) == ["line 2: a marker that does not parse (no '|' in its spec, a value on its line, "
+                                 "then <!-- /n -->); it would never be rendered"]
+
+
 def test_a_drift_fails_both_checks():
     """The drift of issue 43: docs/results.md quoted FedMDFG's-setting gaps of a file's earlier
     version. A rendered value edited, or typed outside its marker, fails."""

@@ -186,6 +186,10 @@ def check(text: str, root: str | Path) -> list[str]:
     """One line per marker whose value differs from its file (or names no cell)."""
     wrong = [f"line {n}: starts with a marker, which Markdown reads as an HTML block; put a word before it"
              for n, line in enumerate(text.splitlines(), 1) if re.match(r"\s*<!-- n ", line)]
+    parsed = {m.start() for m in MARKER_RE.finditer(text)}
+    wrong += [f"line {text.count(chr(10), 0, m.start()) + 1}: a marker that does not parse (no '|' in its spec, "
+              "a value on its line, then <!-- /n -->); it would never be rendered"
+              for m in re.finditer(r"<!-- n ", text) if m.start() not in parsed]
     for m in MARKER_RE.finditer(text):
         try:
             want = value(Spec.parse(m["spec"]), root)
