@@ -1,4 +1,4 @@
-"""One-shot GPU check of the package on a machine with one CUDA GPU (issue 32): four parts, each
+"""One-shot GPU check of the package on a machine with one CUDA GPU (issue 32): five parts, each
 a subprocess under its own time limit, each part's output written to --out as it comes and
 printed as well.
 
@@ -16,14 +16,15 @@ Parts, in order (files under --out, at most 8, all at its top level):
    test for a CUDA device: batched/sequential updates, CUDA graphs with the F-MNIST CNN's dropout,
    CNN reproducibility, local terms, a whole run); a CUDA test that skips on a CUDA machine fails
    the part (``pytest_cuda.txt``).
-3. ``bench_rounds``: ``benchmarks/bench_rounds.py --device cuda --pack 4 8 16 --no-sequential
-   --max-padding inf --bound --profile`` over the paper's settings: the batched path, 1, 4, 8 and
-   16 runs packed, Shakespeare's unequal clients also in one size group,
+3. ``bench_rounds``: ``benchmarks/bench_rounds.py`` with ``BENCH_ARGS`` over the paper's settings:
+   the batched path, 1, 4, 8 and 16 runs packed, Shakespeare's unequal clients also in one size
+   group, each setting also with cuDNN's nondeterministic algorithms allowed,
    the projected wall time of the whole paper DAG back to back and, after it, the plan's makespan
    (packs, each run on its faster device, the GPU queue beside the CPU cores: docs/performance.md,
    "Projection as the plan's makespan"), then each setting's round beside its lower bound (its
-   steps as one model's large-batch steps replayed as a CUDA graph, and its participant losses),
-   and last one profiled round per setting (where its time goes: kernels, copies, launches, host
+   steps as one model's large-batch steps replayed as a CUDA graph, and its participant losses)
+   and the device's float32 matrix-product rate with the paper's counted work at it (the work
+   floor), and last one profiled round per setting (where its time goes: kernels, copies, launches, host
    syncs); on a time-out the back-to-back projection is made from the settings measured so far
    (``bench_rounds.txt``). The measured round times also come as rows of
    src/fedmgda/reference/round_times.csv (``round_times_rows.csv``, source ``bench_rounds.txt``:
@@ -809,8 +810,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--experiment", default="fmnist_core", help="part 4's experiment of --config, or several separated by commas "
                         "(their shared runs trained once; runs that cannot share a process, such as FedProx's, in packs of their own)")
     parser.add_argument("--pytest-k", help='pytest -k expression (default "cuda or dropout"; dry: "cuda", which all skip)')
-    parser.add_argument("--bench-args", help="bench_rounds.py's arguments (default: --device cuda --rounds 2 --pack 4 8 16 "
-                                             "--no-sequential --max-padding inf --fraction-of shakespeare_b10=0.01 --bound --profile)")
+    parser.add_argument("--bench-args", help=f"bench_rounds.py's arguments (default: {BENCH_ARGS[0]})")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--device", help=argparse.SUPPRESS)
     parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)

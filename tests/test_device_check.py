@@ -298,3 +298,9 @@ def test_following_prints_a_pack_log_as_it_grows(tmp_path, capsys):
         with open(log, "a") as fh:
             fh.write("[progress] round 1/2\n")
     assert capsys.readouterr().out == "pack of 2 runs: ...\n[progress] round 1/2\n"
+
+
+def test_the_docs_show_part_3s_arguments():
+    """docs/performance.md's table of parts names bench_rounds' GPU arguments as the script runs them."""
+    module = load_script()
+    assert f"`benchmarks/bench_rounds.py {module.BENCH_ARGS[0]}`" in (REPO / "docs" / "performance.md").read_text()
