@@ -699,8 +699,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-padding", type=float, nargs="*", default=[], metavar="P", help="also time each setting whose "
                         "clients all take part and differ in size with size groups of at most this padding (inf: one group; "
                         "the default is fedmgda.client.MAX_PADDING)")
-    parser.add_argument("--nondeterministic", action="store_true", help="also time each setting (one run, batched) with "
-                        "deterministic: false (cuDNN may choose faster algorithms with atomics; reruns differ by float rounding)")
+    parser.add_argument("--also", nargs="*", default=[], metavar="KEY=VALUE", help="also time each setting (one run, batched) "
+                        "with this run-config field changed, for each one given: e.g. deterministic=false (cuDNN may choose "
+                        "faster algorithms with atomics; reruns differ by float rounding) or tf32=true (TF32 tensor cores)")
     parser.add_argument("--no-sequential", action="store_true", help="do not time the sequential reference path (its "
                         "columns print '-'; it is the slow part on a GPU and feeds no projection)")
     parser.add_argument("--sizes", action="store_true", help="measure nothing: print each setting's client sizes and "
@@ -712,7 +713,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--gpus", type=int, default=1, help="GPUs of the machine the plan is projected on")
     parser.add_argument("--csv", metavar="PATH", help="also write this run's round times as rows of src/fedmgda/reference/round_times.csv (source: --source)")
     parser.add_argument("--source", default="this run", help="the source column of --csv's rows: the measurement file they will be committed as")
-    return parser.parse_args()
+    args = parser.parse_args()
+    for item in args.also:
+        parse_override(item)  # a bad one stops here, before any measurement
+    return args
 
 
 def print_sizes() -> None:
@@ -796,9 +800,9 @@ def measure_settings(args: argparse.Namespace, device: torch.device) -> tuple[di
         data = random_dataset(setting, fraction)
         try:
             seq = None if args.no_sequential else time_rounds(setting, data, batched=False, rounds=args.rounds, device=str(device))[0] / fraction
-            # before the deterministic timings: each run sets the backend flags, so they end deterministic
-            free = time_rounds(setting, data, batched=True, rounds=args.rounds, device=str(device),
-                               overrides={"deterministic": False})[0] / fraction if args.nondeterministic else None
+            # before the default timings: each run sets the CUDA backend flags, so they end as the defaults set them
+            also = {item: time_rounds(setting, data, batched=True, rounds=args.rounds, device=str(device),
+                                      overrides=dict([parse_override(item)]))[0] / fraction for item in args.also}
             bat, eval_s = time_rounds(setting, data, batched=True, rounds=args.rounds, device=str(device))
         except (RuntimeError, torch.cuda.OutOfMemoryError) as error:  # report it, measure the rest
             print(f"{setting.name:22} failed: {type(error).__name__}: {str(error).splitlines()[0][:200]}", flush=True)
@@ -814,10 +818,19 @@ def measure_settings(args: argparse.Namespace, device: torch.device) -> tuple[di
                   f"(throughput {k * bat / packed:.2f}x that of the runs one after another)", flush=True)
             packed_s.setdefault(setting.name, {})[k] = packed
         time_paddings(setting, data, args, device, fraction)
-        if free is not None:
-            print(f"{'':22} cuDNN free to choose nondeterministic algorithms: {free:.3f} s per round "
-                  f"({bat / free:.2f}x the deterministic round's speed)", flush=True)
+        for item, seconds in also.items():
+            print(f"{'':22} with {item}: {seconds:.3f} s per round ({bat / seconds:.2f}x the default round's speed)", flush=True)
     return measured, packed_s
+
+
+def parse_override(item: str) -> tuple[str, object]:
+    """--also's KEY=VALUE as a run-config field and its value (YAML: true, false, numbers)."""
+    import yaml
+
+    key, sep, text = item.partition("=")
+    if not sep or key not in RunConfig.__dataclass_fields__:
+        raise SystemExit(f"bench_rounds: --also takes run-config fields as KEY=VALUE (e.g. deterministic=false), got {item!r}")
+    return key, yaml.safe_load(text)
 
 
 def time_paddings(setting: Setting, data: FederatedDataset, args: argparse.Namespace, device: torch.device, fraction: float) -> None:

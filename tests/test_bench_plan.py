@@ -270,3 +270,13 @@ def test_round_samples_by_participation_and_sampling(bench):
     assert bench.round_samples(uniform) == pytest.approx(10 * sum(sizes) / len(sizes))
     assert bench.round_samples(uniform) < bench.round_samples(setting)
     assert bench.round_samples(setting, per_round=100) == sum(sizes)
+
+
+def test_also_takes_run_config_fields(bench):
+    """--also KEY=VALUE: a run-config field and its YAML value; anything else stops the benchmark in one line."""
+    assert bench.parse_override("deterministic=false") == ("deterministic", False)
+    assert bench.parse_override("tf32=true") == ("tf32", True)
+    with pytest.raises(SystemExit, match="--also takes run-config fields as KEY=VALUE"):
+        bench.parse_override("bogus=1")
+    with pytest.raises(SystemExit, match="got 'tf32'"):
+        bench.parse_override("tf32")
