@@ -115,6 +115,33 @@ def test_cuda_graph_replay_gives_the_eager_updates():
 
 
 @needs_cuda
+def test_cuda_graph_spans_give_the_eager_updates(monkeypatch):
+    """Real CUDA graphs of spans of 3 steps (clients of 20, 3 and 16 steps: a first span, recurring
+    middle spans, the tails): the updates and losses of the eager loop, bit for bit, dropout included."""
+    import fedmgda.client as client
+
+    monkeypatch.setattr(client, "GRAPH_STEPS", 3)
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)  # conv backward without atomics, as runs set it
+    torch.manual_seed(0)
+    flat = FlatModel(build_model("cnn_fmnist", (1, 28, 28), 10).cuda())
+    x, y, idx = pooled_clients((1, 28, 28), 10, [200, 30, 160], token_input=False)
+    x, y = x.float().cuda(), y.cuda()
+    trainer = LocalTrainer(flat, LocalHParams(batch_size=10, lr=0.05, momentum=0.5))
+    w0 = flat.initial_vector()
+
+    def train(graphs):
+        torch.manual_seed(7)
+        plan = trainer.minibatches.plan(idx, [torch.Generator().manual_seed(k) for k in range(3)])
+        return VmapSteps(trainer, graphs).train(plan, w0, x, y, torch.ones(3))
+
+    eager, graphs = train(None), CudaGraphs(capacity=16)
+    for _ in range(2):  # the second round replays every span's graph
+        for a, b in zip(eager, train(graphs)):
+            assert torch.equal(a.update, b.update) and torch.equal(a.train_loss, b.train_loss)
+    assert len(graphs.graphs) == 4
+
+
+@needs_cuda
 def test_cuda_batched_runs_are_deterministic_with_and_without_graphs():
     common = dict(algorithm="fedmgda_plus", hparams={"eta": 1.0, "decay": 0.1}, rounds=5, participation=1.0, batched=True, device="cuda")
     a = run(toy_config(**common), data=make_toy_federated(), model_name="logreg")
