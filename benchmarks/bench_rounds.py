@@ -459,11 +459,12 @@ def plan_jobs(rows, gpus: int = 1, config: str = "config/config.yaml"):
     from fedmgda.makespan import Job, pack_round_seconds
     from fedmgda.packs import assign_packs, pack_resources
 
+    rows, variants = [r for r in rows if not r.also], [r for r in rows if r.also]
     registry = expand(load_config(config))
     packs = assign_packs(registry.runs)
     in_pack = {k for keys in packs.values() for k in keys}
     groups = list(packs.items()) + [(k, [k]) for k in registry.runs if k not in in_pack]
-    jobs, notes, skipped, runs = [], set(), {}, {}
+    jobs, notes, skipped, runs, untimed = [], set(), {}, {}, 0
     for name, keys in groups:
         specs = [registry.runs[k] for k in keys]
         cfg = specs[0].config
@@ -480,24 +481,44 @@ def plan_jobs(rows, gpus: int = 1, config: str = "config/config.yaml"):
         if note:
             notes.add(note)
         mine = [r for r in rows if r.setting == setting.name and r.device == device]
-        round_s = pack_round_seconds({r.runs: r.s_per_round for r in mine}, len(keys)) * per_round / setting.per_round
+        factor, timed = variant_factor(variants, mine, cfg)
+        untimed += 0 if timed or cfg["track_improvement"] else len(keys)
+        round_s = pack_round_seconds({r.runs: r.s_per_round for r in mine}, len(keys)) * per_round / setting.per_round * factor
         eval_s = max(r.eval_s for r in mine)
         seconds = max(s.config["rounds"] for s in specs) * round_s + sum(s.config["rounds"] * eval_s / s.config.get("eval_every", 1) for s in specs)
         jobs.append(Job(name, dataset, device, seconds, pack_resources(specs)["threads"]))
         runs[dataset] = runs.get(dataset, 0) + len(keys)
     for (dataset, device), n in sorted(skipped.items()):
         notes.add(f"{n} {dataset} runs ({device}) left out: no {device} round time measured for {dataset}")
-    untracked = sum(not spec.config["track_improvement"] for spec in registry.runs.values())
-    if untracked:  # bench_config's rounds track it: their times include the passes
-        notes.add(f"{untracked} runs do not record the improved fraction (track_improvement: false), but their rounds are "
+    if untimed:  # bench_config's rounds track it: their times include the passes
+        notes.add(f"{untimed} runs do not record the improved fraction (track_improvement: false), but their rounds are "
                   "timed with its two participant-loss passes, as the benchmark runs them (not measured without)")
+    if any(r.also for r in variants):
+        notes.add("a run whose config has a field as a --also row of its setting has (e.g. track_improvement=false): its "
+                  "pack's round time x that row's ratio to the setting's single run")
     return jobs, runs, sorted(notes)
 
 
+def variant_factor(variants, mine, cfg: dict) -> tuple[float, bool]:
+    """The ratio by which a run's round time differs from its setting's as the benchmark times
+    it: the product, over the ``--also`` rows of the setting and device (``variants``) whose
+    KEY=VALUE the run config has, of each row's time over the setting's single run (``mine``,
+    runs = 1); and whether a track_improvement row was among them."""
+    single = next((r.s_per_round for r in mine if r.runs == 1), None)
+    factor, timed = 1.0, False
+    for r in variants:
+        key, value = parse_override(r.also)
+        if single and (r.setting, r.device) == (mine[0].setting, mine[0].device) and cfg.get(key) == value:
+            factor *= r.s_per_round / single
+            timed = timed or key == "track_improvement"
+    return factor, timed
+
+
 def run_rows(measured: dict[str, tuple[float, float]], packed: dict[str, dict[int, float]], device: str, machine: str,
-             threads: int = 1, source: str = "this run"):
+             threads: int = 1, source: str = "this run", also: dict[str, dict[str, float]] | None = None):
     """This run's round times as rows of the round-time table (fedmgda.devices.RoundTime): per
-    setting, 1 run batched, and each pack size timed ({setting: {runs packed: s/round}})."""
+    setting, 1 run batched, each pack size timed ({setting: {runs packed: s/round}}) and each
+    --also variant (1 run, {setting: {KEY=VALUE: s/round}}, its ``also`` column set)."""
     from fedmgda.devices import RoundTime
 
     by_name = {s.name: s for s in SETTINGS}
@@ -508,6 +529,8 @@ def run_rows(measured: dict[str, tuple[float, float]], packed: dict[str, dict[in
         rows.append(RoundTime(setting_name, setting.dataset, model, device, machine, threads, 1, batched, eval_s, source))
         for runs, seconds in sorted(packed.get(setting_name, {}).items()):
             rows.append(RoundTime(setting_name, setting.dataset, model, device, machine, threads, runs, seconds, eval_s, source))
+        for item, seconds in (also or {}).get(setting_name, {}).items():
+            rows.append(RoundTime(setting_name, setting.dataset, model, device, machine, threads, 1, seconds, eval_s, source, item))
     return rows
 
 
@@ -526,12 +549,14 @@ def write_rows(rows, path: str) -> None:
             writer.writerow([f"{v:.3f}" if isinstance(v, float) else v for v in dataclasses.astuple(r)])
 
 
-def measured_rows(measured: dict[str, tuple[float, float]], packed: dict[str, dict[int, float]], machine: str):
-    """This run's GPU round times as rows of the round-time table (1 run, and each pack size
-    timed), with the committed table's CPU rows (fedmgda.devices.round_times)."""
-    from fedmgda.devices import round_times
+def measured_rows(measured: dict[str, tuple[float, float]], packed: dict[str, dict[int, float]], machine: str,
+                  also: dict[str, dict[str, float]] | None = None):
+    """This run's GPU round times as rows of the round-time table (1 run, each pack size timed,
+    each --also variant), with the committed table's CPU rows (fedmgda.devices)."""
+    from fedmgda.devices import round_time_variants, round_times
 
-    return [r for r in round_times() if r.device == "cpu"] + run_rows(measured, packed, "cuda", machine)
+    committed = [r for r in round_times() + round_time_variants() if r.device == "cpu"]
+    return committed + run_rows(measured, packed, "cuda", machine, also=also)
 
 
 def print_choices(rows) -> None:
@@ -540,6 +565,7 @@ def print_choices(rows) -> None:
     (always the GPU) and now (fedmgda.devices.choose_device over ``rows``)."""
     from fedmgda.devices import choose_device
 
+    rows = [r for r in rows if not r.also]
     print(f"\n{'setting':22} {'GPU 1 run':>10} {'GPU packed':>11} {'CPU':>9}  auto before  auto now   (s per run-round)")
     for setting in SETTINGS:
         mine = [r for r in rows if r.setting == setting.name]
@@ -563,7 +589,7 @@ def print_plan(rows, cores: int, gpus: int, config: str = "config/config.yaml") 
     on the GPU, batched, one after another (:func:`project_paper`)."""
     from fedmgda.makespan import makespan_by_dataset, schedule
 
-    singles = {r.setting: (r.s_per_round, r.eval_s) for r in rows if r.device == "cuda" and r.runs == 1}
+    singles = {r.setting: (r.s_per_round, r.eval_s) for r in rows if r.device == "cuda" and r.runs == 1 and not r.also}
     back, total_runs, back_notes = project_paper(singles, config) if singles else ({}, 0, [])
     jobs, runs, notes = plan_jobs(rows, gpus, config)
     alone = makespan_by_dataset(jobs, cores, gpus)
@@ -666,7 +692,7 @@ def print_flops(rows, config: str = "config/config.yaml") -> None:
     print(f"\n{'setting':22} {'train MFLOP':>11} {'fwd MFLOP':>9} {'round GFLOP':>11} {'GPU 1 run':>10} {'GPU packed':>11}   (per sample; a round as timed; TFLOP/s reached)")
     for setting in SETTINGS:
         flops, work = setting_flops(setting), bench_round_flops(setting)
-        mine = [r for r in rows if r.setting == setting.name and r.device == "cuda"]
+        mine = [r for r in rows if r.setting == setting.name and r.device == "cuda" and not r.also]
         single = [work / r.s_per_round / 1e12 for r in mine if r.runs == 1]
         packed = {r.runs: r.runs * work / r.s_per_round / 1e12 for r in mine if r.runs > 1}
         best = max(packed, key=packed.get) if packed else None
@@ -740,9 +766,9 @@ def print_sizes() -> None:
 
 def show_committed_plan(args: argparse.Namespace) -> None:
     """--plan: the projection from the committed round times, nothing measured."""
-    from fedmgda.devices import round_times
+    from fedmgda.devices import round_time_variants, round_times
 
-    rows = round_times()
+    rows = round_times() + round_time_variants()
     print("round times: src/fedmgda/reference/round_times.csv")
     for source in sorted({(r.device, r.machine, r.source) for r in rows}):
         print(f"  {source[0]:5} {source[1]}: {source[2]}")
@@ -766,11 +792,12 @@ def main() -> None:
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device == "auto" else args.device))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
     print(f"device: {name}; torch {torch.__version__}; CUDA graphs: {device.type == 'cuda'}")
-    measured, packed_s = measure_settings(args, device)
+    measured, packed_s, also_s = measure_settings(args, device)
     if measured and args.csv:
-        write_rows(run_rows(measured, packed_s, device.type, name, 1 if device.type == "cuda" else torch.get_num_threads(), args.source), args.csv)
+        threads = 1 if device.type == "cuda" else torch.get_num_threads()
+        write_rows(run_rows(measured, packed_s, device.type, name, threads, args.source, also_s), args.csv)
     if measured:
-        print_projection(measured, packed_s, args, device, name)
+        print_projection(measured, packed_s, args, device, name, also_s)
     if measured and args.bound:
         print_bounds(measured, device)
         print_work_floor(measured, device)
@@ -785,13 +812,15 @@ def setting_fraction(args: argparse.Namespace, setting: Setting) -> float:
     return fractions.get(setting.name, args.fraction)
 
 
-def measure_settings(args: argparse.Namespace, device: torch.device) -> tuple[dict[str, tuple[float, float]], dict[str, dict[int, float]]]:
+def measure_settings(args: argparse.Namespace, device: torch.device):
     """Time every chosen setting (sequential unless --no-sequential, batched, packed by each
-    --pack size): {setting: (batched s/round, eval s)} and {setting: {runs packed: s/round}},
-    printing a row per setting as it is measured."""
+    --pack size, with each --also change): {setting: (batched s/round, eval s)}, {setting: {runs
+    packed: s/round}} and {setting: {KEY=VALUE: s/round}}, printing a row per setting as it is
+    measured."""
     print(f"{'setting':22} {'clients':>7} {'samples kept':>12} {'sequential s/round':>19} {'batched s/round':>16} {'speed-up':>9} {'batched rounds/s':>17} {'eval s':>7}")
     measured: dict[str, tuple[float, float]] = {}
     packed_s: dict[str, dict[int, float]] = {}
+    also_s: dict[str, dict[str, float]] = {}
     for setting in SETTINGS:
         if (args.only and setting.name not in args.only) or (setting.stand_in and not args.only):
             continue
@@ -820,7 +849,8 @@ def measure_settings(args: argparse.Namespace, device: torch.device) -> tuple[di
         time_paddings(setting, data, args, device, fraction)
         for item, seconds in also.items():
             print(f"{'':22} with {item}: {seconds:.3f} s per round ({bat / seconds:.2f}x the default round's speed)", flush=True)
-    return measured, packed_s
+        also_s[setting.name] = also
+    return measured, packed_s, also_s
 
 
 def parse_override(item: str) -> tuple[str, object]:
@@ -849,7 +879,8 @@ def time_paddings(setting: Setting, data: FederatedDataset, args: argparse.Names
         print(f"{'':22} max padding {padding:g}: {seconds:.3f} s per round ({len(size_groups(sizes, padding))} size groups)", flush=True)
 
 
-def print_projection(measured: dict[str, tuple[float, float]], packed_s: dict[str, dict[int, float]], args: argparse.Namespace, device: torch.device, name: str) -> None:
+def print_projection(measured: dict[str, tuple[float, float]], packed_s: dict[str, dict[int, float]], args: argparse.Namespace,
+                     device: torch.device, name: str, also_s: dict[str, dict[str, float]] | None = None) -> None:
     """The paper DAG back to back from these round times; on a GPU also the plan's makespan."""
     seconds, runs, approximated = project_paper(measured)
     print(f"\nprojected wall time of the paper DAG ({runs} training runs, batched path, one device, runs back to back): "
@@ -858,7 +889,7 @@ def print_projection(measured: dict[str, tuple[float, float]], packed_s: dict[st
     for line in approximated:
         print(f"  approximated: {line}")
     if device.type == "cuda":  # the plan: these GPU times, the committed CPU times (one core each)
-        print_plan(measured_rows(measured, packed_s, name), args.cores, args.gpus)
+        print_plan(measured_rows(measured, packed_s, name, also_s), args.cores, args.gpus)
 
 if __name__ == "__main__":
     main()

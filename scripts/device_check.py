@@ -18,7 +18,8 @@ Parts, in order (files under --out, at most 8, all at its top level):
    the part (``pytest_cuda.txt``).
 3. ``bench_rounds``: ``benchmarks/bench_rounds.py`` with ``BENCH_ARGS`` over the paper's settings:
    the batched path, 1, 4, 8 and 16 runs packed, Shakespeare's unequal clients also in one size
-   group, each setting also with cuDNN's nondeterministic algorithms allowed and with TF32,
+   group, each setting also with cuDNN's nondeterministic algorithms allowed, with TF32 and without
+   the participant-loss passes (rows of their own, ``also``, which the plan uses for the runs without them),
    the projected wall time of the whole paper DAG back to back and, after it, the plan's makespan
    (packs, each run on its faster device, the GPU queue beside the CPU cores: docs/performance.md,
    "Projection as the plan's makespan"), then each setting's round beside its lower bound (its
@@ -89,7 +90,7 @@ PACK_LINE = re.compile(r"^\s+(?P<k>\d+) runs packed: (?P<s>[\d.]+) s per round")
 ROUND_TIME_ROWS = "round_times_rows.csv"
 # each part's time limit in seconds, on the GPU and in the dry mode (fairness: what is left of the budget)
 LIMITS = {"env": (60.0, 30.0), "same_results": (120.0, 120.0), "pytest_cuda": (150.0, 60.0), "bench_rounds": (240.0, 60.0)}
-BENCH_ARGS = ("--device cuda --rounds 2 --pack 4 8 16 --no-sequential --max-padding inf --also deterministic=false tf32=true --fraction-of shakespeare_b10=0.01 --bound --profile",  # on the GPU; dry:
+BENCH_ARGS = ("--device cuda --rounds 2 --pack 4 8 16 --no-sequential --max-padding inf --also deterministic=false tf32=true track_improvement=false --fraction-of shakespeare_b10=0.01 --bound --profile",  # on the GPU; dry:
               "--device cpu --rounds 1 --pack 2 3 --no-sequential --also deterministic=false --only adult_b10 --fraction 0.01 --bound --profile")
 
 

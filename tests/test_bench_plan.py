@@ -89,6 +89,31 @@ def test_plan_job_length_is_rounds_times_pack_round(bench, tmp_path):
     assert jobs == [] and notes == ["3 adult runs (cpu) left out: no cpu round time measured for adult"]
 
 
+def test_plan_times_untracked_runs_by_their_also_row(bench, tmp_path):
+    """Runs without track_improvement: their pack's round time x the ratio of the setting's
+    --also track_improvement=false row to its single run; without such a row, the tracked time and a note."""
+    import yaml
+
+    header = "setting,dataset,model,device,machine,threads,runs,s_per_round,eval_s,source,also\n"
+    rows = parse_round_times(header + "adult_b10,adult,logreg,cuda,G,1,1,0.2,0.01,f,\n"
+                                      "adult_b10,adult,logreg,cuda,G,1,8,0.9,0.01,f,\n"
+                                      "adult_b10,adult,logreg,cuda,G,1,1,0.15,0.01,f,track_improvement=false\n"
+                                      "adult_b10,adult,logreg,cuda,G,1,1,0.1,0.01,f,tf32=true\n")
+    base = yaml.safe_load((ROOT / "config/test.yaml").read_text())
+    base.update(device="cuda", settings={"a": {"dataset": "adult", "batch_size": 10, "local_lr": 0.01, "clients_per_round": 2, "rounds": 100}},
+                grids={"g": [{"algorithm": "fedavg"}]}, experiments={"t": {"setting": "a", "grid": "g", "seeds": [1, 2, 3], "run": {"track_improvement": False}}},
+                resources={"default": {"gpu": 1}, "adult": {"pack": 8}}, tables={}, figures={}, claims={})
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(base))
+    jobs, _, notes = bench.plan_jobs(rows, gpus=1, config=str(cfg))
+    assert jobs[0].seconds == pytest.approx(100 * (0.2 + 2 * 0.1) * 0.15 / 0.2 + 3 * 100 * 0.01)  # tf32 is not the runs'
+    assert not any("not measured without" in n for n in notes)
+    jobs, _, notes = bench.plan_jobs([r for r in rows if r.also != "track_improvement=false"], gpus=1, config=str(cfg))
+    assert jobs[0].seconds == pytest.approx(100 * (0.2 + 2 * 0.1) + 3 * 100 * 0.01)
+    assert any(n.startswith("3 runs do not record the improved fraction") for n in notes)
+    assert [r.also for r in rows] == ["", "", "track_improvement=false", "tf32=true"]
+
+
 def test_a_gpu_measurement_gives_the_plan_its_gpu_rows(bench, capsys):
     """After measuring on a GPU, the plan uses that run's GPU times and the committed CPU times: the
     H200's numbers given back as a measurement print the same plan as --plan."""
@@ -129,16 +154,16 @@ def test_a_run_writes_rows_of_the_committed_table(bench, tmp_path):
     from fedmgda.devices import RoundTime
 
     rows = bench.run_rows({"adult_b10": (0.2134, 0.001), "fmnist_b10_p0.1": (1.8444, 0.307)}, {"adult_b10": {8: 0.257, 4: 0.2}},
-                          "cpu", "CPU (2 threads)", 2, "benchmarks/measurements/x.txt")
+                          "cpu", "CPU (2 threads)", 2, "benchmarks/measurements/x.txt", {"fmnist_b10_p0.1": {"tf32=true": 1.5}})
     assert rows[:3] == [RoundTime("adult_b10", "adult", "logreg", "cpu", "CPU (2 threads)", 2, 1, 0.2134, 0.001, "benchmarks/measurements/x.txt"),
                         RoundTime("adult_b10", "adult", "logreg", "cpu", "CPU (2 threads)", 2, 4, 0.2, 0.001, "benchmarks/measurements/x.txt"),
                         RoundTime("adult_b10", "adult", "logreg", "cpu", "CPU (2 threads)", 2, 8, 0.257, 0.001, "benchmarks/measurements/x.txt")]
-    assert rows[3].model == "cnn_fmnist" and len(rows) == 4
+    assert rows[3].model == "cnn_fmnist" and len(rows) == 5 and (rows[4].also, rows[4].runs, rows[4].s_per_round) == ("tf32=true", 1, 1.5)
     bench.write_rows(rows, tmp_path / "t.csv")
     text = (tmp_path / "t.csv").read_text()
     assert text.splitlines()[0] == (ROOT / "src/fedmgda/reference/round_times.csv").read_text().splitlines()[0]
     back = parse_round_times(text)
-    assert back == [dataclasses.replace(rows[0], s_per_round=0.213), *rows[1:3], dataclasses.replace(rows[3], s_per_round=1.844)]
+    assert back == [dataclasses.replace(rows[0], s_per_round=0.213), *rows[1:3], dataclasses.replace(rows[3], s_per_round=1.844), rows[4]]
 
 
 def test_bound_shape_is_the_longest_clients_steps_on_the_rounds_batch(bench):

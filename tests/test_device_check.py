@@ -44,7 +44,8 @@ def test_the_dry_mode_runs_every_part(tmp_path):
     assert len(files) <= 8 and all(re.fullmatch(r"[\w.-]+", f) for f in files), files  # what the device gives back
     rows = (out / "round_times_rows.csv").read_text().splitlines()  # part 3's rows for the committed table
     assert rows[0] == (REPO / "src/fedmgda/reference/round_times.csv").read_text().splitlines()[0]
-    assert [r.split(",")[6] for r in rows[1:]] == ["1", "2", "3"] and all(r.endswith(",bench_rounds.txt") for r in rows[1:])
+    assert [r.split(",")[6] for r in rows[1:]] == ["1", "2", "3", "1"] and all(",bench_rounds.txt," in r for r in rows[1:])
+    assert [r.split(",")[-1] for r in rows[1:]] == ["", "", "", "deterministic=false"]  # the --also row
     with tarfile.open(out / "fairness_runs.tar.gz") as tar:
         names = tar.getnames()
     plan = json.loads((tmp_path / "work" / "plan.json").read_text())

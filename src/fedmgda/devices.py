@@ -29,7 +29,10 @@ GPU_MODEL_PREFIXES = ("cnn_", "lstm_")  # the models that go to the GPU when a d
 class RoundTime:
     """One row of reference/round_times.csv: ``s_per_round`` seconds per round of ``runs`` runs
     trained packed (training, participant losses, aggregation; ``eval_s`` the evaluation of every
-    user, once per run, when it was timed apart, else 0)."""
+    user, once per run, when it was timed apart, else 0). ``also``: empty for the benchmark's own
+    run config, else the run-config field it was timed with changed (``bench_rounds.py --also``,
+    e.g. ``track_improvement=false``): :func:`round_time_variants`, never a device's or a pack's
+    choice."""
 
     setting: str
     dataset: str
@@ -41,23 +44,34 @@ class RoundTime:
     s_per_round: float
     eval_s: float
     source: str
+    also: str = ""
 
     def per_run_round(self) -> float:
         return self.s_per_round / self.runs + self.eval_s
 
 
 @cache
-def round_times() -> tuple[RoundTime, ...]:
-    """The committed table of measured round times (reference/round_times.csv)."""
+def _committed() -> tuple[RoundTime, ...]:
     text = resources.files("fedmgda").joinpath("reference/round_times.csv").read_text()
     return tuple(parse_round_times(text))
+
+
+def round_times() -> tuple[RoundTime, ...]:
+    """The committed table of measured round times (reference/round_times.csv), each setting
+    timed with the benchmark's own run config."""
+    return tuple(r for r in _committed() if not r.also)
+
+
+def round_time_variants() -> tuple[RoundTime, ...]:
+    """The committed rows of settings timed with one run-config field changed (``also``)."""
+    return tuple(r for r in _committed() if r.also)
 
 
 def parse_round_times(text: str) -> list[RoundTime]:
     rows = []
     for row in csv.DictReader(text.splitlines()):
         rows.append(RoundTime(row["setting"], row["dataset"], row["model"], row["device"], row["machine"], int(row["threads"]),
-                              int(row["runs"]), float(row["s_per_round"]), float(row["eval_s"]), row["source"]))
+                              int(row["runs"]), float(row["s_per_round"]), float(row["eval_s"]), row["source"], row.get("also") or ""))
     return rows
 
 
