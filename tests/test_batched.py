@@ -283,3 +283,21 @@ def test_cuda_graphs_capture_again_a_key_that_paid_its_capture_back(monkeypatch)
     # eager, middle captured again (evicting last after 1 replay), last eager
     assert graphs.evicted == {"first", "last"} and list(graphs.graphs) == ["middle"]
     assert len(captured) == 5  # middle once a round, first and last once each
+
+
+def test_cuda_graphs_hold_at_most_their_share_of_the_device_memory(monkeypatch):
+    """A key is captured only while the held graphs' and its own eager peaks stay within
+    memory_fraction of the device memory; beyond, it runs eagerly (and is captured once room is
+    made). Peaks and memory stood in for on the CPU."""
+    graphs, captured = graphs_on_cpu(monkeypatch, capacity=4, memory_fraction=0.5)
+    peaks = {"small": 30, "large": 40, "tiny": 10}
+    monkeypatch.setattr(graphs, "footprint", lambda fn, inputs: (fn(*inputs), peaks[current[0]]))
+    monkeypatch.setattr(graphs, "device_memory", lambda: 100)
+    current = [None]
+    x = torch.ones(2)
+    for _ in range(3):
+        for key in ("small", "large", "tiny"):
+            current[0] = key
+            assert torch.equal(graphs(key, lambda v: (v * 3,), (x,))[0], x * 3)
+    # small (30) fits; large (30 + 40 > 50) never does while small is held; tiny (30 + 10) fits
+    assert list(graphs.graphs) == ["small", "tiny"] and len(captured) == 2
