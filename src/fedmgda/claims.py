@@ -159,13 +159,8 @@ def parse_claims(config: dict[str, Any], reg: Registry) -> list[ClaimSpec]:
 
 def _check_recorded(cid: str, claim: ClaimSpec, reg: Registry) -> None:
     """A claim on a metrics.csv column that only some runs record reads it from runs that do."""
-    if not claim.quantity.startswith("metrics."):
-        return
-    flag, missing = unrecorded(reg, claim_runs([claim]), claim.quantity.partition(".")[2])
-    if missing:
-        experiments = sorted({e for key in missing for e in reg.runs[key].experiments})
-        raise ClaimError(f"claim {cid}: reads {claim.quantity}, which {len(missing)} of its runs do not record "
-                         f"({flag}: false); set run: {{{flag}: true}} in experiment(s) {', '.join(experiments)}")
+    if claim.quantity.startswith("metrics.") and (problem := unrecorded(reg, claim_runs([claim]), claim.quantity.partition(".")[2])):
+        raise ClaimError(f"claim {cid}: {problem}")
 
 
 def _rounds(config: dict[str, Any], exp: dict[str, Any], overridden: bool) -> Any:

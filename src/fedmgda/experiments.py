@@ -630,26 +630,27 @@ def validate_runs(reg: Registry) -> None:
     check_figures_recorded(reg)
 
 
-def unrecorded(reg: Registry, runs: list[str], column: str) -> tuple[str, list[str]]:
-    """The config flag that metrics.csv ``column`` needs (``fedmgda.results.RECORDED_ONLY_WITH``;
-    "" for a column every run records) and the runs among ``runs`` that have it off."""
-    flag = RECORDED_ONLY_WITH.get(column, "")
-    return flag, [key for key in runs if flag and not reg.runs[key].config.get(flag, RUN_DEFAULTS[flag])]
+def unrecorded(reg: Registry, runs: list[str], column: str) -> str | None:
+    """None when every run of ``runs`` records metrics.csv ``column``; else what is wrong, for an
+    error that names its figure or claim: how many do not (``fedmgda.results.RECORDED_ONLY_WITH``:
+    the config flag the column needs) and the experiments to set the flag in."""
+    flag = RECORDED_ONLY_WITH.get(column)
+    missing = [key for key in runs if flag and not reg.runs[key].config.get(flag, RUN_DEFAULTS[flag])]
+    if not missing:
+        return None
+    experiments = sorted({e for key in missing for e in reg.runs[key].experiments})
+    return (f"reads {column}, which {len(missing)} of its runs do not record ({flag}: false); "
+            f"set run: {{{flag}: true}} in experiment(s) {', '.join(experiments)}")
 
 
 def check_figures_recorded(reg: Registry) -> None:
     """Every metrics.csv column a figure plots is recorded by the runs it shows (a figure of runs
-    without ``track_improvement`` would plot nothing); the error names the figure, the column, the
-    flag and the experiments to set it in."""
+    without ``track_improvement`` would plot nothing)."""
     for name, spec in reg.figures.items():
-        rows = rows_selected(reg.rows, spec)
+        runs = [key for row in rows_selected(reg.rows, spec) for key in row.runs]
         columns = [spec.metric, *spec.metrics, *(src.partition(".")[2] for src in spec.columns.values() if src.startswith("metrics."))]
-        for column in filter(None, columns):
-            flag, missing = unrecorded(reg, [key for row in rows for key in row.runs], column)
-            if missing:
-                experiments = sorted({e for key in missing for e in reg.runs[key].experiments})
-                raise RegistryError(f"figure {name}: plots {column}, which {len(missing)} of its runs do not record "
-                                    f"({flag}: false); set run: {{{flag}: true}} in experiment(s) {', '.join(experiments)}")
+        for problem in filter(None, (unrecorded(reg, runs, column) for column in filter(None, columns))):
+            raise RegistryError(f"figure {name}: {problem}")
 
 
 def rows_selected(rows: dict[str, list[Row]], spec: TableSpec | FigureSpec) -> list[Row]:

@@ -234,13 +234,13 @@ def test_improvement_is_recorded_where_a_figure_or_claim_reads_it(paper):
     assert not tracked & {"table9", "table11", "table12", "table13", "table14", "fig1_shards", "fig1_iid", "fig2_scaling"}
     cfg = copy.deepcopy(paper)
     cfg["experiments"]["table10"]["run"] = {"eval_every": 10, "track_improvement": False}
-    with pytest.raises(RegistryError, match=r"figure fig9a: plots improved_loss, which 24 of its runs do not record "
+    with pytest.raises(RegistryError, match=r"figure fig9a: reads improved_loss, which 24 of its runs do not record "
                                             r"\(track_improvement: false\); set run: \{track_improvement: true\} in experiment\(s\) table10"):
         validate_runs(expand(cfg))
     cfg = copy.deepcopy(paper)
     cfg["experiments"]["fig4_b10"]["run"] = {"eval_every": 10, "track_improvement": False}
     reg = expand(cfg)
-    with pytest.raises(RegistryError, match="figure fig4a: plots improved_loss"):
+    with pytest.raises(RegistryError, match="figure fig4a: reads improved_loss"):
         validate_runs(reg)
-    with pytest.raises(ClaimError, match=r"claim improved_b10: reads metrics.improved_loss, which \d+ of its runs do not record"):
+    with pytest.raises(ClaimError, match=r"claim improved_b10: reads improved_loss, which \d+ of its runs do not record"):
         parse_claims(cfg, reg)
