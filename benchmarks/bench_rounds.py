@@ -422,29 +422,35 @@ def match_setting(cfg: dict, names: set[str] | dict) -> tuple[Setting, int, str 
     return chosen, per_round, "; ".join(notes) or None
 
 
+def paper_runs(measured, config: str = "config/config.yaml") -> tuple[list[tuple[dict, Setting, float, str]], int]:
+    """The paper DAG's training runs, each matched to one of the ``measured`` settings (names):
+    (run config, setting, its steps per round, the approximation note or ''), and the count of
+    runs of settings not measured."""
+    from fedmgda.experiments import expand, load_config
+
+    matched, skipped = [], 0
+    for spec in expand(load_config(config)).runs.values():
+        match = match_setting(spec.config, measured)
+        if match is None:
+            skipped += 1
+        else:
+            matched.append((spec.config, *match))
+    return matched, skipped
+
+
 def project_paper(per_setting: dict[str, tuple[float, float]], config: str = "config/config.yaml") -> tuple[dict[str, float], int, list[str]]:
     """Projected seconds per dataset for every training run of config/config.yaml, the run count,
     and the settings that had to be approximated by the nearest measured one."""
-    from fedmgda.experiments import expand, load_config
-
-    registry = expand(load_config(config))
+    matched, skipped = paper_runs(per_setting, config)
     seconds: dict[str, float] = {}
-    approximated, skipped = set(), 0
-    for spec in registry.runs.values():
-        cfg = spec.config
-        match = match_setting(cfg, per_setting)
-        if match is None:
-            skipped += 1
-            continue
-        chosen, per_round, note = match
-        if note:
-            approximated.add(note)
+    approximated = {note for *_, note in matched if note}
+    for cfg, chosen, per_round, _ in matched:
         round_s, eval_s = per_setting[chosen.name]
         round_s *= per_round / chosen.per_round
         seconds[cfg["dataset"]] = seconds.get(cfg["dataset"], 0.0) + cfg["rounds"] * (round_s + eval_s / cfg.get("eval_every", 1))
     if skipped:
         approximated.add(f"{skipped} runs of datasets not measured here are left out of the total")
-    return seconds, len(registry.runs), sorted(approximated)
+    return seconds, len(matched) + skipped, sorted(approximated)
 
 
 def plan_jobs(rows, gpus: int = 1, config: str = "config/config.yaml"):
@@ -454,12 +460,12 @@ def plan_jobs(rows, gpus: int = 1, config: str = "config/config.yaml"):
     and lasting its rounds x the pack's round time (``fedmgda.makespan.pack_round_seconds`` from the
     rows of its matched setting and device) plus each run's evaluations. Returns the jobs, the runs
     per dataset, and notes (approximations, runs left out)."""
-    from fedmgda.devices import choose_device
+    from fedmgda.devices import choose_device, split_variants
     from fedmgda.experiments import expand, load_config
     from fedmgda.makespan import Job, pack_round_seconds
     from fedmgda.packs import assign_packs, pack_resources
 
-    rows, variants = [r for r in rows if not r.also], [r for r in rows if r.also]
+    rows, variants = split_variants(rows)
     registry = expand(load_config(config))
     packs = assign_packs(registry.runs)
     in_pack = {k for keys in packs.values() for k in keys}
@@ -563,9 +569,9 @@ def print_choices(rows) -> None:
     """Per measured setting: seconds per run-round (evaluation included) on each device, alone and
     in the best measured pack, and the device ``device: auto`` takes on a GPU machine, before
     (always the GPU) and now (fedmgda.devices.choose_device over ``rows``)."""
-    from fedmgda.devices import choose_device
+    from fedmgda.devices import choose_device, split_variants
 
-    rows = [r for r in rows if not r.also]
+    rows, _ = split_variants(rows)
     print(f"\n{'setting':22} {'GPU 1 run':>10} {'GPU packed':>11} {'CPU':>9}  auto before  auto now   (s per run-round)")
     for setting in SETTINGS:
         mine = [r for r in rows if r.setting == setting.name]
@@ -587,9 +593,10 @@ def print_plan(rows, cores: int, gpus: int, config: str = "config/config.yaml") 
     """The paper DAG's makespan as the workflow would run it on ``gpus`` GPUs and ``cores`` CPU
     cores (fedmgda.makespan.schedule), per dataset and in all, beside today's projection: every run
     on the GPU, batched, one after another (:func:`project_paper`)."""
+    from fedmgda.devices import split_variants
     from fedmgda.makespan import makespan_by_dataset, schedule
 
-    singles = {r.setting: (r.s_per_round, r.eval_s) for r in rows if r.device == "cuda" and r.runs == 1 and not r.also}
+    singles = {r.setting: (r.s_per_round, r.eval_s) for r in split_variants(rows)[0] if r.device == "cuda" and r.runs == 1}
     back, total_runs, back_notes = project_paper(singles, config) if singles else ({}, 0, [])
     jobs, runs, notes = plan_jobs(rows, gpus, config)
     alone = makespan_by_dataset(jobs, cores, gpus)
@@ -650,23 +657,16 @@ def paper_work(config: str = "config/config.yaml"):
     """The paper DAG's FLOPs per dataset (``fedmgda.flops.RunWork`` summed over its runs, each with
     the sizes of its matched setting) and the runs counted."""
     from fedmgda.catalog import get_algorithm
-    from fedmgda.experiments import expand, load_config
     from fedmgda.flops import RunWork, run_work
 
     work: dict[str, RunWork] = {}
-    counted = 0
-    for spec in expand(load_config(config)).runs.values():
-        cfg = spec.config
-        match = match_setting(cfg, {s.name for s in SETTINGS if not s.stand_in})
-        if match is None:
-            continue
-        setting, per_round, _ = match
+    matched, _ = paper_runs({s.name for s in SETTINGS if not s.stand_in}, config)
+    for cfg, setting, per_round, _ in matched:
         pre = get_algorithm(cfg["algorithm"], cfg.get("plugin")).needs_pre_round_losses
         run = run_work(setting_flops(setting), cfg, round_samples(setting, per_round), setting.test_size * len(setting.train_sizes), pre)
         before = work.get(cfg["dataset"], RunWork(0.0, 0.0, 0.0))
         work[cfg["dataset"]] = RunWork(before.training + run.training, before.losses + run.losses, before.evaluation + run.evaluation)
-        counted += 1
-    return work, counted
+    return work, len(matched)
 
 
 def print_work_floor(measured: dict[str, tuple[float, float]], device: torch.device, config: str = "config/config.yaml") -> None:
@@ -692,11 +692,13 @@ def print_work_floor(measured: dict[str, tuple[float, float]], device: torch.dev
 def print_flops(rows, config: str = "config/config.yaml") -> None:
     """--flops: each setting's counted work and the rate its committed GPU round times reach; the
     paper DAG's work per dataset and the sustained rate that 8 h (and 4 h) would take."""
+    from fedmgda.devices import split_variants
+
     print("work: the matrix products and convolutions of forward and backward passes (fedmgda.flops), 2 FLOPs per multiply-add")
     print(f"\n{'setting':22} {'train MFLOP':>11} {'fwd MFLOP':>9} {'round GFLOP':>11} {'GPU 1 run':>10} {'GPU packed':>11}   (per sample; a round as timed; TFLOP/s reached)")
     for setting in SETTINGS:
         flops, work = setting_flops(setting), bench_round_flops(setting)
-        mine = [r for r in rows if r.setting == setting.name and r.device == "cuda" and not r.also]
+        mine = [r for r in split_variants(rows)[0] if r.setting == setting.name and r.device == "cuda"]
         single = [work / r.s_per_round / 1e12 for r in mine if r.runs == 1]
         packed = {r.runs: r.runs * work / r.s_per_round / 1e12 for r in mine if r.runs > 1}
         best = max(packed, key=packed.get) if packed else None

@@ -933,16 +933,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def git_commit() -> str:
-    """HEAD, and whether the tree differs from it (a copied working tree may carry a stale .git)."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=10).stdout.strip() or "unknown"
-        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                                 text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return f"{head} + changes to {len(changed.splitlines())} tracked file(s)" if changed else head
+    """HEAD (short), and whether tracked files differ from it (a copied working tree may carry a
+    stale .git): ``fedmgda.provenance.source_commit``, which imports no torch."""
+    from fedmgda.provenance import source_commit
 
+    where = source_commit()
+    if where["commit"] is None:
+        return "unknown"
+    return where["commit"][:7] + (" + changes to tracked files" if where["dirty"] else "")
 
 if __name__ == "__main__":
     sys.exit(main())

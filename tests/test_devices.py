@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from fedmgda.devices import choose_device, job_gpu, parse_round_times, round_times, run_device
+from fedmgda.devices import choose_device, job_gpu, measured_pack, parse_round_times, round_times, run_device, split_variants
 from fedmgda.experiments import NON_IDENTITY_FIELDS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,3 +137,18 @@ def test_the_committed_table_packs_the_gpu_datasets_by_8():
     from fedmgda.devices import measured_pack
 
     assert {d: measured_pack(d, "cuda") for d in ("cifar10", "fmnist", "shakespeare")} == dict.fromkeys(("cifar10", "fmnist", "shakespeare"), 8)
+
+
+def test_also_rows_choose_no_device_and_no_pack():
+    """A setting timed with a run-config field changed (``also``, e.g. TF32) is faster on the GPU
+    here, but only the rows of the benchmark's own config decide the device and the pack size."""
+    rows = parse_round_times("setting,dataset,model,device,machine,threads,runs,s_per_round,eval_s,source,also\n"
+                             "a,adult,linear,cpu,m,1,1,0.010,0,f,\n"
+                             "a,adult,linear,cuda,m,1,1,0.020,0,f,\n"
+                             "a,adult,linear,cuda,m,1,1,0.001,0,f,tf32=true\n"
+                             "a,adult,linear,cuda,m,1,4,0.060,0,f,\n"
+                             "a,adult,linear,cuda,m,1,8,0.004,0,f,tf32=true\n")
+    defaults, variants = split_variants(rows)
+    assert [r.also for r in variants] == ["tf32=true"] * 2 and len(defaults) == 3
+    assert choose_device("adult", "linear", cuda_available=True, table=rows) == "cpu"
+    assert measured_pack("adult", "cuda", "linear", table=rows) == 4

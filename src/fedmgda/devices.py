@@ -59,12 +59,18 @@ def _committed() -> tuple[RoundTime, ...]:
 def round_times() -> tuple[RoundTime, ...]:
     """The committed table of measured round times (reference/round_times.csv), each setting
     timed with the benchmark's own run config."""
-    return tuple(r for r in _committed() if not r.also)
+    return split_variants(_committed())[0]
 
 
 def round_time_variants() -> tuple[RoundTime, ...]:
     """The committed rows of settings timed with one run-config field changed (``also``)."""
-    return tuple(r for r in _committed() if r.also)
+    return split_variants(_committed())[1]
+
+
+def split_variants(rows) -> tuple[tuple[RoundTime, ...], tuple[RoundTime, ...]]:
+    """``rows`` as (those timed with the benchmark's own run config, the ``also`` variants): only
+    the first choose a device or a pack size."""
+    return tuple(r for r in rows if not r.also), tuple(r for r in rows if r.also)
 
 
 def parse_round_times(text: str) -> list[RoundTime]:
@@ -87,11 +93,11 @@ def choose_device(dataset: str, model: str | None = None, cuda_available: bool =
     """``"cpu"`` or ``"cuda"`` for a run of ``dataset`` (with ``model``, default the dataset's)
     whose config says ``device: auto``. Without CUDA: ``"cpu"``. With it: the device with the lower
     measured time per run-round for the dataset (and model) in ``table`` (default
-    :func:`round_times`); a dataset not measured on both devices: ``"cuda"`` for a CNN or LSTM
+    :func:`round_times`; its ``also`` rows are left out); a dataset not measured on both devices: ``"cuda"`` for a CNN or LSTM
     model, ``"cpu"`` for the others."""
     if not cuda_available:
         return "cpu"
-    rows = round_times() if table is None else table
+    rows = round_times() if table is None else split_variants(table)[0]
     model = model or default_model(dataset)
     mine = [r for r in rows if r.dataset == dataset and (model is None or r.model == model)]
     best = {device: min((r.per_run_round() for r in mine if r.device == device), default=None) for device in ("cpu", "cuda")}
@@ -114,11 +120,11 @@ def best_pack_size(seconds: Mapping[int, float], tolerance: float = 0.05) -> int
 def measured_pack(dataset: str, device: str, model: str | None = None,
                   table: tuple[RoundTime, ...] | list[RoundTime] | None = None, tolerance: float = 0.05) -> int:
     """``resources.<dataset>.pack: auto``: :func:`best_pack_size` over the pack sizes measured for
-    ``dataset`` (and ``model``) on ``device`` in ``table`` (default :func:`round_times`), each
-    size's time per run-round the mean over the dataset's settings of its ratio to the setting's
-    single run (so a slow setting does not outweigh a fast one). Sizes measured beside a single run
-    only; 1 where no pack is measured."""
-    rows = round_times() if table is None else table
+    ``dataset`` (and ``model``) on ``device`` in ``table`` (default :func:`round_times`; its
+    ``also`` rows left out), each size's time per run-round the mean over the dataset's settings
+    of its ratio to the setting's single run (so a slow setting does not outweigh a fast one).
+    Sizes measured beside a single run only; 1 where no pack is measured."""
+    rows = round_times() if table is None else split_variants(table)[0]
     model = model or default_model(dataset)
     mine = [r for r in rows if r.dataset == dataset and r.device == device and (model is None or r.model == model)]
     single = {r.setting: r.s_per_round for r in mine if r.runs == 1}
