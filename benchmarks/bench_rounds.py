@@ -39,7 +39,8 @@ it, and the paper DAG's work, with the sustained rate 8 h would take. With ``--b
 also measures this device's float32 matrix-product rate and prints the DAG's work at it: a floor.
 
 ``--csv PATH --source FILE`` also writes the measured round times as rows of that table, to add to
-it once the run's output is committed as FILE (the rows' ``source``).
+it once the run's output is committed as FILE (the rows' ``source``); the file is rewritten after
+each setting, so a run stopped early keeps the rows of the settings it measured.
 """
 
 from __future__ import annotations
@@ -798,10 +799,13 @@ def main() -> None:
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device == "auto" else args.device))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
     print(f"device: {name}; torch {torch.__version__}; CUDA graphs: {device.type == 'cuda'}")
-    measured, packed_s, also_s = measure_settings(args, device)
-    if measured and args.csv:
-        threads = 1 if device.type == "cuda" else torch.get_num_threads()
-        write_rows(run_rows(measured, packed_s, device.type, name, threads, args.source, also_s), args.csv)
+    threads = 1 if device.type == "cuda" else torch.get_num_threads()
+
+    def save_rows(measured, packed_s, also_s) -> None:  # after each setting: a time-out keeps the rows measured
+        if args.csv:
+            write_rows(run_rows(measured, packed_s, device.type, name, threads, args.source, also_s), args.csv)
+
+    measured, packed_s, also_s = measure_settings(args, device, save_rows)
     if measured:
         print_projection(measured, packed_s, args, device, name, also_s)
     if measured and args.bound:
@@ -818,11 +822,11 @@ def setting_fraction(args: argparse.Namespace, setting: Setting) -> float:
     return fractions.get(setting.name, args.fraction)
 
 
-def measure_settings(args: argparse.Namespace, device: torch.device):
+def measure_settings(args: argparse.Namespace, device: torch.device, measured_so_far=None):
     """Time every chosen setting (sequential unless --no-sequential, batched, packed by each
     --pack size, with each --also change): {setting: (batched s/round, eval s)}, {setting: {runs
     packed: s/round}} and {setting: {KEY=VALUE: s/round}}, printing a row per setting as it is
-    measured."""
+    measured and passing the three to ``measured_so_far`` after each setting."""
     print(f"{'setting':22} {'clients':>7} {'samples kept':>12} {'sequential s/round':>19} {'batched s/round':>16} {'speed-up':>9} {'batched rounds/s':>17} {'eval s':>7}")
     measured: dict[str, tuple[float, float]] = {}
     packed_s: dict[str, dict[int, float]] = {}
@@ -856,6 +860,8 @@ def measure_settings(args: argparse.Namespace, device: torch.device):
         for item, seconds in also.items():
             print(f"{'':22} with {item}: {seconds:.3f} s per round ({bat / seconds:.2f}x the default round's speed)", flush=True)
         also_s[setting.name] = also
+        if measured_so_far:
+            measured_so_far(measured, packed_s, also_s)
     return measured, packed_s, also_s
 
 

@@ -29,7 +29,8 @@ Parts, in order (files under --out, at most 8, all at its top level):
    syncs); on a time-out the back-to-back projection is made from the settings measured so far
    (``bench_rounds.txt``). The measured round times also come as rows of
    src/fedmgda/reference/round_times.csv (``round_times_rows.csv``, source ``bench_rounds.txt``:
-   replace it by the committed file's path, then append them).
+   replace it by the committed file's path, then append them), written after each setting, so a
+   time-out keeps the rows of the settings measured.
 4. ``fairness``: the F-MNIST fairness core (``fmnist_core`` of config/fmnist.yaml: FedAvg,
    FedMGDA+, FedAvg-n, FedMGDA on real F-MNIST shards) at the paper's 2 000 rounds, seeds in the
    paper's order (1, 5000, 6000, 9000), packed on the GPU, as many seeds per pack as the measured

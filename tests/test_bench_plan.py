@@ -305,3 +305,26 @@ def test_also_takes_run_config_fields(bench):
         bench.parse_override("bogus=1")
     with pytest.raises(SystemExit, match="got 'tf32'"):
         bench.parse_override("tf32")
+
+
+def test_csv_rows_are_written_after_each_setting(bench, monkeypatch, tmp_path):
+    """--csv is rewritten after every setting, so a benchmark stopped by its time limit (the device
+    check's part 3) keeps the rows of the settings it measured."""
+    calls = []
+
+    def fake_time_rounds(setting, data, batched, rounds, device, pack=1, max_padding=None, overrides=None):
+        calls.append(setting.name)
+        if setting.name == "adult_b10":  # measured after F-MNIST
+            raise KeyboardInterrupt  # stands for the kill at the time limit
+        return 0.5 * pack, 0.01
+
+    monkeypatch.setattr(bench, "time_rounds", fake_time_rounds)
+    monkeypatch.setattr(bench, "random_dataset", lambda setting, fraction: None)
+    csv = tmp_path / "rows.csv"
+    monkeypatch.setattr(sys, "argv", ["bench_rounds.py", "--device", "cpu", "--only", "adult_b10", "fmnist_b10_p0.1",
+                                      "--pack", "4", "--no-sequential", "--csv", str(csv), "--source", "x.txt"])
+    with pytest.raises(KeyboardInterrupt):
+        bench.main()
+    rows = parse_round_times(csv.read_text())
+    assert [(r.setting, r.runs, r.s_per_round) for r in rows] == [("fmnist_b10_p0.1", 1, 0.5), ("fmnist_b10_p0.1", 4, 2.0)]
+    assert calls[-1] == "adult_b10"
