@@ -5,7 +5,15 @@ from pathlib import Path
 
 import pytest
 
-from fedmgda.devices import choose_device, job_gpu, measured_pack, parse_round_times, round_times, run_device, split_variants
+from fedmgda.devices import (
+    choose_device,
+    job_gpu,
+    measured_pack,
+    parse_round_times,
+    round_times,
+    run_device,
+    split_variants,
+)
 from fedmgda.experiments import NON_IDENTITY_FIELDS
 
 ROOT = Path(__file__).resolve().parents[1]
