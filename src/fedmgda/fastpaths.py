@@ -530,19 +530,20 @@ class _Conv:
         self.input_gradient = input_gradient
         self.dtype = dtype
         self.bytes_per_client = 4 * width * (channels * k * k * self.out_shape[1] * self.out_shape[2] + (2 if input_gradient else 0) * channels * height * width_)
-        self._cols = self._input_grad = torch.empty(0)
+        self._cols = self._input_grad = self._tap_grad = torch.empty(0)
 
     def forward(self, x, weights, factors):
         clients, (channels, _, _), (out_channels, oh, ow), k = x.shape[0], self.in_shape, self.out_shape, self.k
         if self._cols.shape[0] < clients:  # buffers reused from step to step (no page faults)
             self._cols = torch.empty(clients, channels, k, k, oh, ow, self.width, dtype=self.dtype)
+            self._out = torch.empty(clients, out_channels, oh * ow * self.width, dtype=self.dtype)
         cols = self._cols[:clients]
         for kh in range(k):
             for kw in range(k):
                 cols[:, :, kh, kw].copy_(x[:, :, kh : kh + oh, kw : kw + ow])
         self.cols = cols.view(clients, channels * k * k, -1)
         weight, bias = (weights[i] for i in self.params)
-        out = torch.baddbmm(bias.unsqueeze(2), weight.view(clients, out_channels, -1), self.cols)
+        out = torch.baddbmm(bias.unsqueeze(2), weight.view(clients, out_channels, -1), self.cols, out=self._out[:clients])
         return out.view(clients, out_channels, oh, ow, self.width)
 
     def backward(self, grad_out, weights, grads):
@@ -553,13 +554,17 @@ class _Conv:
         torch.sum(grad_out, dim=2, out=grads[self.params[1]])
         if not self.input_gradient:
             return None
-        grad_cols = torch.bmm(weight.transpose(1, 2), grad_out).view(clients, channels, k, k, oh, ow, self.width)
         if self._input_grad.shape[0] < clients:
             self._input_grad = torch.empty(clients, channels, height, width_, self.width, dtype=self.dtype)
-        grad_in = self._input_grad[:clients].zero_()
-        for kh in range(k):  # col2im
+            self._tap_grad = torch.empty(clients, channels, oh * ow * self.width, dtype=self.dtype)
+        grad_in, tap_grad = self._input_grad[:clients].zero_(), self._tap_grad[:clients]
+        # tap by tap: each (kh, kw)'s part of the im2col gradient, a block that stays in the cache, added
+        # where its columns came from (the same sums, in the same order, as the whole product + col2im)
+        taps = weight.view(clients, out_channels, channels, k, k).permute(3, 4, 0, 2, 1).contiguous()  # (k, k, clients, C, out)
+        for kh in range(k):
             for kw in range(k):
-                grad_in[:, :, kh : kh + oh, kw : kw + ow].add_(grad_cols[:, :, kh, kw])
+                torch.bmm(taps[kh, kw], grad_out, out=tap_grad)
+                grad_in[:, :, kh : kh + oh, kw : kw + ow].add_(tap_grad.view(clients, channels, oh, ow, self.width))
         return grad_in
 
 
@@ -571,6 +576,7 @@ class _MaxPool2:
         self.in_shape, self.out_shape = tuple(in_shape), (channels, height // 2, width_ // 2)
         self.width = width
         self.bytes_per_client = 0
+        self._grad_in = torch.empty(0)
 
     def forward(self, x, weights, factors):
         self.images = _as_images(x)
@@ -578,8 +584,13 @@ class _MaxPool2:
         return pooled.permute(0, 2, 3, 1).reshape(x.shape[0], *self.out_shape, self.width)
 
     def backward(self, grad_out, weights, grads):
-        grad_in = torch.ops.aten.max_pool2d_with_indices_backward(_as_images(grad_out.contiguous()), self.images, [2, 2], [2, 2], [0, 0], [1, 1], False, self.indices)
-        return grad_in.permute(0, 2, 3, 1).reshape(grad_out.shape[0], *self.in_shape, self.width)
+        clients = grad_out.shape[0]
+        if self._grad_in.shape[0] < clients:  # reused from step to step: a fresh one page-faults as it is zeroed
+            self._grad_in = torch.empty(clients, *self.in_shape, self.width, dtype=grad_out.dtype)
+        grad_in = self._grad_in[:clients]
+        torch.ops.aten.max_pool2d_with_indices_backward.grad_input(_as_images(grad_out.contiguous()), self.images, [2, 2], [2, 2], [0, 0], [1, 1],
+                                                                   False, self.indices, grad_input=_as_images(grad_in))
+        return grad_in
 
 
 class _ReLU:
