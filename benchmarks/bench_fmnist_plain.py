@@ -2,6 +2,7 @@
 
     python benchmarks/bench_fmnist_plain.py                        # 6 FedAvg runs, 5 rounds, real files
     python benchmarks/bench_fmnist_plain.py --runs 6 --rounds 10 --threads 1
+    python benchmarks/bench_fmnist_plain.py --runs 6 --rounds 2 --threads 1 --repeat 5   # paired ratios, their median
 
 Both train the same clients on the same samples: K FedAvg runs (seeds 1..K) of the paper's F-MNIST
 setting (shards, 100 users, 10 per round, one local epoch of minibatch 10 at lr 0.01, momentum 0.5),
@@ -14,7 +15,8 @@ the plain loop does none; they are printed beside it. The plain loop is what a r
 10, the mean of the updates. The package's path is ``fedmgda.scheduler.run_packed`` over K
 ``Simulation``s: every round's clients of all K runs trained as one vmap-ed step per minibatch;
 its reference path (``batched: false``: each run alone, its clients one after another) is timed
-too. Every path's simulations are built before its clock starts. It prints run-rounds per second of each
+too. Every path's simulations are built before its clock starts, and each path first trains one untimed
+round (``warm_up``). ``--repeat R`` times the paths in turn R times. It prints run-rounds per second of each
 (wall clock, and per second of the process's CPU time, steadier on a shared machine) and their
 ratio to the plain loop (the goal of issue 32, per CPU second on one thread: 6 runs packed at least 2x,
 one run at least 1x). Results go to
@@ -25,6 +27,7 @@ them it says so and exits).
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import torch
@@ -108,12 +111,23 @@ def plain_runs(sims: list[Simulation], rounds: int) -> None:
             plain_round(model, sim, t, generator)
 
 
+def warm_up(raw_dir: str) -> None:
+    """One untimed round of one run on each path: a process's first convolutions and products set
+    up their kernels and the allocator its pools, which the path timed first, the plain loop, would
+    otherwise pay for alone (before 2026-11-27 it did: about a second of its time)."""
+    plain_runs([Simulation(configs(1, 1, raw_dir)[0])], 1)
+    for batched in (True, False):
+        run_packed([Simulation(configs(1, 1, raw_dir, batched)[0])], [None])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=6, help="FedAvg runs (seeds 1..RUNS), packed in one job")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--raw-dir", default="resources/raw")
+    parser.add_argument("--repeat", type=int, default=1, help="time the three paths in turn this many times; "
+                        "then also print the median of each repeat's ratio to the plain loop")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     try:
@@ -130,16 +144,30 @@ def main() -> None:
         "package, reference path (batched: false, clients one by one)": (
             lambda s: [run_packed([sim], [None]) for sim in s], lambda: build(batched=False)),
     }
-    times = {name: timed(work, make()) for name, (work, make) in paths.items()}
+    warm_up(args.raw_dir)
+    times: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in paths}
+    for _ in range(args.repeat):  # the paths in turn, so that a busy spell of the machine hits them alike
+        for name, (work, make) in paths.items():
+            times[name].append(timed(work, make()))
     print(f"F-MNIST CNN, real files, {args.runs} FedAvg runs x {args.rounds} rounds, {args.threads} thread(s), "
-          f"torch {torch.__version__}, training and aggregation only (the package's evaluations timed apart)")
-    plain_wall, plain_cpu, _, _ = next(iter(times.values()))
+          f"torch {torch.__version__}, training and aggregation only (the package's evaluations timed apart), "
+          "after one untimed round of each path")
     run_rounds = args.runs * args.rounds
-    for name, (wall, cpu, eval_wall, eval_cpu) in times.items():
-        evaluation = f"; evaluations apart: {eval_cpu:.1f} CPU s ({eval_wall:.1f} s)" if eval_cpu else ""
-        print(f"{name:66s} {run_rounds / wall:7.3f} run-rounds/s ({wall:6.1f} s, {plain_wall / wall:.2f}x plain); "
-              f"per CPU second {run_rounds / cpu:7.3f} ({cpu:6.1f} s, {plain_cpu / cpu:.2f}x plain){evaluation}")
-
+    for i in range(args.repeat):
+        if args.repeat > 1:
+            print(f"repeat {i + 1} of {args.repeat}:")
+        plain_wall, plain_cpu, _, _ = next(iter(times.values()))[i]
+        for name, measured in times.items():
+            wall, cpu, eval_wall, eval_cpu = measured[i]
+            evaluation = f"; evaluations apart: {eval_cpu:.1f} CPU s ({eval_wall:.1f} s)" if eval_cpu else ""
+            print(f"{name:66s} {run_rounds / wall:7.3f} run-rounds/s ({wall:6.1f} s, {plain_wall / wall:.2f}x plain); "
+                  f"per CPU second {run_rounds / cpu:7.3f} ({cpu:6.1f} s, {plain_cpu / cpu:.2f}x plain){evaluation}")
+    if args.repeat > 1:
+        print(f"median over the {args.repeat} repeats of each repeat's ratio to the plain loop, per CPU second (min-max):")
+        plain = next(iter(times.values()))
+        for name, measured in list(times.items())[1:]:
+            ratios = [p[1] / m[1] for p, m in zip(plain, measured)]
+            print(f"{name:66s} {statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})")
 
 if __name__ == "__main__":
     main()
