@@ -163,11 +163,11 @@ def main() -> None:
             print(f"{name:66s} {run_rounds / wall:7.3f} run-rounds/s ({wall:6.1f} s, {plain_wall / wall:.2f}x plain); "
                   f"per CPU second {run_rounds / cpu:7.3f} ({cpu:6.1f} s, {plain_cpu / cpu:.2f}x plain){evaluation}")
     if args.repeat > 1:
-        print(f"median over the {args.repeat} repeats of each repeat's ratio to the plain loop, per CPU second (min-max):")
         plain = next(iter(times.values()))
         for name, measured in list(times.items())[1:]:
             ratios = [p[1] / m[1] for p, m in zip(plain, measured)]
-            print(f"{name:66s} {statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})")
+            print(f"median paired ratio to the plain loop per CPU second, {name}: {statistics.median(ratios):.2f}x "
+                  f"(min {min(ratios):.2f}, max {max(ratios):.2f}, {args.repeat} repeats)")
 
 if __name__ == "__main__":
     main()
