@@ -559,7 +559,8 @@ class _Conv:
             self._tap_grad = torch.empty(clients, channels, oh * ow * self.width, dtype=self.dtype)
         grad_in, tap_grad = self._input_grad[:clients].zero_(), self._tap_grad[:clients]
         # tap by tap: each (kh, kw)'s part of the im2col gradient, a block that stays in the cache, added
-        # where its columns came from (the same sums, in the same order, as the whole product + col2im)
+        # where its columns came from: the whole product + col2im's dot products and, tap after tap, its
+        # additions (with this machine's MKL the same bits for both CNNs)
         taps = weight.view(clients, out_channels, channels, k, k).permute(3, 4, 0, 2, 1).contiguous()  # (k, k, clients, C, out)
         for kh in range(k):
             for kw in range(k):
