@@ -49,7 +49,7 @@ import argparse
 import math
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -59,6 +59,28 @@ from fedmgda.data import DATASET_SPECS
 from fedmgda.data.base import FederatedDataset
 from fedmgda.scheduler import Scheduler, batched_path
 from fedmgda.simulator import Simulation
+
+
+@dataclass
+class TimeLimit:
+    """``--time-limit``: the benchmark's stages start only while their share of it is left, so a
+    run under a hard limit (the device check's part 3) ends with the stages it had time for instead
+    of being killed in one: the settings' timings before ``SETTINGS_SHARE`` of it, the lower bounds
+    before ``BOUNDS_SHARE``, the profiles before ``PROFILES_SHARE``. None: no limit."""
+
+    seconds: float | None
+    start: float = field(default_factory=lambda: time.monotonic())
+
+    SETTINGS_SHARE = 0.6
+    BOUNDS_SHARE = 0.8
+    PROFILES_SHARE = 0.95
+
+    def allows(self, share: float, what: str) -> bool:
+        used = time.monotonic() - self.start
+        if self.seconds is None or used < share * self.seconds:
+            return True
+        print(f"time limit: {what} skipped ({used:.0f} s used of {self.seconds:.0f})", flush=True)
+        return False
 
 
 @dataclass(frozen=True)
@@ -372,7 +394,8 @@ def round_bound(setting: Setting, device: torch.device, reps: int | None = None)
     return Bound(steps, batch, step_s, 2 * timed(losses, device, max(1, reps // 4)), timed_as)
 
 
-def print_bounds(measured: dict[str, tuple[float, float]], device: torch.device, within: float = 3.0) -> None:
+def print_bounds(measured: dict[str, tuple[float, float]], device: torch.device, within: float = 3.0,
+                 limit: TimeLimit | None = None) -> None:
     """Each measured setting's batched round beside its lower bound (``round_bound``) and their
     ratio; the last line counts the settings within ``within`` x their bound."""
     print("\nlower bounds: the longest client's local steps, each one SGD step of one model on all the round's "
@@ -384,6 +407,8 @@ def print_bounds(measured: dict[str, tuple[float, float]], device: torch.device,
     for setting in SETTINGS:
         if setting.name not in measured:
             continue
+        if limit and not limit.allows(limit.BOUNDS_SHARE, f"the bounds of {setting.name} and the settings after it"):
+            break
         try:
             bound = round_bound(setting, device)
         except (RuntimeError, torch.cuda.OutOfMemoryError) as error:
@@ -725,6 +750,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--fraction-of", nargs="*", default=[], metavar="SETTING=F", help="a fraction for one setting (e.g. shakespeare_b10=0.05, whose sequential path is slow)")
     parser.add_argument("--only", nargs="*", help="setting names")
     parser.add_argument("--profile", action="store_true", help="also profile one batched round of each setting (after the rest)")
+    parser.add_argument("--time-limit", type=float, metavar="S", help=f"start the settings' timings only in the first "
+                        f"{TimeLimit.SETTINGS_SHARE:.0%}% of S seconds, the bounds in the first {TimeLimit.BOUNDS_SHARE:.0%}%, "
+                        f"the profiles in the first {TimeLimit.PROFILES_SHARE:.0%}% (TimeLimit)")
     parser.add_argument("--bound", action="store_true", help="also time each setting's lower bound (its steps as one model's "
                         "large-batch steps, a CUDA graph on a GPU) and print the batched round's ratio to it")
     parser.add_argument("--pack", type=int, nargs="+", default=[1], metavar="K", help="also time K runs (seeds 1..K) trained packed, "
@@ -805,14 +833,17 @@ def main() -> None:
         if args.csv:
             write_rows(run_rows(measured, packed_s, device.type, name, threads, args.source, also_s), args.csv)
 
-    measured, packed_s, also_s = measure_settings(args, device, save_rows)
+    limit = TimeLimit(args.time_limit)
+    measured, packed_s, also_s = measure_settings(args, device, save_rows, limit)
     if measured:
         print_projection(measured, packed_s, args, device, name, also_s)
     if measured and args.bound:
-        print_bounds(measured, device)
+        print_bounds(measured, device, limit=limit)
         print_work_floor(measured, device)
     if args.profile:  # last: the longest output
         for setting in (s for s in SETTINGS if s.name in measured):
+            if not limit.allows(limit.PROFILES_SHARE, f"the profiles of {setting.name} and the settings after it"):
+                break
             profile_round(setting, random_dataset(setting, setting_fraction(args, setting)), str(device))
 
 
@@ -822,7 +853,7 @@ def setting_fraction(args: argparse.Namespace, setting: Setting) -> float:
     return fractions.get(setting.name, args.fraction)
 
 
-def measure_settings(args: argparse.Namespace, device: torch.device, measured_so_far=None):
+def measure_settings(args: argparse.Namespace, device: torch.device, measured_so_far=None, limit: TimeLimit | None = None):
     """Time every chosen setting (sequential unless --no-sequential, batched, packed by each
     --pack size, with each --also change): {setting: (batched s/round, eval s)}, {setting: {runs
     packed: s/round}} and {setting: {KEY=VALUE: s/round}}, printing a row per setting as it is
@@ -834,6 +865,8 @@ def measure_settings(args: argparse.Namespace, device: torch.device, measured_so
     for setting in SETTINGS:
         if (args.only and setting.name not in args.only) or (setting.stand_in and not args.only):
             continue
+        if limit and not limit.allows(limit.SETTINGS_SHARE, f"{setting.name} and the settings after it"):
+            break
         fraction = setting_fraction(args, setting)
         torch.manual_seed(0)
         data = random_dataset(setting, fraction)

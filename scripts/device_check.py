@@ -30,7 +30,9 @@ Parts, in order (files under --out, at most 8, all at its top level):
    (``bench_rounds.txt``). The measured round times also come as rows of
    src/fedmgda/reference/round_times.csv (``round_times_rows.csv``, source ``bench_rounds.txt``:
    replace it by the committed file's path, then append them), written after each setting, so a
-   time-out keeps the rows of the settings measured.
+   time-out keeps the rows of the settings measured. The benchmark gets ``--time-limit`` (the part's
+   limit less ``BENCH_MARGIN``): it starts no setting after 60 % of it, no bound after 80 %, no
+   profile after 95 %, and says what it skipped.
 4. ``fairness``: the F-MNIST fairness core (``fmnist_core`` of config/fmnist.yaml: FedAvg,
    FedMGDA+, FedAvg-n, FedMGDA on real F-MNIST shards) at the paper's 2 000 rounds, seeds in the
    paper's order (1, 5000, 6000, 9000), packed on the GPU, as many seeds per pack as the measured
@@ -91,6 +93,7 @@ PACK_LINE = re.compile(r"^\s+(?P<k>\d+) runs packed: (?P<s>[\d.]+) s per round")
 ROUND_TIME_ROWS = "round_times_rows.csv"
 # each part's time limit in seconds, on the GPU and in the dry mode (fairness: what is left of the budget)
 LIMITS = {"env": (60.0, 30.0), "same_results": (120.0, 120.0), "pytest_cuda": (150.0, 60.0), "bench_rounds": (240.0, 60.0)}
+BENCH_MARGIN = 15.0  # seconds of part 3's limit kept from bench_rounds' --time-limit (its start, its last stage's overrun)
 BENCH_ARGS = ("--device cuda --rounds 2 --pack 4 8 16 --no-sequential --max-padding inf --also deterministic=false tf32=true track_improvement=false --fraction-of shakespeare_b10=0.01 --bound --profile",  # on the GPU; dry:
               "--device cpu --rounds 1 --pack 2 3 --no-sequential --also deterministic=false --only adult_b10 --fraction 0.01 --bound --profile")
 
@@ -415,6 +418,8 @@ def part_bench_rounds(check: Check) -> None:
     rows = check.out / ROUND_TIME_ROWS
     rows.unlink(missing_ok=True)
     argv = [sys.executable, "benchmarks/bench_rounds.py", *bench_args.split(), "--csv", str(rows), "--source", "bench_rounds.txt"]
+    if "--time-limit" not in bench_args:  # its stages while time is left, rather than killed in one
+        argv += ["--time-limit", f"{max(1.0, part.limit - BENCH_MARGIN):.0f}"]
     rc, part.wall, text = run_logged(argv, part.limit, log, check.env)
     part.status = exit_status(rc)
     if rows.exists():

@@ -6,6 +6,7 @@ where a profiled round's time goes."""
 import dataclasses
 import importlib.util
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -328,3 +329,49 @@ def test_csv_rows_are_written_after_each_setting(bench, monkeypatch, tmp_path):
     rows = parse_round_times(csv.read_text())
     assert [(r.setting, r.runs, r.s_per_round) for r in rows] == [("fmnist_b10_p0.1", 1, 0.5), ("fmnist_b10_p0.1", 4, 2.0)]
     assert calls[-1] == "adult_b10"
+
+
+def test_time_limit_skips_the_stages_it_has_no_time_for(bench, monkeypatch, tmp_path, capsys):
+    """--time-limit: a setting starts only before 60 % of the limit, a bound before 80 %, a profile
+    before 95 %; what is skipped is said, and what was measured is kept (rows, projection)."""
+    clock = [0.0]
+    monkeypatch.setattr(bench.time, "monotonic", lambda: clock[0])
+
+    def fake_time_rounds(setting, data, batched, rounds, device, pack=1, max_padding=None, overrides=None):
+        clock[0] += 35.0  # each setting's timing takes 35 s of the 100
+        return 0.5, 0.01
+
+    bounds, profiles = [], []
+
+    def fake_bound(ends_at: float):
+        def round_bound(setting, device):
+            bounds.append(setting.name)
+            clock[0] = ends_at
+            return types.SimpleNamespace(seconds=0.1, steps=1, batch=1, step_s=0.1, timed_as="graph", losses_s=0.0)
+        return round_bound
+
+    monkeypatch.setattr(bench, "time_rounds", fake_time_rounds)
+    monkeypatch.setattr(bench, "random_dataset", lambda setting, fraction: None)
+    monkeypatch.setattr(bench, "print_projection", lambda *a, **k: None)
+    monkeypatch.setattr(bench, "print_work_floor", lambda *a, **k: None)
+    monkeypatch.setattr(bench, "round_bound", fake_bound(79.0))
+    monkeypatch.setattr(bench, "profile_round", lambda setting, data, device: profiles.append(setting.name))
+    csv = tmp_path / "rows.csv"
+    monkeypatch.setattr(sys, "argv", ["bench_rounds.py", "--device", "cpu", "--only", "cifar10_b10_p0.1", "fmnist_b10_p0.1", "adult_b10",
+                                      "--no-sequential", "--bound", "--profile", "--time-limit", "100", "--csv", str(csv), "--source", "x"])
+    bench.main()
+    out = capsys.readouterr().out
+    # settings at 0 s and 35 s start; the third, at 70 s, does not
+    assert [r.setting for r in parse_round_times(csv.read_text())] == ["cifar10_b10_p0.1", "fmnist_b10_p0.1"]
+    assert "time limit: adult_b10 and the settings after it skipped (70 s used of 100)" in out
+    # the first bound starts at 70 s and ends at 79 s, before 80 s: the second starts too
+    assert bounds == ["cifar10_b10_p0.1", "fmnist_b10_p0.1"] and profiles == ["cifar10_b10_p0.1", "fmnist_b10_p0.1"]
+    clock[0] = 0.0
+    bounds.clear()
+    profiles.clear()
+    monkeypatch.setattr(bench, "round_bound", fake_bound(96.0))
+    bench.main()
+    out = capsys.readouterr().out
+    assert bounds == ["cifar10_b10_p0.1"] and profiles == []
+    assert "time limit: the bounds of fmnist_b10_p0.1 and the settings after it skipped" in out
+    assert "time limit: the profiles of cifar10_b10_p0.1 and the settings after it skipped" in out
