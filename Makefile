@@ -46,7 +46,7 @@ PY := .venv/bin/python
 SETUP_STAMP := .venv/.setup-stamp
 endif
 
-.PHONY: setup lock quick paper target report test test-fast lint dry-run benchmark device-check config-docs docs paper-reference clean
+.PHONY: setup lock quick paper target report test test-fast lint dry-run benchmark device-check device-wheels config-docs docs paper-reference clean
 
 setup: $(SETUP_STAMP)
 
@@ -110,8 +110,22 @@ benchmark: setup
 DEVICE_CHECK_ARGS ?=
 DEVICE_PY ?= $(if $(VIRTUAL_ENV)$(CONDA_PREFIX),python,$(if $(wildcard .venv/bin/python),.venv/bin/python,python3))
 
+# Where this Python lacks cvxopt (the GPU image), the wheels in DEVICE_WHEELS (make device-wheels)
+# are installed first into a folder of their own, put on the path.
+DEVICE_WHEELS ?= .whl
 device-check:
-	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(DEVICE_PY) scripts/device_check.py $(if $(OUT),--out $(OUT)) $(DEVICE_CHECK_ARGS)
+	@site=; if [ -d $(DEVICE_WHEELS) ] && ! $(DEVICE_PY) -c "import cvxopt" 2>/dev/null; then \
+	  site=$${TMPDIR:-/tmp}/fedmgda-device-site; echo "device-check: cvxopt from $(DEVICE_WHEELS)/ into $$site"; \
+	  $(DEVICE_PY) -m pip install -q --no-index --no-deps --no-compile --target $$site $(DEVICE_WHEELS)/*.whl || exit 1; fi; \
+	PYTHONPATH=src$${site:+:$$site}$${PYTHONPATH:+:$$PYTHONPATH} $(DEVICE_PY) scripts/device_check.py $(if $(OUT),--out $(OUT)) $(DEVICE_CHECK_ARGS)
+
+# Here, before a GPU session: cvxopt's wheel at the lock's version for the GPU image's Python, into
+# DEVICE_WHEELS (.whl/, gitignored; carry it with resources/raw/fmnist, docs/performance.md "Device check").
+DEVICE_PYTHON ?= 3.12
+device-wheels:
+	python3 -m pip download -q --no-deps --only-binary=:all: --python-version $(DEVICE_PYTHON) --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d $(DEVICE_WHEELS) \
+	  cvxopt==$$(sed -n 's/^cvxopt==\([^ ]*\).*/\1/p' requirements/lock.txt)
 
 # config/README.md's key tables from src/fedmgda/config.schema.yaml (fedmgda.schema)
 config-docs: setup

@@ -4,6 +4,7 @@ one-shot GPU check cannot rot between the rare sessions that have a GPU."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -306,3 +307,46 @@ def test_the_docs_show_part_3s_arguments():
     """docs/performance.md's table of parts names bench_rounds' GPU arguments as the script runs them."""
     module = load_script()
     assert f"`benchmarks/bench_rounds.py {module.BENCH_ARGS[0]}`" in (REPO / "docs" / "performance.md").read_text()
+
+
+def test_device_wheels_fetch_the_locks_cvxopt_for_the_gpu_images_python(tmp_path):
+    """`make device-wheels` asks pip for the lock's cvxopt, as a CPython 3.12 wheel (the GPU image's
+    Python); run here with a stand-in pip that records its arguments."""
+    lock = (REPO / "requirements/lock.txt").read_text()
+    version = re.search(r"^cvxopt==([^ \\]+)", lock, re.M).group(1)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'args'}\n")
+    (fake / "python3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+    subprocess.run(["make", "--no-print-directory", "device-wheels"], cwd=REPO, env=env, check=True, capture_output=True, timeout=60)
+    args = (tmp_path / "args").read_text().split()
+    assert args[:3] == ["-m", "pip", "download"] and f"cvxopt=={version}" in args
+    assert args[args.index("--python-version") + 1] == "3.12" and args[args.index("-d") + 1] == ".whl"
+
+
+def test_device_check_installs_the_wheels_where_cvxopt_is_missing(tmp_path):
+    """`make device-check` on a Python without cvxopt (the GPU image) first pip-installs the
+    wheels of DEVICE_WHEELS into a folder of its own and puts it on the check's path; with cvxopt it
+    installs nothing. A stand-in Python records what it is asked."""
+    wheels, log = tmp_path / "wheels", tmp_path / "log"
+    wheels.mkdir()
+    (wheels / "cvxopt-0-cp312-cp312-manylinux_2_28_x86_64.whl").write_text("")
+    python = tmp_path / "python"
+    for has_cvxopt in (False, True):
+        python.write_text("#!/bin/sh\n"
+                          f'if [ "$1" = -c ]; then exit {0 if has_cvxopt else 1}; fi\n'
+                          f'echo "$PYTHONPATH | $@" >> {log}\n')
+        python.chmod(0o755)
+        log.write_text("")
+        subprocess.run(["make", "--no-print-directory", "device-check", f"DEVICE_PY={python}", f"DEVICE_WHEELS={wheels}",
+                        "DEVICE_CHECK_ARGS=--dry"], cwd=REPO, env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": ""},
+                       check=True, capture_output=True, timeout=60)
+        calls = log.read_text().splitlines()
+        site = str(tmp_path / "fedmgda-device-site")
+        if has_cvxopt:
+            assert calls == ["src | scripts/device_check.py --dry"]
+        else:
+            assert calls[0].split(" | ")[1].split()[:6] == ["-m", "pip", "install", "-q", "--no-index", "--no-deps"]
+            assert f"--target {site} {wheels}/cvxopt-0-cp312" in calls[0]
+            assert calls[1] == f"src:{site} | scripts/device_check.py --dry"
