@@ -538,9 +538,11 @@ class _Conv:
             self._cols = torch.empty(clients, channels, k, k, oh, ow, self.width, dtype=self.dtype)
             self._out = torch.empty(clients, out_channels, oh * ow * self.width, dtype=self.dtype)
         cols = self._cols[:clients]
-        for kh in range(k):
-            for kw in range(k):
-                cols[:, :, kh, kw].copy_(x[:, :, kh : kh + oh, kw : kw + ow])
+        # im2col as one copy: x seen with a (kh, kw, row, column) window for each output position
+        s_client, s_channel, s_row, s_column, s_sample = x.stride()
+        windows = x.as_strided((clients, channels, k, k, oh, ow, self.width), (s_client, s_channel, s_row, s_column, s_row, s_column, s_sample),
+                               x.storage_offset())
+        cols.copy_(windows)
         self.cols = cols.view(clients, channels * k * k, -1)
         weight, bias = (weights[i] for i in self.params)
         out = torch.baddbmm(bias.unsqueeze(2), weight.view(clients, out_channels, -1), self.cols, out=self._out[:clients])
