@@ -93,8 +93,8 @@ def choose_device(dataset: str, model: str | None = None, cuda_available: bool =
     """``"cpu"`` or ``"cuda"`` for a run of ``dataset`` (with ``model``, default the dataset's)
     whose config says ``device: auto``. Without CUDA: ``"cpu"``. With it: the device with the lower
     measured time per run-round for the dataset (and model) in ``table`` (default
-    :func:`round_times`; its ``also`` rows are left out); a dataset not measured on both devices: ``"cuda"`` for a CNN or LSTM
-    model, ``"cpu"`` for the others."""
+    :func:`round_times`; its ``also`` rows are left out); a dataset not measured on both devices:
+    ``"cuda"`` for a CNN or LSTM model, ``"cpu"`` for the others."""
     if not cuda_available:
         return "cpu"
     rows = round_times() if table is None else split_variants(table)[0]

@@ -332,7 +332,8 @@ class ConvNetSteps:
 
     - a k x k convolution (stride 1, no padding) is im2col + ``bmm``; the activations are laid
       out (clients, channels, height, width, minibatch), the minibatch innermost, so that im2col
-      and its transpose (col2im) are k*k copies / adds of contiguous runs;
+      is one copy of a strided view and its transpose (col2im), done tap by tap, k*k adds of
+      contiguous runs;
     - a 2 x 2 max-pool runs on the same memory seen as channels-last images (the minibatch as
       the channels: torch's fast CPU kernel) and keeps its indices for the backward;
     - ReLU and dropout work in place; dropout multiplies by the client's own masks
