@@ -46,7 +46,7 @@ PY := .venv/bin/python
 SETUP_STAMP := .venv/.setup-stamp
 endif
 
-.PHONY: setup lock quick paper target report test test-fast lint dry-run benchmark device-check device-wheels config-docs docs paper-reference clean
+.PHONY: setup lock quick paper target report test test-fast lint dry-run benchmark device-check device-carry device-wheels config-docs docs paper-reference clean
 
 setup: $(SETUP_STAMP)
 
@@ -111,16 +111,23 @@ DEVICE_CHECK_ARGS ?=
 DEVICE_PY ?= $(if $(VIRTUAL_ENV)$(CONDA_PREFIX),python,$(if $(wildcard .venv/bin/python),.venv/bin/python,python3))
 
 # Where this Python lacks cvxopt (the GPU image), the wheels in DEVICE_WHEELS (make device-wheels)
-# are installed first into a folder of their own, put on the path.
+# are installed first into a folder of their own, put on the path; the raw files packed in
+# DEVICE_RAW_XZ (make device-carry) are unpacked into resources/raw/ where absent.
 DEVICE_WHEELS ?= .whl
+DEVICE_RAW_XZ ?= .raw-xz
 device-check:
-	@site=; if [ -d $(DEVICE_WHEELS) ] && ! $(DEVICE_PY) -c "import cvxopt" 2>/dev/null; then \
+	@if [ -d $(DEVICE_RAW_XZ) ]; then $(DEVICE_PY) scripts/device_carry.py unpack --packed $(DEVICE_RAW_XZ) || exit 1; fi; \
+	site=; if [ -d $(DEVICE_WHEELS) ] && ! $(DEVICE_PY) -c "import cvxopt" 2>/dev/null; then \
 	  site=$${TMPDIR:-/tmp}/fedmgda-device-site; echo "device-check: cvxopt from $(DEVICE_WHEELS)/ into $$site"; \
 	  $(DEVICE_PY) -m pip install -q --no-index --no-deps --no-compile --target $$site $(DEVICE_WHEELS)/*.whl || exit 1; fi; \
 	PYTHONPATH=src$${site:+:$$site}$${PYTHONPATH:+:$$PYTHONPATH} $(DEVICE_PY) scripts/device_check.py $(if $(OUT),--out $(OUT)) $(DEVICE_CHECK_ARGS)
 
 # Here, before a GPU session: cvxopt's wheel at the lock's version for the GPU image's Python, into
-# DEVICE_WHEELS (.whl/, gitignored; carry it with resources/raw/fmnist, docs/performance.md "Device check").
+# DEVICE_WHEELS (.whl/, gitignored), and the raw F-MNIST and Adult files as xz in .raw-xz/ (gitignored;
+# device-check unpacks them there): carry .whl and .raw-xz, docs/performance.md "Device check".
+device-carry: device-wheels
+	$(PY) scripts/device_carry.py pack --packed $(DEVICE_RAW_XZ) --wheels $(DEVICE_WHEELS)
+
 DEVICE_PYTHON ?= 3.12
 device-wheels:
 	python3 -m pip download -q --no-deps --only-binary=:all: --python-version $(DEVICE_PYTHON) --implementation cp \

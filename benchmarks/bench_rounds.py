@@ -75,9 +75,10 @@ class TimeLimit:
     BOUNDS_SHARE = 0.8
     PROFILES_SHARE = 0.95
 
-    def allows(self, share: float, what: str) -> bool:
+    def allows(self, share: float, what: str, need: float = 0.0) -> bool:
+        """Whether a stage that takes about ``need`` seconds may start and end within ``share``."""
         used = time.monotonic() - self.start
-        if self.seconds is None or used < share * self.seconds:
+        if self.seconds is None or used + need < share * self.seconds:
             return True
         print(f"time limit: {what} skipped ({used:.0f} s used of {self.seconds:.0f})", flush=True)
         return False
@@ -873,8 +874,12 @@ def measure_settings(args: argparse.Namespace, device: torch.device, measured_so
         try:
             seq = None if args.no_sequential else time_rounds(setting, data, batched=False, rounds=args.rounds, device=str(device))[0] / fraction
             # before the default timings: each run sets the CUDA backend flags, so they end as the defaults set them
-            also = {item: time_rounds(setting, data, batched=True, rounds=args.rounds, device=str(device),
-                                      overrides=dict([parse_override(item)]))[0] / fraction for item in args.also}
+            also = {}
+            for item in args.also:
+                if limit and not limit.allows(limit.SETTINGS_SHARE, f"{setting.name} with {item}"):
+                    break
+                also[item] = time_rounds(setting, data, batched=True, rounds=args.rounds, device=str(device),
+                                         overrides=dict([parse_override(item)]))[0] / fraction
             bat, eval_s = time_rounds(setting, data, batched=True, rounds=args.rounds, device=str(device))
         except (RuntimeError, torch.cuda.OutOfMemoryError) as error:  # report it, measure the rest
             print(f"{setting.name:22} failed: {type(error).__name__}: {str(error).splitlines()[0][:200]}", flush=True)
@@ -885,6 +890,9 @@ def measure_settings(args: argparse.Namespace, device: torch.device, measured_so
         seq_cols = f"{'-':>19} {bat:>16.3f} {'-':>9}" if seq is None else f"{seq:>19.3f} {bat:>16.3f} {seq / bat:>8.2f}x"
         print(f"{setting.name:22} {setting.per_round:>7} {kept:>12} {seq_cols} {1 / bat:>17.3f} {eval_s:>7.3f}", flush=True)
         for k in sorted(k for k in set(args.pack) if k > 1):
+            # about k rounds' time for each of its rounds, its two warm-ups included
+            if limit and not limit.allows(limit.SETTINGS_SHARE, f"{setting.name} {k} runs packed", need=k * bat * fraction * (args.rounds + 2)):
+                break
             packed = time_rounds(setting, data, batched=True, rounds=args.rounds, device=str(device), pack=k)[0] / fraction
             print(f"{'':22} {k} runs packed: {packed:.3f} s per round of all {k} "
                   f"(throughput {k * bat / packed:.2f}x that of the runs one after another)", flush=True)

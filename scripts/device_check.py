@@ -271,7 +271,8 @@ SAME_RESULTS_TESTS = ("tests/data/test_machine_independent.py", "tests/data/test
 
 def child_same_results(raw_dir: str) -> int:
     """This machine's environment stamp (fedmgda.provenance) per device, then the same-results tests
-    on the real F-MNIST files of ``raw_dir`` (those tests skip where the files are absent)."""
+    on the real F-MNIST and UCI Adult files of ``raw_dir`` (those tests skip where the files are
+    absent; ``make device-carry`` packs both to travel)."""
     import torch
 
     from fedmgda.provenance import environment_stamp
@@ -279,6 +280,8 @@ def child_same_results(raw_dir: str) -> int:
     for device in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
         print(f"environment stamp ({device}): {json.dumps(environment_stamp(device), sort_keys=True)}", flush=True)
     env = dict(os.environ, FEDMGDA_FMNIST_DIR=str((ROOT / raw_dir / "fmnist").resolve()))
+    if (ROOT / raw_dir / "adult" / "adult.data").exists():
+        env["FEDMGDA_ADULT_DIR"] = str((ROOT / raw_dir / "adult").resolve())
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *SAME_RESULTS_TESTS],
                           cwd=ROOT, env=env).returncode
 
@@ -593,16 +596,20 @@ def measured_pack_runs(bench_text: str) -> int | None:
 def seeds_per_pack(runs_per_seed: int, todo: int, rate: float | None, bench_text: str, rounds: int, left: float) -> int:
     """The most seeds (of ``todo``) whose runs, packed, should finish in the ``left`` seconds (from
     the last pack's measured seconds per run-round, ``rate``, else from part 3's benchmark) and
-    are no more runs than part 3's best measured pack size (``measured_pack_runs``); 1 at least."""
+    are no more runs than part 3's best measured pack size (``measured_pack_runs``). 0 when not
+    even one seed should finish (no pack is started that the deadline would stop: issue 42); 1
+    when nothing was measured to estimate from."""
     most = measured_pack_runs(bench_text)
+    estimated = False
     for n in range(todo, 0, -1):
         runs = runs_per_seed * n
         if most is not None and runs > most and n > 1:
             continue
         estimate = (rate * runs * rounds + 30) if rate else round_estimate(bench_text, runs, rounds)
+        estimated |= estimate is not None
         if estimate is not None and estimate <= left:
             return n
-    return 1
+    return 0 if estimated else 1
 
 
 def make_partitions(keys: list[str], registry, work: Path) -> None:
@@ -654,6 +661,10 @@ def child_fairness(args: argparse.Namespace) -> int:
             print(f"[fairness] {left:.0f} s left: seeds {todo} not started", flush=True)
             break
         size = seeds_per_pack(len(by_seed[todo[0]]), len(todo), rate, bench_text, args.rounds, left)
+        if size == 0:
+            print(f"[fairness] {left:.0f} s left, too few for one seed's {len(by_seed[todo[0]])} runs of {args.rounds} rounds: "
+                  f"seeds {todo} not started", flush=True)
+            break
         seeds, todo = todo[:size], todo[size:]
         keys = [k for seed in seeds for k in by_seed[seed] if not (work / "runs" / k / "summary.json").exists()]
         make_partitions(keys, registry, work)

@@ -1,6 +1,8 @@
 """Batched client training (``VmapSteps``: torch.func.vmap over a round's clients) against the
 sequential reference path (each path's trajectory, client by client: tests/test_backends.py)."""
 
+import sys
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -286,18 +288,67 @@ def test_cuda_graphs_capture_again_a_key_that_paid_its_capture_back(monkeypatch)
 
 
 def test_cuda_graphs_hold_at_most_their_share_of_the_device_memory(monkeypatch):
-    """A key is captured only while the held graphs' and its own eager peaks stay within
-    memory_fraction of the device memory; beyond, it runs eagerly (and is captured once room is
-    made). Peaks and memory stood in for on the CPU."""
+    """A key is captured only within memory_fraction of the device memory, its eager peak with
+    the held graphs': the least recently used graphs are evicted to make room (and, replayed less
+    than recapture_after times, run eagerly from then on); a key whose peak alone exceeds the
+    share runs eagerly and evicts nothing. Peaks and memory stood in for on the CPU."""
     graphs, captured = graphs_on_cpu(monkeypatch, capacity=4, memory_fraction=0.5)
-    peaks = {"small": 30, "large": 40, "tiny": 10}
+    peaks = {"small": 30, "large": 40, "tiny": 10, "huge": 60}
     monkeypatch.setattr(graphs, "footprint", lambda fn, inputs: (fn(*inputs), peaks[current[0]]))
     monkeypatch.setattr(graphs, "device_memory", lambda: 100)
     current = [None]
     x = torch.ones(2)
     for _ in range(3):
-        for key in ("small", "large", "tiny"):
+        for key in ("small", "large", "tiny", "huge"):
             current[0] = key
             assert torch.equal(graphs(key, lambda v: (v * 3,), (x,))[0], x * 3)
-    # small (30) fits; large (30 + 40 > 50) never does while small is held; tiny (30 + 10) fits
-    assert list(graphs.graphs) == ["small", "tiny"] and len(captured) == 2
+    # second sight: small (30) captured; large (30 + 40 > 50) evicts small, unreplayed; tiny
+    # (40 + 10) fits; huge (60 > 50) never; third: small eager, large and tiny replayed
+    assert list(graphs.graphs) == ["large", "tiny"] and len(captured) == 3
+    assert graphs.evicted == {"small"} and "huge" not in graphs.evicted
+
+
+def round_keys(sizes: list[int], batch: int = 10) -> list[tuple]:
+    """The CUDA-graph keys of one round in the order VmapSteps asks for them, for clients of these
+    sizes (one epoch of ``batch``-sample minibatches): the size groups, each in spans of
+    GRAPH_STEPS steps keyed by their clients, steps and activity, as ``_local_steps`` keys them."""
+    import math
+
+    from fedmgda.client import GRAPH_STEPS
+
+    keys = []
+    for group in size_groups(sizes):
+        steps = sorted((math.ceil(sizes[i] / batch) for i in group), reverse=True)
+        active = tuple(sum(s > t for s in steps) for t in range(steps[0]))
+        keys += [(len(group), active[first:first + GRAPH_STEPS], first == 0) for first in range(0, len(active), GRAPH_STEPS)]
+    return keys
+
+
+def test_every_recurring_key_of_a_shakespeare_round_is_replayed(monkeypatch):
+    """Shakespeare (31 clients, all in every round, of very unequal sizes) asks for the same keys
+    every round: 29 distinct among its 97 spans. From the third round on, with the default
+    CudaGraphs, every span is a replay; with a capacity of 4 (before 2026-11-27) 37 of them are
+    not (eager, or the largest client's middle span captured again)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("bench_rounds", Path(__file__).resolve().parents[1] / "benchmarks" / "bench_rounds.py")
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_rounds", bench)  # its dataclasses look their module up
+    spec.loader.exec_module(bench)
+    keys = round_keys(list(bench.shakespeare_sizes()))
+    assert len(keys) == 97 and len(set(keys)) == 29
+    x = torch.ones(1)
+
+    def replays_in_third_round(graphs, captured) -> int:
+        for _ in range(2):
+            for key in keys:
+                graphs(key, lambda v: (v,), (x,))
+        replays = 0
+        for key in keys:
+            replays += key in graphs.graphs  # held when asked for: replayed
+            graphs(key, lambda v: (v,), (x,))
+        return replays
+
+    assert replays_in_third_round(*graphs_on_cpu(monkeypatch)) == 97
+    assert replays_in_third_round(*graphs_on_cpu(monkeypatch, capacity=4)) < 97  # 60: the rest eager or captured again

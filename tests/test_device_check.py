@@ -263,6 +263,7 @@ def test_seeds_per_pack_fits_the_time_left():
     module = load_script()
     assert module.seeds_per_pack(4, 3, rate=0.1, bench_text="", rounds=100, left=200) == 3  # 0.1 * 12 * 100 + 30 = 150
     assert module.seeds_per_pack(4, 3, rate=0.1, bench_text="", rounds=100, left=100) == 1  # 2 seeds: 110 s
+    assert module.seeds_per_pack(4, 3, rate=0.1, bench_text="", rounds=100, left=60) == 0  # 1 seed: 70 s; none started
     assert module.seeds_per_pack(4, 3, rate=None, bench_text="", rounds=100, left=1e9) == 1  # no measurement: one seed
     assert module.fairness_status(None, []) == "timeout" and module.fairness_status(3, []) == "failed"
     assert module.fairness_status(0, [{"state": "finished, ok"}]) == "ok"
@@ -280,6 +281,11 @@ def test_seeds_per_pack_stay_within_the_best_measured_pack_size():
     assert module.seeds_per_pack(4, 4, rate=None, bench_text=bench, rounds=100, left=1e9) == 2
     assert module.seeds_per_pack(4, 4, rate=0.001, bench_text=bench, rounds=100, left=1e9) == 2
     assert module.seeds_per_pack(4, 4, rate=0.001, bench_text="", rounds=100, left=1e9) == 4
+    # the H200 of 2026-11-27: 4 runs of 2000 rounds estimated at 304 s with 160 s left: not started
+    h200 = ("fmnist_b10_p0.1             10          all                   -            0.037         -            27.100   0.001\n"
+            "                       16 runs packed: 0.307 s per round of all 16 (throughput 1.92x)\n")
+    assert round(module.round_estimate(h200, 4, 2000)) == 304
+    assert module.seeds_per_pack(4, 4, rate=None, bench_text=h200, rounds=2000, left=160) == 0
     assert module.measured_pack_runs("") is None
 
 
@@ -330,25 +336,61 @@ def test_device_wheels_fetch_the_locks_cvxopt_for_the_gpu_images_python(tmp_path
 def test_device_check_installs_the_wheels_where_cvxopt_is_missing(tmp_path):
     """`make device-check` on a Python without cvxopt (the GPU image) first pip-installs the
     wheels of DEVICE_WHEELS into a folder of its own and puts it on the check's path; with cvxopt it
-    installs nothing. A stand-in Python records what it is asked."""
-    wheels, log = tmp_path / "wheels", tmp_path / "log"
+    installs nothing; where DEVICE_RAW_XZ exists (make device-carry), it first unpacks the raw
+    files. A stand-in Python records what it is asked."""
+    wheels, log, packed = tmp_path / "wheels", tmp_path / "log", tmp_path / "raw-xz"
     wheels.mkdir()
     (wheels / "cvxopt-0-cp312-cp312-manylinux_2_28_x86_64.whl").write_text("")
     python = tmp_path / "python"
-    for has_cvxopt in (False, True):
+    for has_cvxopt in (False, True, None):  # None: with cvxopt and raw files to unpack
+        if has_cvxopt is None:
+            packed.mkdir()
         python.write_text("#!/bin/sh\n"
-                          f'if [ "$1" = -c ]; then exit {0 if has_cvxopt else 1}; fi\n'
+                          f'if [ "$1" = -c ]; then exit {0 if has_cvxopt is not False else 1}; fi\n'
                           f'echo "$PYTHONPATH | $@" >> {log}\n')
         python.chmod(0o755)
         log.write_text("")
         subprocess.run(["make", "--no-print-directory", "device-check", f"DEVICE_PY={python}", f"DEVICE_WHEELS={wheels}",
-                        "DEVICE_CHECK_ARGS=--dry"], cwd=REPO, env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": ""},
-                       check=True, capture_output=True, timeout=60)
+                        f"DEVICE_RAW_XZ={packed}", "DEVICE_CHECK_ARGS=--dry"], cwd=REPO,
+                       env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": ""}, check=True, capture_output=True, timeout=60)
         calls = log.read_text().splitlines()
         site = str(tmp_path / "fedmgda-device-site")
-        if has_cvxopt:
+        if has_cvxopt is None:
+            assert calls == [f" | scripts/device_carry.py unpack --packed {packed}", "src | scripts/device_check.py --dry"]
+        elif has_cvxopt:
             assert calls == ["src | scripts/device_check.py --dry"]
         else:
             assert calls[0].split(" | ")[1].split()[:6] == ["-m", "pip", "install", "-q", "--no-index", "--no-deps"]
             assert f"--target {site} {wheels}/cvxopt-0-cp312" in calls[0]
             assert calls[1] == f"src:{site} | scripts/device_check.py --dry"
+
+
+def test_device_carry_packs_the_raw_files_small_and_unpacks_the_same_content(tmp_path):
+    """scripts/device_carry.py: the raw files travel as xz of their content (a GPU call carries at
+    most 64 MiB) and come back as the files the package reads: the same bytes, ``.gz`` gzipped
+    again; files already there are left alone; the size check counts the tracked files too."""
+    import gzip
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("device_carry", REPO / "scripts" / "device_carry.py")
+    carry = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(carry)
+    raw, packed, there = tmp_path / "raw", tmp_path / "packed", tmp_path / "there"
+    (raw / "fmnist").mkdir(parents=True)
+    (raw / "adult").mkdir()
+    images = bytes(range(256)) * 400
+    with gzip.open(raw / "fmnist" / "train-images-idx3-ubyte.gz", "wb") as fh:
+        fh.write(images)
+    (raw / "adult" / "adult.data").write_text("39, State-gov, 77516\n" * 500)
+    written = carry.pack(raw, packed)
+    assert sorted(p.relative_to(packed).as_posix() for p in written) == ["adult/adult.data.xz", "fmnist/train-images-idx3-ubyte.gz.xz"]
+    assert (packed / "adult" / "adult.data.xz").stat().st_size < (raw / "adult" / "adult.data").stat().st_size / 10
+    (there / "adult").mkdir(parents=True)
+    (there / "adult" / "adult.data").write_text("kept")
+    assert [p.relative_to(there).as_posix() for p in carry.unpack(packed, there)] == ["fmnist/train-images-idx3-ubyte.gz"]
+    with gzip.open(there / "fmnist" / "train-images-idx3-ubyte.gz", "rb") as fh:
+        assert fh.read() == images
+    assert (there / "adult" / "adult.data").read_text() == "kept"
+    assert carry.unpack(packed, there) == []  # nothing left to do
+    tracked = carry.travel_bytes([])
+    assert carry.travel_bytes([packed]) == tracked + sum(p.stat().st_size for p in packed.rglob("*.xz"))

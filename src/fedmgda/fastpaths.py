@@ -662,21 +662,26 @@ class CudaGraphs:
     inputs, drawn per client beforehand: ``Minibatches.dropout_masks``). At most ``capacity`` graphs are kept, least recently used evicted; a key
     whose capture fails (an operation that cannot be captured) runs eagerly, with a warning.
 
-    An evicted key runs eagerly from then on, unless its graph was replayed at least
-    ``recapture_after`` times: a round with more recurring keys than ``capacity`` (Shakespeare's
-    clients of very unequal sizes train in about ten size groups, ``client.size_groups``) would
-    otherwise evict and capture every group's graph again every round, and a capture costs an
-    eager run and more. A key replayed many times in a row (the middle spans of a long client,
-    ``VmapSteps._local_steps``) pays its capture back within the round: it is captured again.
+    At most ``capacity`` graphs are held, and together no more than ``memory_fraction`` of the
+    device's memory: a graph keeps its function's working set (the peak of its first, eager call,
+    ``footprint``) for as long as it is held, where an eager call gives it back, so a few graphs of
+    large full-batch groups (FEMNIST's, 8 runs packed) could fill the GPU. A key to capture first
+    evicts the least recently used graphs until it fits (one larger than the share alone runs
+    eagerly). ``capacity`` bounds the host's side (each graph's nodes; their instantiation) and
+    holds every recurring key of a round: Shakespeare's 31 clients of very unequal sizes train in
+    11 size groups (``client.size_groups``) of spans of up to ``client.GRAPH_STEPS`` steps, 29
+    distinct keys a round (``tests/test_batched.py``). A capacity of 4 left 56 of the 61 steps of
+    its 1 % round eager (counted on the CPU with a stand-in graph); that round took 8.2 s on the
+    H200 of 2026-11-27 (benchmarks/measurements/h200_bounds_2026-11-27/).
 
-    A graph keeps its memory (the peak of its function's working set) for as long as it is held,
-    where an eager call gives it back: with large full-batch groups (FEMNIST's, 8 runs packed) a
-    few graphs could fill the GPU. So the first, eager call of a key measures that peak
-    (``footprint``), and a key is captured only while the graphs held and it together stay
-    within ``memory_fraction`` of the device's memory; otherwise that call runs eagerly.
+    An evicted key runs eagerly from then on, unless its graph was replayed at least
+    ``recapture_after`` times: when a round has more recurring keys than fit, evicting and
+    capturing every key again every round would cost more than eager calls (a capture costs an
+    eager run and more). A key replayed many times in a row (the middle spans of a long client,
+    ``VmapSteps._local_steps``) pays its capture back within the round: it is captured again.
     """
 
-    def __init__(self, capacity: int = 4, recapture_after: int = 4, memory_fraction: float = 0.5):
+    def __init__(self, capacity: int = 64, recapture_after: int = 4, memory_fraction: float = 0.5):
         self.capacity = capacity
         self.recapture_after = recapture_after
         self.memory_fraction = memory_fraction
@@ -693,7 +698,7 @@ class CudaGraphs:
                 self.seen.add(key)
                 outputs, self.footprints[key] = self.footprint(fn, inputs)
                 return outputs
-            if not self._fits(key):
+            if not self._make_room(key):
                 return fn(*inputs)
             try:
                 self.graphs[key] = self._capture(fn, inputs)
@@ -702,10 +707,6 @@ class CudaGraphs:
                 warnings.warn(f"CUDA graph capture failed, running eagerly: {str(error).splitlines()[0]}", stacklevel=2)
                 return fn(*inputs)
             self.replays[key] = 0
-            if len(self.graphs) > self.capacity:
-                oldest = self.graphs.popitem(last=False)[0]
-                if self.replays.pop(oldest) < self.recapture_after:
-                    self.evicted.add(oldest)
         self.graphs.move_to_end(key)
         self.replays[key] += 1
         graph, static_inputs, static_outputs = self.graphs[key]
@@ -726,11 +727,20 @@ class CudaGraphs:
         outputs = fn(*inputs)
         return outputs, torch.cuda.max_memory_allocated(device) - before
 
-    def _fits(self, key) -> bool:
-        """Whether the graphs held and ``key``'s (its eager call's peak) stay within
-        ``memory_fraction`` of the device memory (the limit of :meth:`device_memory`)."""
-        held = sum(self.footprints.get(k, 0) for k in self.graphs)
-        return held + self.footprints.get(key, 0) <= self.memory_fraction * self.device_memory()
+    def _make_room(self, key) -> bool:
+        """Whether ``key`` may be captured: the least recently used graphs are evicted until one
+        more graph stays within ``capacity`` and the held graphs' and its own peaks (their eager
+        calls') within ``memory_fraction`` of the device memory (:meth:`device_memory`). False,
+        evicting nothing, for a key whose peak alone exceeds that share."""
+        limit = self.memory_fraction * self.device_memory()
+        need = self.footprints.get(key, 0)
+        if need > limit:
+            return False
+        while self.graphs and (len(self.graphs) >= self.capacity or sum(self.footprints.get(k, 0) for k in self.graphs) + need > limit):
+            oldest = self.graphs.popitem(last=False)[0]
+            if self.replays.pop(oldest) < self.recapture_after:
+                self.evicted.add(oldest)
+        return True
 
     @staticmethod
     def device_memory() -> int:
