@@ -749,7 +749,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=2, help="timed rounds per setting and path (median)")
     parser.add_argument("--fraction", type=float, default=1.0, help="keep this fraction of each client's samples and scale round times by 1/fraction (approximate: fixed per-round costs are scaled too)")
     parser.add_argument("--fraction-of", nargs="*", default=[], metavar="SETTING=F", help="a fraction for one setting (e.g. shakespeare_b10=0.05, whose sequential path is slow)")
-    parser.add_argument("--only", nargs="*", help="setting names")
+    parser.add_argument("--only", nargs="*", help="setting names, measured in this order")
     parser.add_argument("--profile", action="store_true", help="also profile one batched round of each setting (after the rest)")
     parser.add_argument("--time-limit", type=float, metavar="S", help=f"start the settings' timings only in the first "
                         f"{TimeLimit.SETTINGS_SHARE:.0%}% of S seconds, the bounds in the first {TimeLimit.BOUNDS_SHARE:.0%}%, "
@@ -778,6 +778,9 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     for item in args.also:
         parse_override(item)  # a bad one stops here, before any measurement
+    unknown = [name for name in args.only or () if name not in {s.name for s in SETTINGS}]
+    if unknown:
+        parser.error(f"--only: unknown setting(s) {', '.join(unknown)}; known: {', '.join(s.name for s in SETTINGS)}")
     return args
 
 
@@ -854,6 +857,15 @@ def setting_fraction(args: argparse.Namespace, setting: Setting) -> float:
     return fractions.get(setting.name, args.fraction)
 
 
+def chosen_settings(only: list[str] | None) -> list[Setting]:
+    """The settings to measure: those named by --only, in its order (what a time limit must not
+    skip comes first), else every setting that is no stand-in, in SETTINGS' order."""
+    if not only:
+        return [s for s in SETTINGS if not s.stand_in]
+    by_name = {s.name: s for s in SETTINGS}
+    return [by_name[name] for name in dict.fromkeys(only) if name in by_name]
+
+
 def measure_settings(args: argparse.Namespace, device: torch.device, measured_so_far=None, limit: TimeLimit | None = None):
     """Time every chosen setting (sequential unless --no-sequential, batched, packed by each
     --pack size, with each --also change): {setting: (batched s/round, eval s)}, {setting: {runs
@@ -863,9 +875,7 @@ def measure_settings(args: argparse.Namespace, device: torch.device, measured_so
     measured: dict[str, tuple[float, float]] = {}
     packed_s: dict[str, dict[int, float]] = {}
     also_s: dict[str, dict[str, float]] = {}
-    for setting in SETTINGS:
-        if (args.only and setting.name not in args.only) or (setting.stand_in and not args.only):
-            continue
+    for setting in chosen_settings(args.only):
         if limit and not limit.allows(limit.SETTINGS_SHARE, f"{setting.name} and the settings after it"):
             break
         fraction = setting_fraction(args, setting)

@@ -307,14 +307,14 @@ def test_csv_rows_are_written_after_each_setting(bench, monkeypatch, tmp_path):
 
     def fake_time_rounds(setting, data, batched, rounds, device, pack=1, max_padding=None, overrides=None):
         calls.append(setting.name)
-        if setting.name == "adult_b10":  # measured after F-MNIST
+        if setting.name == "adult_b10":  # measured after F-MNIST (--only's order)
             raise KeyboardInterrupt  # stands for the kill at the time limit
         return 0.5 * pack, 0.01
 
     monkeypatch.setattr(bench, "time_rounds", fake_time_rounds)
     monkeypatch.setattr(bench, "random_dataset", lambda setting, fraction: None)
     csv = tmp_path / "rows.csv"
-    monkeypatch.setattr(sys, "argv", ["bench_rounds.py", "--device", "cpu", "--only", "adult_b10", "fmnist_b10_p0.1",
+    monkeypatch.setattr(sys, "argv", ["bench_rounds.py", "--device", "cpu", "--only", "fmnist_b10_p0.1", "adult_b10",
                                       "--pack", "4", "--no-sequential", "--csv", str(csv), "--source", "x.txt"])
     with pytest.raises(KeyboardInterrupt):
         bench.main()
@@ -403,3 +403,14 @@ def test_time_limit_stops_a_setting_between_its_packs_and_variants(bench, monkey
     bench.main()  # 60 % of 30: 18 s
     assert "time limit: fmnist_b10_p0.1 with track_improvement=false skipped (20 s used of 30)" in capsys.readouterr().out
     assert timed == [(1, ("tf32",)), (1, ("deterministic",)), (1, ())]
+
+
+def test_only_measures_in_its_order_and_refuses_unknown_names(bench, monkeypatch, capsys):
+    """--only names the settings in the order they are measured (the device check puts first what a
+    time-out must not skip); a name that is no setting stops the benchmark in one line."""
+    assert [s.name for s in bench.chosen_settings(["adult_b10", "shakespeare_b10", "adult_b10"])] == ["adult_b10", "shakespeare_b10"]
+    assert not any(s.stand_in for s in bench.chosen_settings(None)) and "shakespeare_b10_equal" in {s.name for s in bench.SETTINGS}
+    monkeypatch.setattr(sys, "argv", ["bench_rounds.py", "--only", "fmnist_b10_p0.1", "shakespear"])
+    with pytest.raises(SystemExit):
+        bench.parse_args()
+    assert "--only: unknown setting(s) shakespear; known: cifar10_b10_p0.1" in capsys.readouterr().err
