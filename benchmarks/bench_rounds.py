@@ -222,17 +222,23 @@ def packed_rounds(setting: Setting, data: FederatedDataset, batched: bool, devic
                 except StopIteration:  # the round's end: metrics row, next model
                     del pending[i]
 
+    sync(sims[0].device)
+    start = time.perf_counter()
     one_round(1)  # warm-up (allocations, first calls)
     if scheduler.vmap.graphs is not None:
         one_round(1)  # a client group's second sight is captured as a CUDA graph
+    sync(sims[0].device)
+    one_round.warm_up_s = time.perf_counter() - start  # what a run pays once (time_rounds' warm_up)
     return sims, ws, one_round
 
 
 def time_rounds(setting: Setting, data: FederatedDataset, batched: bool, rounds: int, device: str, pack: int = 1,
-                max_padding: float | None = None, overrides: dict | None = None) -> tuple[float, float]:
+                max_padding: float | None = None, overrides: dict | None = None, warm_up: list | None = None) -> tuple[float, float]:
     """Median seconds per round (training part, of all ``pack`` runs together) and seconds for one
-    evaluation of every user."""
+    evaluation of every user; the untimed warm-up rounds' seconds appended to ``warm_up``, if given."""
     sims, ws, one_round = packed_rounds(setting, data, batched, device, pack, max_padding, overrides)
+    if warm_up is not None:
+        warm_up.append(one_round.warm_up_s)
     times = []
     for t in range(2, 2 + rounds):
         sync(sims[0].device)
@@ -890,7 +896,8 @@ def measure_settings(args: argparse.Namespace, device: torch.device, measured_so
                     break
                 also[item] = time_rounds(setting, data, batched=True, rounds=args.rounds, device=str(device),
                                          overrides=dict([parse_override(item)]))[0] / fraction
-            bat, eval_s = time_rounds(setting, data, batched=True, rounds=args.rounds, device=str(device))
+            warm_up: list[float] = []
+            bat, eval_s = time_rounds(setting, data, batched=True, rounds=args.rounds, device=str(device), warm_up=warm_up)
         except (RuntimeError, torch.cuda.OutOfMemoryError) as error:  # report it, measure the rest
             print(f"{setting.name:22} failed: {type(error).__name__}: {str(error).splitlines()[0][:200]}", flush=True)
             continue
@@ -899,6 +906,8 @@ def measure_settings(args: argparse.Namespace, device: torch.device, measured_so
         kept = "all" if fraction == 1 else f"{fraction:g} (x1/f)"
         seq_cols = f"{'-':>19} {bat:>16.3f} {'-':>9}" if seq is None else f"{seq:>19.3f} {bat:>16.3f} {seq / bat:>8.2f}x"
         print(f"{setting.name:22} {setting.per_round:>7} {kept:>12} {seq_cols} {1 / bat:>17.3f} {eval_s:>7.3f}", flush=True)
+        if warm_up:  # once per run: first calls and, on a GPU, the captures of the recurring CUDA-graph keys
+            print(f"{'':22} warm-up: {warm_up[0]:.3f} s for the untimed rounds before (as run: not scaled by 1/f)", flush=True)
         for k in sorted(k for k in set(args.pack) if k > 1):
             # about k rounds' time for each of its rounds, its two warm-ups included
             if limit and not limit.allows(limit.SETTINGS_SHARE, f"{setting.name} {k} runs packed", need=k * bat * fraction * (args.rounds + 2)):

@@ -305,7 +305,7 @@ def test_csv_rows_are_written_after_each_setting(bench, monkeypatch, tmp_path):
     check's part 3) keeps the rows of the settings it measured."""
     calls = []
 
-    def fake_time_rounds(setting, data, batched, rounds, device, pack=1, max_padding=None, overrides=None):
+    def fake_time_rounds(setting, data, batched, rounds, device, pack=1, max_padding=None, overrides=None, warm_up=None):
         calls.append(setting.name)
         if setting.name == "adult_b10":  # measured after F-MNIST (--only's order)
             raise KeyboardInterrupt  # stands for the kill at the time limit
@@ -329,7 +329,7 @@ def test_time_limit_skips_the_stages_it_has_no_time_for(bench, monkeypatch, tmp_
     clock = [0.0]
     monkeypatch.setattr(bench.time, "monotonic", lambda: clock[0])
 
-    def fake_time_rounds(setting, data, batched, rounds, device, pack=1, max_padding=None, overrides=None):
+    def fake_time_rounds(setting, data, batched, rounds, device, pack=1, max_padding=None, overrides=None, warm_up=None):
         clock[0] += 35.0  # each setting's timing takes 35 s of the 100
         return 0.5, 0.01
 
@@ -377,7 +377,7 @@ def test_time_limit_stops_a_setting_between_its_packs_and_variants(bench, monkey
     monkeypatch.setattr(bench.time, "monotonic", lambda: clock[0])
     timed = []
 
-    def fake_time_rounds(setting, data, batched, rounds, device, pack=1, max_padding=None, overrides=None):
+    def fake_time_rounds(setting, data, batched, rounds, device, pack=1, max_padding=None, overrides=None, warm_up=None):
         timed.append((pack, tuple(overrides or ())))
         clock[0] += 10.0 * pack  # 10 s a run: 4 rounds of 2.5 s
         return 2.5 * pack, 0.01
@@ -414,3 +414,12 @@ def test_only_measures_in_its_order_and_refuses_unknown_names(bench, monkeypatch
     with pytest.raises(SystemExit):
         bench.parse_args()
     assert "--only: unknown setting(s) shakespear; known: cifar10_b10_p0.1" in capsys.readouterr().err
+
+
+def test_time_rounds_reports_its_untimed_warm_up(bench):
+    """time_rounds(..., warm_up=[]) appends what the untimed warm-up rounds took (a run pays them
+    once: first calls and, on a GPU, the CUDA-graph captures), which the benchmark prints per setting."""
+    setting = next(s for s in bench.SETTINGS if s.name == "adult_b10")
+    warm_up: list[float] = []
+    seconds, eval_s = bench.time_rounds(setting, bench.random_dataset(setting, 0.005), batched=True, rounds=1, device="cpu", warm_up=warm_up)
+    assert len(warm_up) == 1 and warm_up[0] > 0 and seconds > 0 and eval_s >= 0
