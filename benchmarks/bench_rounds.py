@@ -909,8 +909,10 @@ def measure_settings(args: argparse.Namespace, device: torch.device, measured_so
         if warm_up:  # once per run: first calls and, on a GPU, the captures of the recurring CUDA-graph keys
             print(f"{'':22} warm-up: {warm_up[0]:.3f} s for the untimed rounds before (as run: not scaled by 1/f)", flush=True)
         for k in sorted(k for k in set(args.pack) if k > 1):
-            # about k rounds' time for each of its rounds, its two warm-ups included
-            if limit and not limit.allows(limit.SETTINGS_SHARE, f"{setting.name} {k} runs packed", need=k * bat * fraction * (args.rounds + 2)):
+            # about k rounds' time for each timed round, and the single run's warm-up at least (on a
+            # GPU launch-bound: first calls and captures cost about as much at any width)
+            need = max(warm_up[0] if warm_up else 0.0, 2 * k * bat * fraction) + k * bat * fraction * args.rounds
+            if limit and not limit.allows(limit.SETTINGS_SHARE, f"{setting.name} {k} runs packed", need=need):
                 break
             packed = time_rounds(setting, data, batched=True, rounds=args.rounds, device=str(device), pack=k)[0] / fraction
             print(f"{'':22} {k} runs packed: {packed:.3f} s per round of all {k} "

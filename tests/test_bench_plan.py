@@ -403,6 +403,19 @@ def test_time_limit_stops_a_setting_between_its_packs_and_variants(bench, monkey
     bench.main()  # 60 % of 30: 18 s
     assert "time limit: fmnist_b10_p0.1 with track_improvement=false skipped (20 s used of 30)" in capsys.readouterr().out
     assert timed == [(1, ("tf32",)), (1, ("deterministic",)), (1, ())]
+    # a measured warm-up counts too: 15 s (Shakespeare's captures) make 2 packed need 15 + 10 s: 40 + 25 > 63
+    clock[0] = 0.0
+    timed.clear()
+
+    def slow_warm_up(*args, warm_up=None, **kwargs):
+        if warm_up is not None:
+            warm_up.append(15.0)
+        return fake_time_rounds(*args, **kwargs)
+
+    monkeypatch.setattr(bench, "time_rounds", slow_warm_up)
+    monkeypatch.setattr(sys, "argv", sys.argv[:-6] + ["--time-limit", "105", "--csv", str(csv), "--source", "x"])
+    bench.main()
+    assert "time limit: fmnist_b10_p0.1 2 runs packed skipped (40 s used of 105)" in capsys.readouterr().out
 
 
 def test_only_measures_in_its_order_and_refuses_unknown_names(bench, monkeypatch, capsys):
