@@ -111,22 +111,23 @@ DEVICE_CHECK_ARGS ?=
 DEVICE_PY ?= $(if $(VIRTUAL_ENV)$(CONDA_PREFIX),python,$(if $(wildcard .venv/bin/python),.venv/bin/python,python3))
 
 # Where this Python lacks cvxopt (the GPU image), the wheels in DEVICE_WHEELS (make device-wheels)
-# are installed first into a folder of their own, put on the path; the raw files packed in
-# DEVICE_RAW_XZ (make device-carry) are unpacked into resources/raw/ where absent.
+# are installed first into a folder of their own, put on the path. Before that, what DEVICE_CARRY
+# holds (make device-carry) is unpacked: the raw files into resources/raw/, the wheels into DEVICE_WHEELS.
 DEVICE_WHEELS ?= .whl
-DEVICE_RAW_XZ ?= .raw-xz
+DEVICE_CARRY ?= .carry
 device-check:
-	@if [ -d $(DEVICE_RAW_XZ) ]; then $(DEVICE_PY) scripts/device_carry.py unpack --packed $(DEVICE_RAW_XZ) || exit 1; fi; \
+	@if [ -d $(DEVICE_CARRY) ]; then $(DEVICE_PY) scripts/device_carry.py unpack --packed $(DEVICE_CARRY) --wheels $(DEVICE_WHEELS) || exit 1; fi; \
 	site=; if [ -d $(DEVICE_WHEELS) ] && ! $(DEVICE_PY) -c "import cvxopt" 2>/dev/null; then \
 	  site=$${TMPDIR:-/tmp}/fedmgda-device-site; echo "device-check: cvxopt from $(DEVICE_WHEELS)/ into $$site"; \
 	  $(DEVICE_PY) -m pip install -q --no-index --no-deps --no-compile --target $$site $(DEVICE_WHEELS)/*.whl || exit 1; fi; \
 	PYTHONPATH=src$${site:+:$$site}$${PYTHONPATH:+:$$PYTHONPATH} $(DEVICE_PY) scripts/device_check.py $(if $(OUT),--out $(OUT)) $(DEVICE_CHECK_ARGS)
 
 # Here, before a GPU session: cvxopt's wheel at the lock's version for the GPU image's Python, into
-# DEVICE_WHEELS (.whl/, gitignored), and the raw F-MNIST and Adult files as xz in .raw-xz/ (gitignored;
-# device-check unpacks them there): carry .whl and .raw-xz, docs/performance.md "Device check".
+# DEVICE_WHEELS (.whl/, gitignored), then it and the raw F-MNIST and Adult files packed as xz into
+# DEVICE_CARRY (.carry/, gitignored; device-check unpacks it there): carry .carry alone,
+# docs/performance.md "Device check".
 device-carry: device-wheels
-	$(PY) scripts/device_carry.py pack --packed $(DEVICE_RAW_XZ) --wheels $(DEVICE_WHEELS)
+	$(PY) scripts/device_carry.py pack --packed $(DEVICE_CARRY) --wheels $(DEVICE_WHEELS)
 
 DEVICE_PYTHON ?= 3.12
 device-wheels:

@@ -468,7 +468,7 @@ def fairness_registry(args: argparse.Namespace):
         note = f"no F-MNIST files in {args.raw_dir}/fmnist: the offline digits data in their place (dry mode)"
     else:
         raise SystemExit(f"device_check: the F-MNIST files are not in {args.raw_dir}/fmnist ({', '.join(FMNIST_FILES)}); "
-                         f"carry resources/raw/fmnist or pass --raw-dir")
+                         f"carry .carry (make device-carry) or pass --raw-dir")
     registry = expand(config)
     validate_runs(registry)
     by_seed = {seed: list(dict.fromkeys(row.runs[i] for name in names for row in registry.rows[name]))  # shared runs once

@@ -336,9 +336,9 @@ def test_device_wheels_fetch_the_locks_cvxopt_for_the_gpu_images_python(tmp_path
 def test_device_check_installs_the_wheels_where_cvxopt_is_missing(tmp_path):
     """`make device-check` on a Python without cvxopt (the GPU image) first pip-installs the
     wheels of DEVICE_WHEELS into a folder of its own and puts it on the check's path; with cvxopt it
-    installs nothing; where DEVICE_RAW_XZ exists (make device-carry), it first unpacks the raw
-    files. A stand-in Python records what it is asked."""
-    wheels, log, packed = tmp_path / "wheels", tmp_path / "log", tmp_path / "raw-xz"
+    installs nothing; where DEVICE_CARRY exists (make device-carry), it first unpacks it (the raw
+    files, the wheels). A stand-in Python records what it is asked."""
+    wheels, log, packed = tmp_path / "wheels", tmp_path / "log", tmp_path / "carry"
     wheels.mkdir()
     (wheels / "cvxopt-0-cp312-cp312-manylinux_2_28_x86_64.whl").write_text("")
     python = tmp_path / "python"
@@ -351,12 +351,12 @@ def test_device_check_installs_the_wheels_where_cvxopt_is_missing(tmp_path):
         python.chmod(0o755)
         log.write_text("")
         subprocess.run(["make", "--no-print-directory", "device-check", f"DEVICE_PY={python}", f"DEVICE_WHEELS={wheels}",
-                        f"DEVICE_RAW_XZ={packed}", "DEVICE_CHECK_ARGS=--dry"], cwd=REPO,
+                        f"DEVICE_CARRY={packed}", "DEVICE_CHECK_ARGS=--dry"], cwd=REPO,
                        env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": ""}, check=True, capture_output=True, timeout=60)
         calls = log.read_text().splitlines()
         site = str(tmp_path / "fedmgda-device-site")
         if has_cvxopt is None:
-            assert calls == [f" | scripts/device_carry.py unpack --packed {packed}", "src | scripts/device_check.py --dry"]
+            assert calls == [f" | scripts/device_carry.py unpack --packed {packed} --wheels {wheels}", "src | scripts/device_check.py --dry"]
         elif has_cvxopt:
             assert calls == ["src | scripts/device_check.py --dry"]
         else:
@@ -365,32 +365,44 @@ def test_device_check_installs_the_wheels_where_cvxopt_is_missing(tmp_path):
             assert calls[1] == f"src:{site} | scripts/device_check.py --dry"
 
 
-def test_device_carry_packs_the_raw_files_small_and_unpacks_the_same_content(tmp_path):
-    """scripts/device_carry.py: the raw files travel as xz of their content (a GPU call carries at
-    most 64 MiB) and come back as the files the package reads: the same bytes, ``.gz`` gzipped
-    again; files already there are left alone; the size check counts the tracked files too."""
+def test_device_carry_packs_small_and_unpacks_the_same_content(tmp_path):
+    """scripts/device_carry.py: the raw files and the wheels travel as xz (a GPU call carries at
+    most 64 MiB) and come back as the files the package and pip read: the same bytes, ``.gz``
+    gzipped again, a wheel with the same members; files already there are left alone; the size
+    check counts the tracked files too."""
     import gzip
     import importlib.util
+    import zipfile
 
     spec = importlib.util.spec_from_file_location("device_carry", REPO / "scripts" / "device_carry.py")
     carry = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(carry)
-    raw, packed, there = tmp_path / "raw", tmp_path / "packed", tmp_path / "there"
+    raw, wheels, packed, there = tmp_path / "raw", tmp_path / "whl", tmp_path / "carry", tmp_path / "there"
     (raw / "fmnist").mkdir(parents=True)
     (raw / "adult").mkdir()
+    wheels.mkdir()
     images = bytes(range(256)) * 400
     with gzip.open(raw / "fmnist" / "train-images-idx3-ubyte.gz", "wb") as fh:
         fh.write(images)
     (raw / "adult" / "adult.data").write_text("39, State-gov, 77516\n" * 500)
-    written = carry.pack(raw, packed)
-    assert sorted(p.relative_to(packed).as_posix() for p in written) == ["adult/adult.data.xz", "fmnist/train-images-idx3-ubyte.gz.xz"]
-    assert (packed / "adult" / "adult.data.xz").stat().st_size < (raw / "adult" / "adult.data").stat().st_size / 10
+    members = {"pkg/__init__.py": b"x = 1\n" * 300, "pkg-0.dist-info/RECORD": b"pkg/__init__.py,sha256=...,1800\n"}
+    with zipfile.ZipFile(wheels / "pkg-0-py3-none-any.whl", "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    written = carry.pack(raw, wheels, packed)
+    assert sorted(p.relative_to(packed).as_posix() for p in written) == [
+        "raw/adult/adult.data.xz", "raw/fmnist/train-images-idx3-ubyte.gz.xz", "wheels/pkg-0-py3-none-any.whl.tar.xz"]
+    assert (packed / "raw" / "adult" / "adult.data.xz").stat().st_size < (raw / "adult" / "adult.data").stat().st_size / 10
     (there / "adult").mkdir(parents=True)
     (there / "adult" / "adult.data").write_text("kept")
-    assert [p.relative_to(there).as_posix() for p in carry.unpack(packed, there)] == ["fmnist/train-images-idx3-ubyte.gz"]
+    back = there / "whl"
+    assert [p.relative_to(there).as_posix() for p in carry.unpack(packed, there, back)] == [
+        "fmnist/train-images-idx3-ubyte.gz", "whl/pkg-0-py3-none-any.whl"]
     with gzip.open(there / "fmnist" / "train-images-idx3-ubyte.gz", "rb") as fh:
         assert fh.read() == images
+    with zipfile.ZipFile(back / "pkg-0-py3-none-any.whl") as zf:
+        assert {name: zf.read(name) for name in zf.namelist()} == members
     assert (there / "adult" / "adult.data").read_text() == "kept"
-    assert carry.unpack(packed, there) == []  # nothing left to do
+    assert carry.unpack(packed, there, back) == []  # nothing left to do
     tracked = carry.travel_bytes([])
     assert carry.travel_bytes([packed]) == tracked + sum(p.stat().st_size for p in packed.rglob("*.xz"))
