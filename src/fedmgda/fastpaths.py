@@ -659,8 +659,8 @@ class CudaGraphs:
     else the function depends on) is captured the second time it is seen: the first call runs
     eagerly, so keys seen only once (FEMNIST's changing client groups) cost no capture. Replays
     give the eager results bit for bit; nothing random is drawn inside (the dropout masks are
-    inputs, drawn per client beforehand: ``Minibatches.dropout_masks``). At most ``capacity`` graphs are kept, least recently used evicted; a key
-    whose capture fails (an operation that cannot be captured) runs eagerly, with a warning.
+    inputs, drawn per client beforehand: ``Minibatches.dropout_masks``). A key whose capture fails
+    (an operation that cannot be captured) runs eagerly, with a warning.
 
     At most ``capacity`` graphs are held, and together no more than ``memory_fraction`` of the
     device's memory: a graph keeps its function's working set (the peak of its first, eager call,
