@@ -38,8 +38,10 @@ def test_the_dry_mode_runs_every_part(tmp_path):
     bench = (out / "bench_rounds.txt").read_text()  # issue 42: the round's lower bound and its profile
     assert "within 3x of the bound:" in bench and "adult_b10: round " in bench
     limit = float(re.search(r"^\| \d bench_rounds \| \w+ \| \d+ \| (\d+) \|", summary, re.M).group(1))
-    given = re.search(r"bench_rounds\.py .* --time-limit (\d+)$", bench.splitlines()[0])  # the part's limit less BENCH_MARGIN
-    assert given and abs(int(given.group(1)) - max(1.0, limit - 15)) <= 1  # both printed rounded
+    given = re.search(r"^\$ .*bench_rounds\.py .* --time-limit (\d+)$", bench, re.M)  # the part's limit less the LSTM's time and BENCH_MARGIN
+    lstm_wall = float(re.search(r"^\[device_check\] exit 0 after ([\d.]+) s", bench, re.M).group(1))  # bench_lstm, first
+    assert given and abs(int(given.group(1)) - max(1.0, limit - lstm_wall - 15)) <= 1  # both printed rounded
+    assert "speed-up of the written-out backward:" in bench
     assert re.search(r"^\| \d bench_rounds \| ok \|.* of 1 within 3x of their lower bound", summary, re.M)
     assert "with deterministic=false:" in bench and "work floor: float32 products" in bench and re.search(r"counted work \(\d+ PFLOP\) takes [\d.]+ h at the measured", summary)
     stamp = re.search(r"^environment stamp \(cpu\): (.*)$", (out / "same_results.txt").read_text(), re.M)
@@ -205,16 +207,28 @@ def test_part_pytest_cuda_requires_the_cuda_tests_to_run_on_a_gpu(check, monkeyp
 
 def test_part_bench_rounds_projects_from_what_was_measured_before_a_time_out(check, monkeypatch):
     module, c = check
+    lstm = ("version       ms a step  operations  CUDA kernels\nautograd         294.46        5532             -\n"
+            "written-out      199.24        2438             -\nspeed-up of the written-out backward: 1.48x\n")
     measured = ("name  clients  ...\nfmnist_b10_p0.1  10  all  0.500  0.100  5.0x  0.2  0.050\n"
                 "  8 runs packed: 0.300 s per round\n")
     projected = "projected wall time of the paper DAG (1599 training runs, from 1 settings): 12.5 h\n"
-    calls = standing_in(module, monkeypatch, (None, measured), (0, projected))
+    calls = standing_in(module, monkeypatch, (0, lstm), (None, measured), (0, projected))
     module.part_bench_rounds(c)
-    assert calls[0][1:4] == ["benchmarks/bench_rounds.py", "--device", "cpu"] and calls[1][-3:-1] == ["project", "--measured"]
-    assert json.loads(calls[1][-1]) == {"fmnist_b10_p0.1": {"batched": 0.1, "eval": 0.05, "pack": {"8": 0.3}}}
+    assert calls[0][1:4] == ["benchmarks/bench_lstm.py", "--device", "cpu"]
+    assert calls[1][1:4] == ["benchmarks/bench_rounds.py", "--device", "cpu"] and calls[2][-3:-1] == ["project", "--measured"]
+    assert json.loads(calls[2][-1]) == {"fmnist_b10_p0.1": {"batched": 0.1, "eval": 0.05, "pack": {"8": 0.3}}}
     part = c.summary.parts["bench_rounds"]
     assert part.status == "timeout" and part.note == ("1 settings measured; paper DAG (1599 runs) projected 12.5 h back to back; "
-                                                      "F-MNIST s/round: 1 run 0.100, 8 packed 0.300")
+                                                      "F-MNIST s/round: 1 run 0.100, 8 packed 0.300; "
+                                                      "LSTM step: written-out backward 199.24 ms, autograd 294.46 ms (1.48x)")
+    assert part.wall == 2.0  # both benchmarks' (1 s each here)
+    given = calls[1][calls[1].index("--time-limit") + 1]
+    assert float(given) == round(part.limit - 1.0 - module.BENCH_MARGIN)  # the part's limit less the LSTM's time
+
+
+def test_lstm_note_says_when_the_step_was_not_timed():
+    module = load_script()
+    assert module.lstm_note("autograd   12.0  100  -\n") == "; LSTM step not timed"
 
 
 def test_bench_measurements_read_untimed_sequential_columns_and_every_pack_size(check):
@@ -314,7 +328,9 @@ def test_following_prints_a_pack_log_as_it_grows(tmp_path, capsys):
 def test_the_docs_show_part_3s_arguments():
     """docs/performance.md's table of parts names bench_rounds' GPU arguments as the script runs them."""
     module = load_script()
-    assert f"`benchmarks/bench_rounds.py {module.BENCH_ARGS[0]}`" in (REPO / "docs" / "performance.md").read_text()
+    page = (REPO / "docs" / "performance.md").read_text()
+    assert f"`benchmarks/bench_rounds.py {module.BENCH_ARGS[0]}`" in page
+    assert f"`benchmarks/bench_lstm.py {module.LSTM_ARGS[0]}`" in page
 
 
 def test_device_wheels_fetch_the_locks_cvxopt_for_the_gpu_images_python(tmp_path):

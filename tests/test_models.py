@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedmgda.models import ShakespeareLSTM, build_model, count_parameters
+from fedmgda.models import LSTMLayer, ShakespeareLSTM, build_model, count_parameters
 
 PAPER_MODELS = [
     # name, input shape, classes, trainable parameters (None: not fixed by the paper)
@@ -141,3 +141,31 @@ def test_cnn_evaluation_equals_the_autograd_forward(name, shape, classes):
     with torch.no_grad():
         evaluated = model(x)
     assert torch.equal(evaluated, model(x).detach())
+
+
+def test_lstm_layer_backward_is_the_gradient():
+    """The written-out backward through time against finite differences (float64), with the
+    input's gradient too (the first layer's input is the trained embedding)."""
+    torch.manual_seed(2)
+    batch, time, features, hidden = 3, 6, 5, 4
+    inputs = tuple(torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+                   for shape in ((batch, time, features), (4 * hidden, features), (4 * hidden, hidden), (4 * hidden,)))
+    assert torch.autograd.gradcheck(lambda *args: LSTMLayer.apply(*args)[0], inputs)
+
+
+def test_lstm_layer_under_vmap_is_each_clients_gradient():
+    """``generate_vmap_rule``: the gradients of several clients' weights at once, as the batched
+    client update takes them, equal each client's own (float64, one client at a time)."""
+    torch.manual_seed(3)
+    clients, batch, time, features, hidden = 3, 2, 7, 5, 4
+    weights = tuple(torch.randn(clients, *shape, dtype=torch.float64) for shape in ((4 * hidden, features), (4 * hidden, hidden), (4 * hidden,)))
+    x = torch.randn(clients, batch, time, features, dtype=torch.float64)
+
+    def loss(w_ih, w_hh, bias, x):
+        return LSTMLayer.apply(x, w_ih, w_hh, bias)[0].sin().sum()
+
+    batched = torch.func.vmap(torch.func.grad(loss, argnums=(0, 1, 2, 3)))(*weights, x)
+    for k in range(clients):
+        alone = torch.func.grad(loss, argnums=(0, 1, 2, 3))(*(w[k] for w in weights), x[k])
+        for together, own in zip(batched, alone):
+            assert torch.allclose(together[k], own, rtol=0, atol=1e-12)

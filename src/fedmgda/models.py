@@ -126,7 +126,8 @@ class ShakespeareLSTM(nn.Module):
     dimension 8, two stacked LSTM layers of 256 units, dense 80 on the last time step.
 
     The recurrence is written out with explicit weights (the same parameter shapes as
-    ``nn.LSTM``) so that it runs under ``torch.func.vmap`` for batched client training.
+    ``nn.LSTM``; ``LSTMLayer``, its backward too) so that it runs under ``torch.func.vmap`` for
+    batched client training.
     """
 
     def __init__(self, num_classes: int = 80, vocab_size: int = 80, embed_dim: int = 8, hidden: int = 256, layers: int = 2):
@@ -142,7 +143,7 @@ class ShakespeareLSTM(nn.Module):
             w_ih = getattr(self.lstm, f"weight_ih_l{layer}")
             w_hh = getattr(self.lstm, f"weight_hh_l{layer}")
             bias = getattr(self.lstm, f"bias_ih_l{layer}") + getattr(self.lstm, f"bias_hh_l{layer}")
-            h = _lstm_layer(h, w_ih, w_hh, bias, self.hidden)
+            h = LSTMLayer.apply(h, w_ih, w_hh, bias)[0]
         return F.log_softmax(self.fc(h[:, -1]), dim=1)
 
     def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
@@ -153,20 +154,75 @@ class ShakespeareLSTM(nn.Module):
         return F.log_softmax(self.fc(out[:, -1]), dim=1)
 
 
-def _lstm_layer(x: torch.Tensor, w_ih: torch.Tensor, w_hh: torch.Tensor, bias: torch.Tensor, hidden: int) -> torch.Tensor:
-    """One LSTM layer over a (batch, time, features) sequence; gate order i, f, g, o as nn.LSTM."""
-    batch = x.shape[0]
-    gates_x = x @ w_ih.T + bias  # input projections of every step at once
-    h = x.new_zeros(batch, hidden)
-    c = x.new_zeros(batch, hidden)
-    outputs = []
-    # unbind, not gates_x[:, step]: the backward of 80 slices would add 80 full-size gradients
-    for gates_step in gates_x.unbind(1):
-        i, f, g, o = torch.addmm(gates_step, h, w_hh.T).chunk(4, dim=1)
-        c = torch.addcmul(torch.sigmoid(f) * c, torch.sigmoid(i), torch.tanh(g))
-        h = torch.sigmoid(o) * torch.tanh(c)
-        outputs.append(h)
-    return torch.stack(outputs, dim=1)
+class LSTMLayer(torch.autograd.Function):
+    """One LSTM layer over a (batch, time, features) sequence, gate order i, f, g, o as
+    ``nn.LSTM``, with its backward through time written out. ``apply`` returns the hidden states
+    (batch, time, hidden) first; the other outputs are what the backward reads.
+
+    Autograd through the recurrence differentiates each time step's operations one by one and
+    adds each step's weight gradients to a running sum: on a GPU, thousands of small kernels a
+    training step of 80 time steps. Here the time loops hold only the recurrence. The forward
+    loop runs one product and six element-wise operations a step, the backward loop one product
+    and five. The gates' derivatives are computed for all steps before the backward loop, and the
+    weight and input gradients after it, as one product each over all steps
+    (``benchmarks/bench_lstm.py`` counts the operations of both versions and times them).
+
+    The forward values equal the autograd version's bit for bit. The gradients agree up to float
+    rounding: the time steps are summed in another order (tests/test_models.py, float64).
+    ``generate_vmap_rule``: ``torch.func.vmap`` batches both loops like any other operations.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, w_ih, w_hh, bias):
+        batch, hidden = x.shape[0], w_hh.shape[1]
+        gates_x = torch.movedim(x @ w_ih.T + bias, 1, 0)  # (time, batch, 4 hidden): every step's input projection
+        h = x.new_zeros(batch, hidden)
+        c = x.new_zeros(batch, hidden)
+        hs, gates, gs, cs, tanh_cs = [], [], [], [], []
+        for gate_x in gates_x.unbind(0):
+            z = gate_x + h @ w_hh.T  # not addmm: vmap splits it into four operations (product, scale, copy, add)
+            gate = torch.sigmoid(z)  # i, f, o (g's block unused: g is a tanh)
+            g = torch.tanh(z[:, 2 * hidden:3 * hidden])
+            c = torch.addcmul(gate[:, hidden:2 * hidden] * c, gate[:, :hidden], g)
+            tanh_c = torch.tanh(c)
+            h = gate[:, 3 * hidden:] * tanh_c
+            for saved, value in zip((hs, gates, gs, cs, tanh_cs), (h, gate, g, c, tanh_c)):
+                saved.append(value)
+        return torch.stack(hs, dim=1), *(torch.stack(saved) for saved in (gates, gs, cs, tanh_cs))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, w_ih, w_hh, _ = inputs
+        h_seq, *steps = output  # steps: gates, g, c, tanh(c), each (time, batch, ...)
+        ctx.mark_non_differentiable(*steps)
+        ctx.save_for_backward(x, w_ih, w_hh, h_seq, *steps)
+
+    @staticmethod
+    def backward(ctx, grad_h_seq, *_):
+        x, w_ih, w_hh, h_seq, gates, g, c, tanh_c = ctx.saved_tensors
+        hidden = w_hh.shape[1]
+        i, f, o = gates[..., :hidden], gates[..., hidden:2 * hidden], gates[..., 3 * hidden:]
+        c_prev = torch.cat([torch.zeros_like(c[:1]), c[:-1]])
+        # d z / d c for the blocks i, f, g and d z / d h for o, every step at once: z's gradient
+        # at step t is cat([dc, dc, dc, dh]) * partials[t]
+        partials = torch.cat([g * i * (1 - i), c_prev * f * (1 - f), i * (1 - g * g), tanh_c * o * (1 - o)], dim=-1)
+        dc_dh = o * (1 - tanh_c * tanh_c)
+        grad_h = torch.movedim(grad_h_seq, 1, 0)
+        dh = grad_h[-1]
+        dc = dh * dc_dh[-1]
+        dzs = []
+        for t in range(gates.shape[0] - 1, -1, -1):
+            dz = torch.cat([dc, dc, dc, dh], dim=-1) * partials[t]
+            dzs.append(dz)
+            if t:
+                dh = grad_h[t - 1] + dz @ w_hh
+                dc = torch.addcmul(dc * f[t], dh, dc_dh[t - 1])
+        dz = torch.stack(dzs[::-1], dim=1).flatten(0, 1)  # (batch * time, 4 hidden)
+        h_prev = torch.cat([torch.zeros_like(h_seq[:, :1]), h_seq[:, :-1]], dim=1)
+        grad_x = (dz @ w_ih).reshape(x.shape) if ctx.needs_input_grad[0] else None
+        return grad_x, dz.T @ x.flatten(0, 1), dz.T @ h_prev.flatten(0, 1), dz.sum(0)
 
 
 class LogisticRegression(nn.Module):

@@ -1,0 +1,23 @@
+"""benchmarks/bench_lstm.py: the Shakespeare LSTM's step, written-out backward beside autograd's."""
+
+import importlib.util
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("bench_lstm", ROOT / "benchmarks" / "bench_lstm.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_both_versions_compute_one_gradient_and_the_written_out_one_runs_fewer_operations(capsys):
+    load_bench().main(["--clients", "2", "--batch", "2", "--repeat", "1"])
+    out = capsys.readouterr().out
+    assert float(re.search(r"largest gradient difference: (\S+)", out).group(1)) < 1e-5
+    ops = {name: int(count) for name, count in re.findall(r"^(autograd|written-out)\s+[\d.]+\s+(\d+)\s+-$", out, re.M)}
+    assert ops["written-out"] * 2 < ops["autograd"]  # the time loops hold only the recurrence
+    assert re.search(r"^speed-up of the written-out backward: [\d.]+x$", out, re.M)
