@@ -20,8 +20,9 @@ Parts, in order (files under --out, at most 8, all at its top level):
    vmap-ed training step of 31 clients, its written-out backward beside autograd's, within
    ``LSTM_LIMIT``), then ``benchmarks/bench_rounds.py`` with ``BENCH_ARGS`` over the paper's settings:
    the batched path, 1, 4, 8 and 16 runs packed, Shakespeare's unequal clients also in one size
-   group, each setting also with cuDNN's nondeterministic algorithms allowed, with TF32 and without
-   the participant-loss passes (rows of their own, ``also``, which the plan uses for the runs without them),
+   group, each setting also with cuDNN's nondeterministic algorithms allowed, with TF32, without
+   the participant-loss passes and with ``conv: im2col`` (rows of their own, ``also``, which the
+   plan uses for the runs with that field),
    the projected wall time of the whole paper DAG back to back and, after it, the plan's makespan
    (packs, each run on its faster device, the GPU queue beside the CPU cores: docs/performance.md,
    "Projection as the plan's makespan"), then each setting's round beside its lower bound (its
@@ -103,7 +104,7 @@ BENCH_ORDER = "shakespeare_b10 femnist_b20 femnist_full fmnist_b10_p0.1 cifar10_
 # (benchmarks/bench_lstm.py; never timed on a GPU before 2026-11-27's change), within LSTM_LIMIT
 LSTM_ARGS = ("--device cuda --clients 31 --repeat 10", "--device cpu --clients 1 --batch 2 --repeat 1")
 LSTM_LIMIT = (40.0, 30.0)
-BENCH_ARGS = (f"--device cuda --rounds 2 --pack 4 8 16 --no-sequential --max-padding inf --also deterministic=false tf32=true track_improvement=false --fraction-of shakespeare_b10=0.01 --bound --profile --only {BENCH_ORDER}",  # dry:
+BENCH_ARGS = (f"--device cuda --rounds 2 --pack 4 8 16 --no-sequential --max-padding inf --also deterministic=false tf32=true track_improvement=false conv=im2col --fraction-of shakespeare_b10=0.01 --bound --profile --only {BENCH_ORDER}",  # dry:
               "--device cpu --rounds 1 --pack 2 3 --no-sequential --also deterministic=false --only adult_b10 --fraction 0.01 --bound --profile")
 
 

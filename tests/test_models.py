@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedmgda.models import LSTMLayer, ShakespeareLSTM, build_model, count_parameters
+from fedmgda.models import Conv2d, LSTMLayer, ShakespeareLSTM, build_model, convolution, count_parameters
 
 PAPER_MODELS = [
     # name, input shape, classes, trainable parameters (None: not fixed by the paper)
@@ -89,6 +89,42 @@ def test_the_catalog_names_every_model():
     from fedmgda.models import MODELS
 
     assert set(NAMES) == set(MODELS)
+    from fedmgda.catalog import CONVOLUTIONS as CONV_NAMES
+    from fedmgda.models import CONVOLUTIONS
+
+    assert CONV_NAMES == CONVOLUTIONS  # the same default first
+
+
+@pytest.mark.parametrize("name,shape,classes", [("cnn_cifar", (3, 32, 32), 10), ("cnn_fmnist", (1, 28, 28), 10), ("cnn_femnist", (1, 28, 28), 62)])
+def test_im2col_convolutions_are_torchs_up_to_rounding(name, shape, classes):
+    """``conv: im2col`` computes the same function as torch's convolution: outputs and gradients
+    (float64), under vmap over clients with their own weights as the batched path runs it."""
+    torch.manual_seed(4)
+    models = {conv: build_model(name, shape, classes, conv=conv).double() for conv in ("torch", "im2col")}
+    models["im2col"].load_state_dict(models["torch"].state_dict())
+    assert [m.im2col for m in models["im2col"].modules() if isinstance(m, Conv2d)] == [True, True]
+    assert convolution(models["im2col"]) == "im2col" and convolution(models["torch"]) == "torch"
+    assert convolution(build_model("logreg", (99,), 2, conv="im2col")) is None
+    clients = 3
+    params = {k: v.detach().expand(clients, *v.shape).clone() + 0.01 * torch.randn(clients, *v.shape, dtype=torch.float64)
+              for k, v in models["torch"].named_parameters()}
+    x = torch.randn(clients, 4, *shape, dtype=torch.float64)
+    y = torch.randint(0, classes, (clients, 4))
+    models = {conv: m.eval() for conv, m in models.items()}
+
+    def gradient(model):
+        loss = lambda p, x, y: torch.nn.functional.nll_loss(torch.func.functional_call(model, p, (x,)), y)
+        return torch.func.vmap(torch.func.grad_and_value(loss))(params, x, y)
+
+    (g_torch, l_torch), (g_im2col, l_im2col) = gradient(models["torch"]), gradient(models["im2col"])
+    assert torch.allclose(l_torch, l_im2col, rtol=0, atol=1e-12)
+    for k in params:
+        assert torch.allclose(g_torch[k], g_im2col[k], rtol=0, atol=1e-10), k
+
+
+def test_an_unknown_convolution_is_one_clear_error():
+    with pytest.raises(ValueError, match="unknown conv 'winograd'; known: torch, im2col"):
+        build_model("cnn_cifar", (3, 32, 32), 10, conv="winograd")
 
 
 def test_mlp_fmnist_is_fedmdfgs_mlp():

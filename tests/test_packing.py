@@ -130,3 +130,23 @@ def test_full_batch_packs_share_one_plan_per_user_and_match_the_runs_alone(tmp_p
     for a, p in zip(alone, packed):
         assert torch.allclose(a.final_weights, p.final_weights, atol=1e-5)
         pd.testing.assert_frame_equal(a.metrics, p.metrics, atol=1e-5)
+
+
+def image_toy():
+    """The toy users' samples as 28 x 28 one-channel images, for the F-MNIST CNN."""
+    data = make_toy_federated(dim=784, n_train=6, n_test=2)
+    images = {name: (x.reshape(-1, 1, 28, 28), y) for name, (x, y) in data.global_test.items()}
+    return replace(data, x=data.x.reshape(-1, 1, 28, 28), global_test=images)
+
+
+def test_runs_with_other_convolutions_are_not_packed_and_train_alike():
+    """``conv: im2col`` is another forward of the same function: its runs get the numbers of
+    torch's convolution up to float rounding, and a pack never mixes the two."""
+    configs = [toy_config(rounds=2, batched=False, batch_size=3), toy_config(rounds=2, batched=False, batch_size=3, conv="im2col")]
+    sims = [Simulation(cfg, data=image_toy(), model_name="cnn_fmnist") for cfg in configs]
+    with pytest.raises(ConfigError, match="differ in conv"):
+        run_packed(sims, [None, None])
+    torch_conv, im2col = (run(cfg, data=image_toy(), model_name="cnn_fmnist") for cfg in configs)
+    assert torch.allclose(torch_conv.final_weights, im2col.final_weights, atol=1e-5)
+    start = Simulation(configs[0], data=image_toy(), model_name="cnn_fmnist").model.initial_vector()
+    assert (torch_conv.final_weights - start).abs().max() > 1e-3  # the runs trained

@@ -127,7 +127,7 @@ def test_local_training_splits_groups():
                                                       batch_size=10, hparams={"eta": 1.0}).config)
     for other in ({"local_lr": 0.1}, {"batch_size": "full"}, {"momentum": 0.0}, {"local_epochs": 2},
                   {"algorithm": "fedprox", "hparams": {"mu": 0.01}}, {"dataset": "synthetic"},
-                  {"dataset_options": {"max_samples": 100}}, {"batched": False}, {"device": "cuda"}):
+                  {"dataset_options": {"max_samples": 100}}, {"batched": False}, {"device": "cuda"}, {"conv": "im2col"}):
         cfg = {**base.config, **other}
         assert pack_group(cfg) != pack_group(base.config), other
     # mgda_prox's implied mu (0.1, dropped from its hparams) is its mu all the same

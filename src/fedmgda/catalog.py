@@ -442,6 +442,8 @@ DATASETS: Mapping[str, Dataset] = MappingProxyType({d.name: d for d in (
 )})
 # the names of fedmgda.models.MODELS (kept here without torch; tests/test_models.py checks they agree)
 MODELS = ("cnn_cifar", "cnn_fmnist", "cnn_femnist", "lstm_shakespeare", "logreg", "mlp_digits", "mlp_fmnist")
+# fedmgda.models.CONVOLUTIONS (the run config's ``conv``, the default first; tests/test_models.py checks they agree)
+CONVOLUTIONS = ("torch", "im2col")
 OFFLINE_DATASETS = tuple(name for name, d in DATASETS.items() if d.offline)
 DOWNLOADED_DATASETS = tuple(name for name, d in DATASETS.items() if not d.offline)
 RAW_FOLDERS = tuple(dict.fromkeys(d.raw_folder for d in DATASETS.values() if not d.offline))

@@ -17,6 +17,7 @@ import yaml
 from fedmgda.catalog import (
     ALGORITHM_OPTIONS,
     BUILTIN_ALGORITHMS,
+    CONVOLUTIONS,
     DATASETS,
     MODELS,
     AlgorithmInfo,
@@ -29,6 +30,7 @@ from fedmgda.errors import ConfigError  # also importable from here, as before
 CHOICES: dict[str, tuple[str, ...]] = {
     "sampling": ("uniform", "size"),
     "init": ("torch", "glorot"),
+    "conv": CONVOLUTIONS,
     "final_model": ("auto", "last", "average"),
     **ALGORITHM_OPTIONS,
 }
@@ -108,6 +110,7 @@ class RunConfig:
     afl_step_weights: str = CHOICES["afl_step_weights"][0]  # AFL's model step: updates weighted by "lambda" (paper) or a "uniform" mean (q-FFL code)
     model: str | None = None  # None: the dataset's model (fedmgda.catalog.DATASETS); else a name of fedmgda.models.MODELS
     init: str = CHOICES["init"][0]  # initial model: PyTorch's default init, or "glorot" (TensorFlow's, as the q-FFL code)
+    conv: str = CHOICES["conv"][0]  # the CNNs' convolutions: "torch" (cuDNN, oneDNN) or "im2col" + matrix products; equal up to float rounding
     final_model: str = CHOICES["final_model"][0]  # "last" iterate, "average" of all iterates, or "auto": average for AFL (its output), else last
     device: str = "auto"
     checkpoint_every: int = 0  # 0: no checkpoints

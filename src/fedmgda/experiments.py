@@ -52,7 +52,7 @@ RUN_FIELDS = set(RUN_DEFAULTS) | NON_IDENTITY_FIELDS | {"dataset", "algorithm", 
 SHORT = {"local_epochs": "k", "momentum": "m", "eval_every": "ev", "per_user_every": "pu",
          "track_improvement": "impr", "qffl_loss": "qloss", "final_model": "final", "batched": "batched", "tf32": "tf32",
          "afl_gamma_w": "gammaw", "sampling": "sampling", "aggregation_weights": "aggw", "afl_step_weights": "aflstep",
-         "init": "init"}
+         "init": "init", "conv": "conv"}
 
 
 class RegistryError(ValueError):

@@ -18,6 +18,33 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+CONVOLUTIONS = ("torch", "im2col")  # how a Conv2d computes, the default first (fedmgda.catalog keeps the names too)
+
+
+class Conv2d(nn.Conv2d):
+    """``nn.Conv2d`` (the paper's models': stride 1, no padding) that computes either as torch's
+    convolution (``conv: torch``, the default: cuDNN on a GPU, oneDNN on a CPU) or as im2col and
+    one matrix product (``conv: im2col``: ``F.unfold``, then the weight times every image's
+    columns, cuBLAS on a GPU). The function is the same up to float rounding.
+
+    Why both: under ``vmap`` over clients, each with its own weights, torch's convolution becomes a
+    grouped convolution, one group per client. On the H200, cuDNN ran its weight gradient as one
+    kernel per client per step (docs/performance.md, "Lower bounds and profiles"). As matrix
+    products, a step's convolution is one batched product over all clients. Which is faster is a
+    measurement: ``bench_rounds.py --also conv=im2col``.
+    """
+
+    im2col = False  # set by ``build_model`` from the run config's ``conv``
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.im2col:
+            return super().forward(x)
+        assert self.stride == (1, 1) and self.padding == (0, 0) and self.dilation == (1, 1) and self.groups == 1
+        height, width = x.shape[-2] - self.kernel_size[0] + 1, x.shape[-1] - self.kernel_size[1] + 1
+        columns = F.unfold(x, self.kernel_size)  # (batch, in channels x kernel, height x width)
+        out = torch.matmul(self.weight.flatten(1), columns) + self.bias[:, None]
+        return out.unflatten(-1, (height, width))
+
 
 class CNNCifar(nn.Module):
     """CIFAR-10 CNN, paper Table 2 / ``CNNCifar`` (797 962 parameters).
@@ -28,8 +55,8 @@ class CNNCifar(nn.Module):
 
     def __init__(self, num_classes: int = 10):
         super().__init__()
-        self.conv1 = nn.Conv2d(3, 64, 5)
-        self.conv2 = nn.Conv2d(64, 64, 5)
+        self.conv1 = Conv2d(3, 64, 5)
+        self.conv2 = Conv2d(64, 64, 5)
         self.fc1 = nn.Linear(64 * 5 * 5, 384)
         self.fc2 = nn.Linear(384, 192)
         self.fc3 = nn.Linear(192, num_classes)
@@ -84,8 +111,8 @@ class CNNFashion(nn.Module):
 
     def __init__(self, num_classes: int = 10, in_channels: int = 1):
         super().__init__()
-        self.conv1 = nn.Conv2d(in_channels, 10, 5)
-        self.conv2 = nn.Conv2d(10, 20, 5)
+        self.conv1 = Conv2d(in_channels, 10, 5)
+        self.conv2 = Conv2d(10, 20, 5)
         self.fc1 = nn.Linear(320, 50)
         self.fc2 = nn.Linear(50, num_classes)
 
@@ -106,8 +133,8 @@ class CNNFemnist(nn.Module):
 
     def __init__(self, num_classes: int = 62):
         super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3)
-        self.conv2 = nn.Conv2d(32, 64, 3)
+        self.conv1 = Conv2d(1, 32, 3)
+        self.conv2 = Conv2d(32, 64, 3)
         self.fc1 = nn.Linear(9216, 128)
         self.fc2 = nn.Linear(128, num_classes)
 
@@ -289,13 +316,25 @@ MODELS: dict[str, Callable[[tuple[int, ...], int], nn.Module]] = {
 }
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, init: str = "torch") -> nn.Module:
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, init: str = "torch", conv: str = "torch") -> nn.Module:
     """The model registered as ``name`` for samples of ``input_shape`` and ``num_classes`` outputs,
-    initialised by PyTorch's defaults (``init`` "torch") or by ``glorot_init`` ("glorot")."""
+    initialised by PyTorch's defaults (``init`` "torch") or by ``glorot_init`` ("glorot"), its
+    convolutions computed as ``conv`` says (``Conv2d``; a model without any ignores it)."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; known: {', '.join(sorted(MODELS))}")
+    if conv not in CONVOLUTIONS:
+        raise ValueError(f"unknown conv {conv!r}; known: {', '.join(CONVOLUTIONS)}")
     model = MODELS[name](tuple(input_shape), num_classes)
+    for layer in model.modules():
+        if isinstance(layer, Conv2d):
+            layer.im2col = conv == "im2col"
     return glorot_init(model) if init == "glorot" else model
+
+
+def convolution(model: nn.Module) -> str | None:
+    """How the model's convolutions compute (``CONVOLUTIONS``), None for a model without any."""
+    layers = [layer for layer in model.modules() if isinstance(layer, Conv2d)]
+    return ("im2col" if layers[0].im2col else "torch") if layers else None
 
 
 @torch.no_grad()

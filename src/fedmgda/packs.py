@@ -59,6 +59,8 @@ def pack_group(cfg: Mapping[str, Any]) -> str:
         parts.append(f"{key}{_fmt_value(value)}")
     if get("model") is not None:
         parts.append(f"model{_fmt_value(get('model'))}")
+    if get("conv") != RUN_DEFAULTS["conv"]:  # another forward: not in one vmap-ed step
+        parts.append(f"conv{_fmt_value(get('conv'))}")
     parts += [f"k{get('local_epochs')}", f"b{get('batch_size')}", f"lr{fmt_num(get('local_lr'))}",
               f"m{fmt_num(get('momentum'))}"]
     mu = prox_mu(cfg)

@@ -56,6 +56,7 @@ from fedmgda.fastpaths import (
     LinearSoftmaxSteps,
     single_thread_on_cpu,
 )
+from fedmgda.models import convolution
 from fedmgda.results import RunResult
 from fedmgda.simulator import (
     EvalRequest,
@@ -411,6 +412,7 @@ def check_packable(runs: list[RunInputs]) -> None:
         differ = [name for name, same in [
             ("device", run.device == lead.device),
             ("model", type(model.module) is type(lead_model.module) and model.shapes == lead_model.shapes),
+            ("conv", convolution(model.module) == convolution(lead_model.module)),
             ("local training (epochs, batch size, local lr, momentum, proximal mu)", run.trainer.hparams == lead.trainer.hparams),
             ("batched", run.batched == lead.batched),
             ("pooled samples", run.data.x is lead.data.x or (run.data.x.shape == lead.data.x.shape and torch.equal(run.data.x, lead.data.x) and torch.equal(run.data.y, lead.data.y))),

@@ -233,7 +233,7 @@ class Simulation:
             raise ConfigError(f"attack.user = {cfg.attack.user} but the dataset has {self.num_users} users")
 
         torch.manual_seed(cfg.seed)  # the same initial model for every algorithm of a seed
-        module = build_model(model_name, tuple(data.x.shape[1:]), data.num_classes, cfg.init).to(self.device)
+        module = build_model(model_name, tuple(data.x.shape[1:]), data.num_classes, cfg.init, cfg.conv).to(self.device)
         self.model = FlatModel(module.to(dtype) if dtype is not None else module)
         self.algorithm_info = get_algorithm(cfg.algorithm, cfg.plugin)  # its declared facts (fedmgda.catalog)
         options = {name: getattr(cfg, name) for name in self.algorithm_info.run_options}
