@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections import Counter
 
 import torch
 import torch.nn.functional as F

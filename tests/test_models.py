@@ -2,7 +2,14 @@ import pytest
 import torch
 from torch import nn
 
-from fedmgda.models import Conv2d, LSTMLayer, ShakespeareLSTM, build_model, convolution, count_parameters
+from fedmgda.models import (
+    Conv2d,
+    LSTMLayer,
+    ShakespeareLSTM,
+    build_model,
+    convolution,
+    count_parameters,
+)
 
 PAPER_MODELS = [
     # name, input shape, classes, trainable parameters (None: not fixed by the paper)
@@ -113,7 +120,8 @@ def test_im2col_convolutions_are_torchs_up_to_rounding(name, shape, classes):
     models = {conv: m.eval() for conv, m in models.items()}
 
     def gradient(model):
-        loss = lambda p, x, y: torch.nn.functional.nll_loss(torch.func.functional_call(model, p, (x,)), y)
+        def loss(p, x, y):
+            return torch.nn.functional.nll_loss(torch.func.functional_call(model, p, (x,)), y)
         return torch.func.vmap(torch.func.grad_and_value(loss))(params, x, y)
 
     (g_torch, l_torch), (g_im2col, l_im2col) = gradient(models["torch"]), gradient(models["im2col"])
