@@ -450,6 +450,13 @@ def match_setting(cfg: dict, names: set[str] | dict) -> tuple[Setting, int, str 
     notes = []
     if chosen.stand_in:
         notes.append(f"{dataset}: a lower bound, {chosen.name} stands in ({chosen.stand_in})")
+        real = [s for s in SETTINGS if s.dataset == dataset and not s.stand_in and s.batch_size == chosen.batch_size]
+        if real:
+            ratio = grouped_steps(real[0]) / grouped_steps(chosen)
+            notes.append(f"{dataset}: a round of {real[0].name} takes {grouped_steps(real[0])} sequential local steps in "
+                         f"size groups ({longest_steps(real[0])} in one, --max-padding inf), the stand-in's "
+                         f"{grouped_steps(chosen)}; if a step cost the same at any width (bound by kernel launches), its "
+                         f"rounds would take up to {ratio:.1f}x the stand-in's (not measured)")
     if (chosen.batch_size == "full") != full_batch or chosen.per_round != per_round:
         notes.append(f"{dataset} b={batch} n={per_round} ~ {chosen.name} x {per_round}/{chosen.per_round}")
     return chosen, per_round, "; ".join(notes) or None
@@ -790,21 +797,39 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
+def local_steps(setting: Setting) -> list[int]:
+    """Each client's local steps a round (one epoch)."""
+    return [1 if setting.batch_size == "full" else math.ceil(n / setting.batch_size) for n in setting.train_sizes]
+
+
+def longest_steps(setting: Setting) -> int:
+    """The longest client's local steps a round: the least sequential steps of a round."""
+    return max(local_steps(setting))
+
+
+def grouped_steps(setting: Setting) -> int:
+    """A round's sequential local steps where every client takes part: the sum over the size
+    groups ``fedmgda.client.size_groups`` trains one after another (each as long as its longest
+    client); else the longest client's."""
+    from fedmgda.client import size_groups
+
+    steps = local_steps(setting)
+    if setting.per_round != len(steps):
+        return max(steps)
+    return sum(max(steps[i] for i in group) for group in size_groups(list(setting.train_sizes)))
+
+
 def print_sizes() -> None:
     """--sizes: each setting's clients and what they cost a round in sequential local steps: the
     longest client's (a round's least, whatever the batching) and, where every client takes part,
     the sum over the groups ``fedmgda.client.size_groups`` trains one after another (each as long
     as its longest client)."""
-    from fedmgda.client import size_groups
-
     print(f"{'setting':22} {'clients':>7} {'per round':>9} {'train samples':>13} {'mean':>7} {'largest':>7} "
           f"{'longest steps':>13} {'grouped steps':>13}")
     for setting in SETTINGS:
         sizes = list(setting.train_sizes)
-        steps = [1 if setting.batch_size == "full" else math.ceil(n / setting.batch_size) for n in sizes]
-        grouped = "-"
-        if setting.per_round == len(sizes):
-            grouped = str(sum(max(steps[i] for i in group) for group in size_groups(sizes)))
+        steps = local_steps(setting)
+        grouped = str(grouped_steps(setting)) if setting.per_round == len(sizes) else "-"
         print(f"{setting.name:22} {len(sizes):>7} {setting.per_round:>9} {sum(sizes):>13} {statistics.fmean(sizes):>7.0f} "
               f"{max(sizes):>7} {max(steps):>13} {grouped:>13}")
 

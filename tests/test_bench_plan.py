@@ -436,3 +436,18 @@ def test_time_rounds_reports_its_untimed_warm_up(bench):
     warm_up: list[float] = []
     seconds, eval_s = bench.time_rounds(setting, bench.random_dataset(setting, 0.005), batched=True, rounds=1, device="cpu", warm_up=warm_up)
     assert len(warm_up) == 1 and warm_up[0] > 0 and seconds > 0 and eval_s >= 0
+
+
+def test_a_stand_in_says_how_far_below_its_dataset_it_may_be(bench):
+    """Shakespeare's equal-size stand-in: the note gives the real sizes' sequential steps (size
+    groups one after another) over the stand-in's, the factor if a step cost the same at any width."""
+    settings = {s.name: s for s in bench.SETTINGS}
+    real, stand_in = settings["shakespeare_b10"], settings["shakespeare_b10_equal"]
+    assert bench.longest_steps(stand_in) == bench.grouped_steps(stand_in) == 300  # 3 000 samples, b = 10, one group
+    assert bench.longest_steps(real) < bench.grouped_steps(real)  # unequal sizes: several groups
+    assert bench.grouped_steps(settings["cifar10_b10_p0.1"]) == 40  # 10 of 100 take part: the longest client's
+    _, _, note = bench.match_setting({"dataset": "shakespeare", "batch_size": 10, "participation": 1.0}, {"shakespeare_b10_equal"})
+    ratio = bench.grouped_steps(real) / bench.grouped_steps(stand_in)
+    assert f"takes {bench.grouped_steps(real)} sequential local steps" in note and f"up to {ratio:.1f}x the stand-in's (not measured)" in note
+    _, _, measured = bench.match_setting({"dataset": "shakespeare", "batch_size": 10, "participation": 1.0}, {"shakespeare_b10"})
+    assert measured is None  # the real setting measured: no stand-in, no note
