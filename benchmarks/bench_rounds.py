@@ -917,6 +917,8 @@ def measure_settings(args: argparse.Namespace, device: torch.device, measured_so
             # before the default timings: each run sets the CUDA backend flags, so they end as the defaults set them
             also = {}
             for item in args.also:
+                if not applies(setting, item):
+                    continue
                 if limit and not limit.allows(limit.SETTINGS_SHARE, f"{setting.name} with {item}"):
                     break
                 also[item] = time_rounds(setting, data, batched=True, rounds=args.rounds, device=str(device),
@@ -950,6 +952,18 @@ def measure_settings(args: argparse.Namespace, device: torch.device, measured_so
         if measured_so_far:
             measured_so_far(measured, packed_s, also_s)
     return measured, packed_s, also_s
+
+
+def applies(setting: Setting, item: str) -> bool:
+    """False for an --also change its setting's model ignores (``conv`` where it has no
+    convolution): not timed."""
+    from fedmgda.models import build_model, convolution
+
+    key, _ = parse_override(item)
+    if key != "conv":
+        return True
+    dataset = DATASET_SPECS[setting.dataset]
+    return convolution(build_model(dataset.model, dataset.input_shape, dataset.num_classes)) is not None
 
 
 def parse_override(item: str) -> tuple[str, object]:

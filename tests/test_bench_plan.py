@@ -451,3 +451,11 @@ def test_a_stand_in_says_how_far_below_its_dataset_it_may_be(bench):
     assert f"takes {bench.grouped_steps(real)} sequential local steps" in note and f"up to {ratio:.1f}x the stand-in's (not measured)" in note
     _, _, measured = bench.match_setting({"dataset": "shakespeare", "batch_size": 10, "participation": 1.0}, {"shakespeare_b10"})
     assert measured is None  # the real setting measured: no stand-in, no note
+
+
+def test_also_skips_a_change_the_setting_ignores(bench):
+    """--also conv=im2col is timed for the CNN settings only; other changes for every setting."""
+    timed = {s.name for s in bench.SETTINGS if bench.applies(s, "conv=im2col")}
+    assert {"cifar10_b10_p0.1", "fmnist_b10_p0.1", "femnist_b20"} <= timed
+    assert not timed & {"shakespeare_b10", "adult_b10", "synthetic_b10"}
+    assert all(bench.applies(s, "tf32=true") for s in bench.SETTINGS)
