@@ -426,13 +426,15 @@ def bench_note(measured: dict[str, dict[str, float]], text: str) -> str:
 
 
 def lstm_note(text: str) -> str:
-    """The summary's words for bench_lstm's lines: the step's milliseconds and the speed-up."""
-    steps = dict(re.findall(r"^(autograd|written-out)\s+([\d.]+)\s", text, re.M))
+    """The summary's words for bench_lstm's lines: the step's milliseconds, the speed-up, the
+    ratio to the step's lower bound."""
+    steps = dict(re.findall(r"^(autograd|written-out|bound)\s+([\d.]+)\s", text, re.M))
     speedup = re.search(r"^speed-up of the written-out backward: ([\d.]+)x", text, re.M)
-    if not speedup or len(steps) < 2:
+    ratio = re.search(r"^written-out step / bound: ([\d.]+)x", text, re.M)
+    if not speedup or not ratio or len(steps) < 3:
         return "; LSTM step not timed"
     return (f"; LSTM step: written-out backward {steps['written-out']} ms, autograd {steps['autograd']} ms "
-            f"({speedup.group(1)}x)")
+            f"({speedup.group(1)}x), bound {steps['bound']} ms ({ratio.group(1)}x)")
 
 
 def part_bench_rounds(check: Check) -> None:

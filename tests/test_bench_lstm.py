@@ -18,6 +18,9 @@ def test_both_versions_compute_one_gradient_and_the_written_out_one_runs_fewer_o
     load_bench().main(["--clients", "2", "--batch", "2", "--repeat", "1"])
     out = capsys.readouterr().out
     assert float(re.search(r"largest gradient difference: (\S+)", out).group(1)) < 1e-5
-    ops = {name: int(count) for name, count in re.findall(r"^(autograd|written-out)\s+[\d.]+\s+(\d+)\s+-$", out, re.M)}
+    ops = {name: int(count) for name, count in re.findall(r"^(autograd|written-out|bound)\s+[\d.]+\s+(\d+)\s+-$", out, re.M)}
     assert ops["written-out"] * 2 < ops["autograd"]  # the time loops hold only the recurrence
     assert re.search(r"^speed-up of the written-out backward: [\d.]+x$", out, re.M)
+    ms = {name: float(t) for name, t in re.findall(r"^(autograd|written-out|bound)\s+([\d.]+)\s", out, re.M)}
+    ratio = float(re.search(r"^written-out step / bound: ([\d.]+)x$", out, re.M).group(1))
+    assert set(ms) == {"autograd", "written-out", "bound"} and abs(ratio - ms["written-out"] / ms["bound"]) < 0.01 + 0.01 * ratio

@@ -208,7 +208,8 @@ def test_part_pytest_cuda_requires_the_cuda_tests_to_run_on_a_gpu(check, monkeyp
 def test_part_bench_rounds_projects_from_what_was_measured_before_a_time_out(check, monkeypatch):
     module, c = check
     lstm = ("version       ms a step  operations  CUDA kernels\nautograd         294.46        5532             -\n"
-            "written-out      199.24        2438             -\nspeed-up of the written-out backward: 1.48x\n")
+            "written-out      199.24        2438             -\nbound             85.92          56             -\n"
+            "speed-up of the written-out backward: 1.48x\nwritten-out step / bound: 2.32x\n")
     measured = ("name  clients  ...\nfmnist_b10_p0.1  10  all  0.500  0.100  5.0x  0.2  0.050\n"
                 "  8 runs packed: 0.300 s per round\n")
     projected = "projected wall time of the paper DAG (1599 training runs, from 1 settings): 12.5 h\n"
@@ -220,7 +221,8 @@ def test_part_bench_rounds_projects_from_what_was_measured_before_a_time_out(che
     part = c.summary.parts["bench_rounds"]
     assert part.status == "timeout" and part.note == ("1 settings measured; paper DAG (1599 runs) projected 12.5 h back to back; "
                                                       "F-MNIST s/round: 1 run 0.100, 8 packed 0.300; "
-                                                      "LSTM step: written-out backward 199.24 ms, autograd 294.46 ms (1.48x)")
+                                                      "LSTM step: written-out backward 199.24 ms, autograd 294.46 ms (1.48x), "
+                                                      "bound 85.92 ms (2.32x)")
     assert part.wall == 2.0  # both benchmarks' (1 s each here)
     given = calls[1][calls[1].index("--time-limit") + 1]
     assert float(given) == round(part.limit - 1.0 - module.BENCH_MARGIN)  # the part's limit less the LSTM's time
