@@ -6,8 +6,8 @@ beside autograd through the same recurrence, in one process.
 
 One step is what ``VmapSteps`` runs per minibatch: the gradient of each client's mean negative
 log-likelihood on 10 sequences of 80 characters, ``torch.func.vmap``-ed over ``--clients``
-clients, each with its own weights. Both versions compute the same function (the forward bit for
-bit; the printed gradient difference is float rounding). Printed per version: the median time of
+clients, each with its own weights. Both versions compute the same function (the printed gradient
+difference is float rounding). Printed per version: the median time of
 ``--repeat`` steps after two untimed ones, the operations one step runs (torch.profiler: the
 aten operations that compute, views and casts left out; on a GPU also the kernels it launches),
 and the written-out version's speed-up. Last, the step's lower bound (``bound``): one model's

@@ -194,8 +194,10 @@ class LSTMLayer(torch.autograd.Function):
     weight and input gradients after it, as one product each over all steps
     (``benchmarks/bench_lstm.py`` counts the operations of both versions and times them).
 
-    The forward values equal the autograd version's bit for bit. The gradients agree up to float
-    rounding: the time steps are summed in another order (tests/test_models.py, float64).
+    The forward agrees with the autograd version's up to float rounding: the input projection and
+    the product are no longer summed in one ``addmm``, and the sigmoid runs on all four gate blocks
+    at once. The gradients agree up to float rounding too: the time steps are summed in another
+    order (tests/test_models.py, float64).
     ``generate_vmap_rule``: ``torch.func.vmap`` batches both loops like any other operations.
     """
 
