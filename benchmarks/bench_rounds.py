@@ -828,10 +828,9 @@ def print_sizes() -> None:
           f"{'longest steps':>13} {'grouped steps':>13}")
     for setting in SETTINGS:
         sizes = list(setting.train_sizes)
-        steps = local_steps(setting)
         grouped = str(grouped_steps(setting)) if setting.per_round == len(sizes) else "-"
         print(f"{setting.name:22} {len(sizes):>7} {setting.per_round:>9} {sum(sizes):>13} {statistics.fmean(sizes):>7.0f} "
-              f"{max(sizes):>7} {max(steps):>13} {grouped:>13}")
+              f"{max(sizes):>7} {longest_steps(setting):>13} {grouped:>13}")
 
 
 def show_committed_plan(args: argparse.Namespace) -> None:

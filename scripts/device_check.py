@@ -17,8 +17,8 @@ Parts, in order (files under --out, at most 8, all at its top level):
    CNN reproducibility, local terms, a whole run); a CUDA test that skips on a CUDA machine fails
    the part (``pytest_cuda.txt``).
 3. ``bench_rounds``: first ``benchmarks/bench_lstm.py`` with ``LSTM_ARGS`` (the Shakespeare LSTM's
-   vmap-ed training step of 31 clients, its written-out backward beside autograd's, within
-   ``LSTM_LIMIT``), then ``benchmarks/bench_rounds.py`` with ``BENCH_ARGS`` over the paper's settings:
+   vmap-ed training step of 31 clients, its written-out backward beside autograd's and beside its
+   lower bound, within ``LSTM_LIMIT``), then ``benchmarks/bench_rounds.py`` with ``BENCH_ARGS`` over the paper's settings:
    the batched path, 1, 4, 8 and 16 runs packed, Shakespeare's unequal clients also in one size
    group, each setting also with cuDNN's nondeterministic algorithms allowed, with TF32, without
    the participant-loss passes and with ``conv: im2col`` (rows of their own, ``also``, which the

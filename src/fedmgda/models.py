@@ -189,7 +189,7 @@ class LSTMLayer(torch.autograd.Function):
     Autograd through the recurrence differentiates each time step's operations one by one and
     adds each step's weight gradients to a running sum: on a GPU, thousands of small kernels a
     training step of 80 time steps. Here the time loops hold only the recurrence. The forward
-    loop runs one product and six element-wise operations a step, the backward loop one product
+    loop runs one product and seven element-wise operations a step, the backward loop one product
     and five. The gates' derivatives are computed for all steps before the backward loop, and the
     weight and input gradients after it, as one product each over all steps
     (``benchmarks/bench_lstm.py`` counts the operations of both versions and times them).
