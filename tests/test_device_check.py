@@ -233,6 +233,18 @@ def test_lstm_note_says_when_the_step_was_not_timed():
     assert module.lstm_note("autograd   12.0  100  -\n") == "; LSTM step not timed"
 
 
+def test_lstm_note_gives_the_wavefront_candidates_time_and_its_speed_up_at_each_width():
+    module = load_script()
+    text = ("autograd         294.46        5532             -\nwritten-out      199.24        2438             -\n"
+            "wavefront        150.00        1336             -\nbound             85.92          56             -\n"
+            "speed-up of the written-out backward: 1.48x\nspeed-up of the wavefront over the written-out: 1.33x\n"
+            "written-out step / bound: 2.32x\n"
+            "1 clients: written-out 90.00 ms, wavefront 50.00 ms, bound 20.00 ms; wavefront speed-up 1.80x\n"
+            "248 clients: written-out 900.00 ms, wavefront 1200.00 ms, bound 99.00 ms; wavefront speed-up 0.75x\n")
+    assert module.lstm_note(text) == ("; LSTM step: written-out backward 199.24 ms, autograd 294.46 ms (1.48x), bound 85.92 ms "
+                                      "(2.32x), wavefront 150.00 ms; wavefront speed-up at 1 clients 1.80x, 248 clients 0.75x")
+
+
 def test_bench_measurements_read_untimed_sequential_columns_and_every_pack_size(check):
     """--no-sequential prints '-' for the sequential path and its speed-up; every --pack size is read."""
     module, _ = check
