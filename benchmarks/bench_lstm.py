@@ -94,19 +94,19 @@ class WavefrontLSTM(torch.autograd.Function):
         iterations = steps + layers - 1
         # each iteration's addend: layer 0's projection (zero once it is done), the upper biases
         addend = torch.movedim(torch.cat([F.pad(gates_x, (0, 0, 0, layers - 1)), upper_bias.expand(batch, iterations, -1)], -1), 1, 0)
-        h = c = gates_x.new_zeros(batch, 0, hidden)  # the running layers' states
+        h = c = gates_x.new_zeros(batch, 0, hidden)  # the states of the layers that ran last, from layer ran
+        ran = 0
         saved = []
         for k in range(iterations):
             low, high = max(0, k - steps + 1), min(layers - 1, k)  # the layers running now
             z = addend[k, :, 4 * hidden * low:4 * hidden * (high + 1)]
-            if k:  # the previous iteration's layers: low - 1 (done, feeding low) or low, up to high (or high - 1, starting)
-                first = max(low - 1, 0)
-                z = z + h.flatten(1) @ w_block[hidden * first:hidden * (first + h.shape[1]), 4 * hidden * low:4 * hidden * (high + 1)]
+            if k:  # the last states: each layer's own and the next layer's input
+                z = z + h.flatten(1) @ w_block[hidden * ran:hidden * (ran + h.shape[1]), 4 * hidden * low:4 * hidden * (high + 1)]
             z = z.unflatten(1, (high + 1 - low, 4 * hidden))
-            if high + 1 - low > c.shape[1]:  # a layer starts: zero cell state
-                c = F.pad(c, (0, 0, 0, 1))
-            elif low and c.shape[1] > high + 1 - low:  # a layer is done
-                c = c[:, 1:]
+            # the running layers' previous cell states: none for a layer done, zero for one starting
+            c = c[:, low - ran:]
+            if c.shape[1] < high + 1 - low:
+                c = F.pad(c, (0, 0, 0, high + 1 - low - c.shape[1]))
             gate = torch.sigmoid(z)
             g = torch.tanh(z[..., 2 * hidden:3 * hidden])
             c = torch.addcmul(gate[..., hidden:2 * hidden] * c, gate[..., :hidden], g)
@@ -114,6 +114,7 @@ class WavefrontLSTM(torch.autograd.Function):
             h = gate[..., 3 * hidden:] * tanh_c
             pad = (0, 0, low, layers - 1 - high)
             saved.append([F.pad(t, pad) if pad[2] or pad[3] else t for t in (h, gate, g, c, tanh_c)])
+            ran = low
         hs, gates, gs, cs, tanh_cs = (torch.stack(column) for column in zip(*saved))  # (iterations, batch, layers, ...)
         return torch.movedim(hs[layers - 1:, :, -1], 0, 1), hs, gates, gs, cs, tanh_cs
 

@@ -32,8 +32,8 @@ def test_the_versions_compute_one_gradient_and_the_written_out_and_wavefront_one
     assert re.search(r"^1 clients: written-out [\d.]+ ms, wavefront [\d.]+ ms, bound [\d.]+ ms; wavefront speed-up [\d.]+x$", out, re.M)
 
 
-@pytest.mark.parametrize("layers", [1, 2, 3])
-def test_the_wavefront_candidate_is_the_stacked_lstm_with_its_gradient(layers):
+@pytest.mark.parametrize("layers, steps", [(1, 6), (2, 6), (3, 6), (3, 2)])  # (3, 2): layers start and end at once
+def test_the_wavefront_candidate_is_the_stacked_lstm_with_its_gradient(layers, steps):
     """``WavefrontLSTM``: its backward against finite differences (float64, a dense block matrix,
     so every coupling is checked), and the model through it against the package's forward and
     gradient, each client's under vmap."""
@@ -44,13 +44,13 @@ def test_the_wavefront_candidate_is_the_stacked_lstm_with_its_gradient(layers):
     bench = load_bench()
     torch.manual_seed(layers)
     hidden = 5
-    inputs = (torch.randn(2, 4, 4 * hidden, dtype=torch.float64, requires_grad=True),
+    inputs = (torch.randn(2, steps, 4 * hidden, dtype=torch.float64, requires_grad=True),
               (0.3 * torch.randn(layers * hidden, 4 * layers * hidden, dtype=torch.float64)).requires_grad_(),
               torch.randn((layers - 1) * 4 * hidden, dtype=torch.float64, requires_grad=True))
     assert torch.autograd.gradcheck(lambda *args: bench.WavefrontLSTM.apply(*args)[0], inputs)
     model = bench.ShakespeareLSTM(embed_dim=3, hidden=hidden, layers=layers).double()
     params = {name: p.detach() + 0.05 * torch.randn(3, *p.shape, dtype=p.dtype) for name, p in model.named_parameters()}
-    x, y = torch.randint(0, 80, (3, 4, 6)), torch.randint(0, 80, (3, 4))
+    x, y = torch.randint(0, 80, (3, 4, steps)), torch.randint(0, 80, (3, 4))
     package = vmap(grad(lambda p, x, y: F.nll_loss(functional_call(model, p, (x,)), y)))(params, x, y)
     wavefront = vmap(grad(lambda p, x, y: F.nll_loss(bench.wavefront_forward(model)(p, x), y)))(params, x, y)
     assert all(torch.allclose(package[k], wavefront[k], rtol=0, atol=1e-12) for k in params)
