@@ -154,8 +154,8 @@ def wavefront_weights(w_ih: list, w_hh: list) -> torch.Tensor:
     (l - 1, l) is w_ih[l]^T (layer l - 1's state is layer l's input), the rest zero."""
     layers, hidden = len(w_hh), w_hh[0].shape[1]
     zero = w_hh[0].new_zeros(hidden, 4 * hidden)
-    rows = [[w_hh[m].T if l == m else w_ih[l].T if l == m + 1 else zero for l in range(layers)] for m in range(layers)]
-    return torch.cat([torch.cat(row, dim=1) for row in rows])
+    rows = [[w_hh[row].T if col == row else w_ih[col].T if col == row + 1 else zero for col in range(layers)] for row in range(layers)]
+    return torch.cat([torch.cat(blocks, dim=1) for blocks in rows])
 
 
 def wavefront_forward(model: ShakespeareLSTM):
