@@ -46,7 +46,7 @@ PY := .venv/bin/python
 SETUP_STAMP := .venv/.setup-stamp
 endif
 
-.PHONY: setup lock quick paper target report test test-fast lint dry-run benchmark device-check device-carry device-wheels config-docs docs paper-reference clean
+.PHONY: setup lock quick paper target report test test-fast lint dry-run benchmark device-check device-carry device-ingest device-wheels config-docs docs paper-reference clean
 
 setup: $(SETUP_STAMP)
 
@@ -128,6 +128,11 @@ device-check:
 # docs/performance.md "Device check".
 device-carry: device-wheels
 	$(PY) scripts/device_carry.py pack --packed $(DEVICE_CARRY) --wheels $(DEVICE_WHEELS)
+
+# Afterwards, here: the check's output folder (FROM) into benchmarks/measurements/NAME/, its round
+# times into src/fedmgda/reference/round_times.csv, the plan files made again (scripts/device_ingest.py)
+device-ingest: setup
+	$(PY) scripts/device_ingest.py $(FROM) $(NAME)
 
 DEVICE_PYTHON ?= 3.12
 device-wheels:
