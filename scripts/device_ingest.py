@@ -5,7 +5,7 @@
 
 1. OUT's files (what ``make device-check OUT=...`` wrote: summary.md, bench_rounds.txt,
    round_times_rows.csv, ...) are copied to benchmarks/measurements/NAME/; an existing NAME is
-   refused, so no committed measurement is overwritten.
+   refused, so no committed measurement is overwritten, and so is a dry run's output.
 2. Its ``round_times_rows.csv`` is merged into src/fedmgda/reference/round_times.csv, each row's
    source the committed ``NAME/bench_rounds.txt``. A setting measured anew on a device replaces
    that setting's committed rows on that device (the same ``also``): the plan never mixes two
@@ -68,6 +68,8 @@ def copy_outputs(out: Path, target: Path) -> list[str]:
     files = sorted(p for p in out.iterdir() if p.is_file())
     if not any(p.name == "summary.md" for p in files):
         raise FileNotFoundError(f"{out} has no summary.md: not a device check's output folder")
+    if (out / "summary.md").read_text().startswith("# Device check (dry"):
+        raise ValueError(f"{out} is a dry run's output (CPU, tiny sizes): not a measurement to commit")
     target.mkdir(parents=True)
     for path in files:
         shutil.copy2(path, target / path.name)

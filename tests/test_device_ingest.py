@@ -65,7 +65,7 @@ def test_the_rule_gives_the_committed_table_from_the_last_checks_rows():
 
 def fake_output(out: Path) -> None:
     out.mkdir()
-    (out / "summary.md").write_text("# device check\n\n| part | status |\n|---|---|\n| env | ok |\n| bench_rounds | ok |\n")
+    (out / "summary.md").write_text("# Device check (CUDA)\n\n| part | status |\n|---|---|\n| env | ok |\n| bench_rounds | ok |\n")
     (out / "bench_rounds.txt").write_text("setting ...\n")
     (out / "round_times_rows.csv").write_text(HEADER + "cifar10_b10_p0.1,cifar10,cnn_cifar,cuda,NVIDIA H100,1,1,0.050,0.010,bench_rounds.txt,\n")
 
@@ -90,10 +90,13 @@ def test_ingest_copies_the_output_merges_its_rows_and_writes_a_readme(tmp_path, 
         ingest.main([str(out), "h100_device-check_2099-01-01", "--root", str(root), "--no-remake"])
 
 
-def test_a_folder_without_a_summary_is_refused(tmp_path):
+def test_a_folder_without_a_summary_or_of_a_dry_run_is_refused(tmp_path):
     ingest = load("device_ingest")
     (tmp_path / "out").mkdir()
     with pytest.raises(FileNotFoundError, match="not a device check's output"):
+        ingest.copy_outputs(tmp_path / "out", tmp_path / "target")
+    (tmp_path / "out" / "summary.md").write_text("# Device check (dry: CPU, tiny sizes)\n")
+    with pytest.raises(ValueError, match="dry run"):
         ingest.copy_outputs(tmp_path / "out", tmp_path / "target")
     assert not (tmp_path / "target").exists()
 
