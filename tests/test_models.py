@@ -102,21 +102,23 @@ def test_the_catalog_names_every_model():
     assert CONV_NAMES == CONVOLUTIONS  # the same default first
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))])
 @pytest.mark.parametrize("name,shape,classes", [("cnn_cifar", (3, 32, 32), 10), ("cnn_fmnist", (1, 28, 28), 10), ("cnn_femnist", (1, 28, 28), 62)])
-def test_im2col_convolutions_are_torchs_up_to_rounding(name, shape, classes):
+def test_im2col_convolutions_are_torchs_up_to_rounding(name, shape, classes, device):
     """``conv: im2col`` computes the same function as torch's convolution: outputs and gradients
-    (float64), under vmap over clients with their own weights as the batched path runs it."""
+    (float64), under vmap over clients with their own weights as the batched path runs it; on
+    CUDA too (the device check's part 2 runs it), where torch's is cuDNN's."""
     torch.manual_seed(4)
-    models = {conv: build_model(name, shape, classes, conv=conv).double() for conv in ("torch", "im2col")}
+    models = {conv: build_model(name, shape, classes, conv=conv).double().to(device) for conv in ("torch", "im2col")}
     models["im2col"].load_state_dict(models["torch"].state_dict())
     assert [m.im2col for m in models["im2col"].modules() if isinstance(m, Conv2d)] == [True, True]
     assert convolution(models["im2col"]) == "im2col" and convolution(models["torch"]) == "torch"
     assert convolution(build_model("logreg", (99,), 2, conv="im2col")) is None
     clients = 3
-    params = {k: v.detach().expand(clients, *v.shape).clone() + 0.01 * torch.randn(clients, *v.shape, dtype=torch.float64)
+    params = {k: v.detach().expand(clients, *v.shape).clone() + 0.01 * torch.randn(clients, *v.shape, dtype=torch.float64).to(device)
               for k, v in models["torch"].named_parameters()}
-    x = torch.randn(clients, 4, *shape, dtype=torch.float64)
-    y = torch.randint(0, classes, (clients, 4))
+    x = torch.randn(clients, 4, *shape, dtype=torch.float64).to(device)
+    y = torch.randint(0, classes, (clients, 4)).to(device)
     models = {conv: m.eval() for conv, m in models.items()}
 
     def gradient(model):
