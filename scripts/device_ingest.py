@@ -39,11 +39,12 @@ def merge_rows(committed: str, measured: str, source: str) -> tuple[str, int, in
     """round_times.csv's text with the ``measured`` rows (a device check's CSV) in, their source
     ``source``: (the new text, rows replaced, rows added). A (setting, device, also) measured
     replaces all committed rows of it; the column order is the committed file's."""
-    old = list(csv.DictReader(io.StringIO(committed)))
+    # rows as text (not fedmgda.devices.RoundTime): the rows kept stay as committed, digit for digit
+    reader = csv.DictReader(io.StringIO(committed))
+    old, fields = list(reader), list(reader.fieldnames or [])
     new = list(csv.DictReader(io.StringIO(measured)))
     if not new:
         raise ValueError(f"{ROWS} holds no rows: nothing was measured")
-    fields = list(csv.DictReader(io.StringIO(committed)).fieldnames or [])
     missing = set(fields) - set(new[0]) - {"also"}
     if missing:
         raise ValueError(f"{ROWS} lacks the columns {sorted(missing)} of {ROUND_TIMES}")
