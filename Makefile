@@ -46,7 +46,7 @@ PY := .venv/bin/python
 SETUP_STAMP := .venv/.setup-stamp
 endif
 
-.PHONY: setup lock quick paper target report test test-fast lint dry-run benchmark device-check device-carry device-ingest device-wheels config-docs docs paper-reference clean
+.PHONY: setup lock quick paper target report test test-fast lint dry-run benchmark device-check device-carry device-ingest device-wheels fresh-clone-ci config-docs docs paper-reference clean
 
 setup: $(SETUP_STAMP)
 
@@ -93,6 +93,11 @@ dry-run: setup
 test: setup
 	FEDMGDA_LOCK_CHECK=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --maxschedchunk 2 -m "not slurm" $(PYTEST_ARGS)
 	FEDMGDA_LOCK_CHECK=1 $(PY) -m pytest -q -m slurm $(PYTEST_ARGS) || test $$? -eq 5
+
+# .ci/run in a fresh clone of HEAD, as CI runs it; a passed run's times become a row of
+# benchmarks/measurements/test_runs.csv (docs/running.md). FRESH_CLONE_ARGS='--conditions "..."'
+fresh-clone-ci: setup
+	$(PY) scripts/fresh_clone_ci.py $(FRESH_CLONE_ARGS)
 
 test-fast: setup
 	FEDMGDA_LOCK_CHECK=1 $(PY) -m pytest -q -m "not slow and not slurm and not realdata" $(PYTEST_ARGS)

@@ -15,7 +15,16 @@ from pathlib import Path
 import pytest
 
 from fedmgda.claims import VERDICT_BLOCK_RE
-from fedmgda.docnumbers import MARKER_RE, PAGES, DocNumberError, Spec, check, render, value
+from fedmgda.docnumbers import (
+    MARKER_RE,
+    PAGES,
+    TABLE_BLOCK_RE,
+    DocNumberError,
+    Spec,
+    check,
+    render,
+    value,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -26,6 +35,7 @@ COVERED = [
     ("docs/results.md", "", ""),
     ("docs/performance.md", "", ""),
     ("docs/fmnist-fairness.md", "", ""),
+    ("docs/running.md", "", ""),
 ]
 # numbers in the covered text that are not results: the protocol's settings and the rounds read
 ALLOWED = {
@@ -40,6 +50,9 @@ ALLOWED = {
     # a user's accuracy bound, the rounds read
     # the batched path's padding bound
     "docs/performance.md": {"25 %"},
+    # the variance statistic's 10 % tail, the versions of a provenance example, pip-tools, torch,
+    # torchvision and Python; the wait on Slurm's stopped controller (tests/conftest.py)
+    "docs/running.md": {"0.1", "2.4", "2.2", "7.6", "2.14", "0.29", "3.11", "9 s"},
     "docs/results.md": {"0.1", "1.5", "0.01", "0.001", "0.5", "0.6", "1.2", "0.55", "0.56", "0.4", "6.2",
                         "10 %", "100 %", "151–200", "1 pp"},
 }
@@ -60,7 +73,8 @@ def covered_text(page: str, heading: str, start: str) -> str:
 def typed_results(text: str, allowed: set[str]) -> list[str]:
     """The result-like numbers of ``text`` outside markers, code, link targets and ALLOWED."""
     # a marker leaves a token, so that "b = 10 <marker> s" does not read as a typed "10 s"
-    text = VERDICT_BLOCK_RE.sub("", MARKER_RE.sub(" ⟨n⟩ ", text))  # verdict tables: tests/test_stated_verdicts.py
+    text = VERDICT_BLOCK_RE.sub("", MARKER_RE.sub(" ⟨n⟩ ", text))
+    text = TABLE_BLOCK_RE.sub("", text)  # rendered whole from their csv files  # verdict tables: tests/test_stated_verdicts.py
     text = re.sub(r"```.*?```", "", text, flags=re.S)
     text = re.sub(r"`[^`]*`", "", text)
     text = re.sub(r"\]\([^)]*\)", "]", text)
@@ -182,6 +196,26 @@ def test_a_claims_csv_gives_its_interval(tmp_path):
     with pytest.raises(DocNumberError):
         value(Spec("c.csv", "c2", "ci95_low", None), tmp_path)
 
+
+def test_a_table_block_is_its_csv(tmp_path):
+    """<!-- table: PATH [COLUMNS] --> ... <!-- /table -->: the csv as a Markdown table, rewritten
+    by render, a drift or a block that does not parse reported by check."""
+    (tmp_path / "runs.csv").write_text("commit,passed,note\nabc,5,idle\ndef,6,a|b\n")
+    page = "before\n\n<!-- table: runs.csv commit,passed -->\nstale\n<!-- /table -->\n\nafter\n"
+    rendered = render(page, tmp_path)
+    assert rendered == ("before\n\n<!-- table: runs.csv commit,passed -->\n| commit | passed |\n| --- | --- |\n"
+                        "| abc | 5 |\n| def | 6 |\n<!-- /table -->\n\nafter\n")
+    assert check(rendered, tmp_path) == [] and check(page, tmp_path) == ["table block of runs.csv: differs from the file"]
+    every = render("<!-- table: runs.csv -->\n<!-- /table -->\n", tmp_path)
+    assert "| commit | passed | note |" in every and "| def | 6 | a\\|b |" in every  # a "|" in a cell is escaped
+    (tmp_path / "runs.csv").write_text("commit,passed,note\nabc,5,idle\ndef,6,x\nghi,7,y\n")
+    assert check(rendered, tmp_path) == ["table block of runs.csv: differs from the file"]
+    assert "| ghi | 7 |" in render(rendered, tmp_path)  # a new row reaches the page by make docs alone
+    assert "does not parse" in check("<!-- table: runs.csv -->\n| a |\n", tmp_path)[0]
+    with pytest.raises(DocNumberError, match="no column nope"):
+        render("<!-- table: runs.csv commit,nope -->\n<!-- /table -->\n", tmp_path)
+    assert check("<!-- table: gone.csv -->\n<!-- /table -->\n", tmp_path) == [
+        "gone.csv: no such file, named by a table block"]
 
 
 def test_transcribed_numbers_are_each_used_and_carry_their_sentence():

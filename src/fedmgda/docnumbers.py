@@ -22,6 +22,15 @@ Files and their cells:
 - a claims csv (fedmgda.claims), also ``ci95_low``, ``ci95_high``, ``ci95_half``: the 95 % t
   interval of the row's mean paired difference, as its verdict table shows it.
 
+A whole ``.csv`` file is shown as a Markdown table between two lines of their own::
+
+    <!-- table: benchmarks/measurements/test_runs.csv commit,date,passed -->
+    (the table, rewritten from the file: the named columns, or every column)
+    <!-- /table -->
+
+A log that grows a row at a time (the test suite's fresh-clone runs) then never needs its page
+edited.
+
 The format: none, the cell as written; a Python format spec (``.2f``, ``+.1f``, ``d``), the cell's
 first number formatted (``neg`` before it: its negative, for a difference stated the other way
 round); a column ``name#k`` picks the cell's k-th number (1-based): ``mean_acc#2`` of
@@ -45,11 +54,13 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-PAGES = ("README.md", "docs/results.md", "docs/fmnist-fairness.md", "docs/performance.md")
+PAGES = ("README.md", "docs/results.md", "docs/fmnist-fairness.md", "docs/performance.md", "docs/running.md")
 MARKER_RE = re.compile(r"<!-- n (?P<spec>(?:(?!-->)[^|\n])+?) -->(?P<value>[^\n]*?)<!-- /n -->")
 NUMBER_RE = re.compile(r"[-+−]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 # a claims csv's columns computed from its row (:func:`_interval`)
 INTERVAL_COLUMNS = ("ci95_low", "ci95_high", "ci95_half")
+TABLE_BLOCK_RE = re.compile(r"^<!-- table: (?P<path>\S+)(?: (?P<cols>\S+))? -->\n(?P<body>.*?)^<!-- /table -->$",
+                            re.S | re.M)
 
 
 class DocNumberError(ValueError):
@@ -175,21 +186,52 @@ def value(spec: Spec, root: str | Path) -> str:
     return format(int(round(x)) if fmt.endswith("d") else x, fmt)
 
 
+def csv_table(path: str, columns: str | None, root: str | Path) -> str:
+    """A table block's body: the csv file ``path`` (under ``root``) as a Markdown table of the
+    comma-separated ``columns`` (None: every column), one row per line of the file."""
+    file = Path(root) / path
+    if not file.is_file():
+        raise DocNumberError(f"{path}: no such file, named by a table block")
+    header, rows = _read(file, file.stat().st_mtime)[0]
+    names = columns.split(",") if columns else header
+    missing = [c for c in names if c not in header]
+    if missing:
+        raise DocNumberError(f"{path}: no column {', '.join(missing)} (it has {', '.join(header)})")
+    picked = [[row[header.index(c)] if header.index(c) < len(row) else "" for c in names] for row in rows]
+    lines = [names, ["---"] * len(names)] + picked
+    return "".join("| " + " | ".join(c.replace("|", "\\|") for c in line) + " |\n" for line in lines)
+
+
 def render(text: str, root: str | Path) -> str:
-    """``text`` with every marker's value rewritten from its file."""
+    """``text`` with every marker's value and every table block rewritten from its file."""
     def one(m: re.Match) -> str:
         return f"<!-- n {m['spec']} -->{value(Spec.parse(m['spec']), root)}<!-- /n -->"
-    return MARKER_RE.sub(one, text)
+
+    def table(m: re.Match) -> str:
+        cols = f" {m['cols']}" if m["cols"] else ""
+        return f"<!-- table: {m['path']}{cols} -->\n{csv_table(m['path'], m['cols'], root)}<!-- /table -->"
+    return MARKER_RE.sub(one, TABLE_BLOCK_RE.sub(table, text))
 
 
 def check(text: str, root: str | Path) -> list[str]:
-    """One line per marker whose value differs from its file (or names no cell)."""
+    """One line per marker whose value differs from its file (or names no cell), and per table
+    block that differs from its file."""
     wrong = [f"line {n}: starts with a marker, which Markdown reads as an HTML block; put a word before it"
              for n, line in enumerate(text.splitlines(), 1) if re.match(r"\s*<!-- n ", line)]
     parsed = {m.start() for m in MARKER_RE.finditer(text)}
     wrong += [f"line {text.count(chr(10), 0, m.start()) + 1}: a marker that does not parse (no '|' in its spec, "
               "a value on its line, then <!-- /n -->); it would never be rendered"
               for m in re.finditer(r"<!-- n ", text) if m.start() not in parsed]
+    blocks = {text.count("\n", 0, m.start()) + 1 for m in TABLE_BLOCK_RE.finditer(text)}
+    wrong += [f"line {n}: a table block that does not parse (a line '<!-- table: PATH [COLUMNS] -->', "
+              "then one '<!-- /table -->'); it would never be rendered"
+              for n, line in enumerate(text.splitlines(), 1) if line.startswith("<!-- table:") and n not in blocks]
+    for m in TABLE_BLOCK_RE.finditer(text):
+        try:
+            if m["body"] != csv_table(m["path"], m["cols"], root):
+                wrong.append(f"table block of {m['path']}: differs from the file")
+        except DocNumberError as e:
+            wrong.append(str(e))
     for m in MARKER_RE.finditer(text):
         try:
             want = value(Spec.parse(m["spec"]), root)
@@ -235,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
                 status = 1
             else:
                 page.write_text(new)
-                print(f"{page}: numbers and verdict tables rewritten")
+                print(f"{page}: numbers, verdict tables and table blocks rewritten")
     return status
 
 
