@@ -54,7 +54,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-PAGES = ("README.md", "docs/results.md", "docs/fmnist-fairness.md", "docs/performance.md", "docs/running.md")
+PAGES = ("README.md", "docs/results.md", "docs/fmnist-fairness.md", "docs/performance.md", "docs/running.md",
+         "docs/workflow.md")
 MARKER_RE = re.compile(r"<!-- n (?P<spec>(?:(?!-->)[^|\n])+?) -->(?P<value>[^\n]*?)<!-- /n -->")
 NUMBER_RE = re.compile(r"[-+−]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 # a claims csv's columns computed from its row (:func:`_interval`)

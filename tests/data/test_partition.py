@@ -204,3 +204,22 @@ def test_global_shards_need_the_pooled_test_set_and_the_shards_partition():
         build_partition(_pooled_raw(), "iid", 1, opts)
     with pytest.raises(DataError, match="local_test must be 'own_shard' or 'global_shards'"):
         build_partition(_pooled_raw(), "shards", 1, {**FEDMDFG, "local_test": "global"})
+
+
+def test_the_cifar_shard_statistics_docs_datasets_md_states():
+    """docs/datasets.md §3 states, per seed, the mean number of distinct classes in a user's CIFAR
+    training split and the share of users whose single-class test split has a class of their
+    training split; they are the package's partitions' (the class sizes alone decide them)."""
+    import re
+    from pathlib import Path
+
+    page = " ".join((Path(__file__).resolve().parents[2] / "docs" / "datasets.md").read_text().split())
+    m = re.search(r"seeds ([\d/]+) the CIFAR train splits have ([\d./]+) distinct classes on average and the "
+                  r"test class is in the user's train split for ([\d/]+) % of users", page)
+    assert m, "docs/datasets.md no longer states the CIFAR shard statistics; update this test"
+    for seed, classes, share in zip(*(g.split("/") for g in m.groups()), strict=True):
+        part = cifar_partition(int(seed))
+        train = [CIFAR[t] for t in part.train]
+        assert f"{np.mean([len(np.unique(y)) for y in train]):.2f}" == classes
+        shared = [CIFAR[te][0] in set(y) for te, y in zip(part.test, train, strict=True)]
+        assert f"{100 * np.mean(shared):.0f}" == share
