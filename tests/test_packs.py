@@ -231,3 +231,25 @@ def test_run_yaml_text_is_the_registry_config_with_its_partition_file():
     alone = next((s for s in reg.runs.values() if s.partition is None), None)
     if alone is not None:
         assert yaml.safe_load(run_yaml_text(alone, "p")) == alone.config
+
+
+def test_the_slurm_profiles_pack_examples_are_the_paper_configs():
+    """profiles/README.md's table of what a pack asks for: its two example columns (Table 7's
+    Adult pack, a Table 8 CIFAR-10 pack) are pack_resources of config/config.yaml's packs."""
+    import re
+
+    reg = registry("config/config.yaml")
+    packs = assign_packs(reg.runs)
+    (adult,) = [k for name, k in packs.items() if name.startswith("table7/adult_shift")]
+    cifar = next(k for name, k in packs.items() if name.startswith("table8/cifar10"))
+    rows = {cells[0]: cells for cells in (
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in (REPO / "profiles" / "README.md").read_text().splitlines() if line.startswith("| `"))}
+    header = next(line for line in (REPO / "profiles" / "README.md").read_text().splitlines()
+                  if line.startswith("| resource |"))
+    assert f"Table 7 Adult pack ({len(adult)} runs)" in header and f"CIFAR-10 packs of {len(cifar)}" in header
+    for keys, column in ((adult, 2), (cifar, 3)):
+        want = pack_resources([reg.runs[k] for k in keys])
+        for resource in ("threads", "gpu", "mem_mb", "runtime"):
+            row = next(cells for name, cells in rows.items() if name.startswith(f"`{resource}`"))
+            assert re.findall(r"\d+", row[column])[-1] == str(want[resource]), (resource, row[column], want)
