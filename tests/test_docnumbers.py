@@ -172,6 +172,7 @@ def test_cells_of_csv_markdown_and_json(tmp_path):
     assert value(Spec("a.csv", "x", "diff_mean", ".2f"), tmp_path) == "-1.16"
     assert value(Spec("a.csv", "x", "diff_mean", "neg.2f"), tmp_path) == "1.16"
     assert value(Spec("a.csv", "y", "verdict", None), tmp_path) == "holds"
+    assert value(Spec("a.csv", "@last", "verdict", None), tmp_path) == "holds"  # the newest row of a log
     assert value(Spec("b.md", "r1", "mean_acc", None), tmp_path) == "79.63 ± 1.22"
     assert value(Spec("b.md", "r1", "mean_acc#2", ".1f"), tmp_path) == "1.2"
     assert value(Spec("b.md", "r2", "seeds", "d"), tmp_path) == "3"

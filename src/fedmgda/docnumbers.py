@@ -12,7 +12,8 @@ line may start with a marker (Markdown would read an HTML block there).
 
 Files and their cells:
 
-- ``.csv``: the row whose first column is the key, the column by its header.
+- ``.csv``: the row whose first column is the key (``@last``: the last row, the newest entry of a
+  log such as test_runs.csv), the column by its header.
 - ``.md`` (and ``.txt``): Markdown tables; the row whose first cell (backquotes stripped) is the key,
   in a table whose header has the column (``a::b``: first cell a, second b). The key and column
   must name exactly one cell.
@@ -60,6 +61,7 @@ MARKER_RE = re.compile(r"<!-- n (?P<spec>(?:(?!-->)[^|\n])+?) -->(?P<value>[^\n]
 NUMBER_RE = re.compile(r"[-+−]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 # a claims csv's columns computed from its row (:func:`_interval`)
 INTERVAL_COLUMNS = ("ci95_low", "ci95_high", "ci95_half")
+LAST_ROW = "@last"  # a .csv's last row: the newest entry of a log that grows a row at a time
 TABLE_BLOCK_RE = re.compile(r"^<!-- table: (?P<path>\S+)(?: (?P<cols>\S+))? -->\n(?P<body>.*?)^<!-- /table -->$",
                             re.S | re.M)
 
@@ -144,6 +146,9 @@ def cell(spec: Spec, root: str | Path) -> str:
         if col not in header:
             continue
         j = header.index(col)
+        if spec.row == LAST_ROW and path.suffix == ".csv":
+            found += [rows[-1][j]] if rows and j < len(rows[-1]) else []
+            continue
         keys = spec.row.split("::")
         found += [r[j] for r in rows if [c.strip("`") for c in r[:len(keys)]] == keys and j < len(r)]
     if len(found) != 1:
