@@ -241,3 +241,14 @@ def test_transcribed_numbers_are_each_used_and_carry_their_sentence():
     used = set(re.findall(rf"<!-- n {re.escape(path)} (\S+) value -->", text))
     assert rows and [r["key"] for r in rows if r["key"] not in used] == []
     assert [r["key"] for r in rows if r["value"] not in r["what"] or len(r["what"]) > 200] == []
+
+
+def test_every_page_with_markers_is_rendered_and_checked():
+    """A marker or table block on a page outside PAGES would never be rendered nor checked."""
+    import subprocess
+
+    tracked = subprocess.run(["git", "-C", str(REPO), "ls-files", "*.md"], capture_output=True, text=True,
+                             check=True).stdout.split()
+    with_markers = {p for p in tracked if not p.startswith(("docs/results/", "benchmarks/measurements/"))
+                    and re.search(r"<!-- (n |table: )", re.sub(r"`[^`\n]*`", "", (REPO / p).read_text()))}
+    assert with_markers <= set(PAGES), f"add to fedmgda.docnumbers.PAGES: {sorted(with_markers - set(PAGES))}"

@@ -56,7 +56,8 @@ from functools import cache
 from pathlib import Path
 
 PAGES = ("README.md", "docs/results.md", "docs/fmnist-fairness.md", "docs/performance.md", "docs/running.md",
-         "docs/workflow.md", "docs/protocol-variants.md", "profiles/README.md")
+         "docs/workflow.md", "docs/protocol-variants.md", "profiles/README.md",
+         "docs/protocol-choices.md")
 MARKER_RE = re.compile(r"<!-- n (?P<spec>(?:(?!-->)[^|\n])+?) -->(?P<value>[^\n]*?)<!-- /n -->")
 NUMBER_RE = re.compile(r"[-+−]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 # a claims csv's columns computed from its row (:func:`_interval`)
