@@ -161,3 +161,18 @@ def test_also_rows_choose_no_device_and_no_pack():
     assert [r.also for r in variants] == ["tf32=true"] * 2 and len(defaults) == 3
     assert choose_device("adult", "linear", cuda_available=True, table=rows) == "cpu"
     assert measured_pack("adult", "cuda", "linear", table=rows) == 4
+
+
+def test_the_pack_sizes_the_docs_state_are_the_measured_ones():
+    """docs/workflow.md and config/config.yaml state what `pack: auto` gives on the GPU; a device
+    check that changes round_times.csv must change them too."""
+    import re
+
+    page = " ".join((ROOT / "docs" / "workflow.md").read_text().split())
+    m = re.search(r"CIFAR-10 by (\d+) and F-MNIST by (\d+); Shakespeare, measured .*?, by (\d+)\.", page)
+    assert m, "docs/workflow.md no longer states the measured pack sizes; update this test"
+    assert [int(x) for x in m.groups()] == [measured_pack(d, "cuda") for d in ("cifar10", "fmnist", "shakespeare")]
+    config = " ".join(line.lstrip("# ") for line in (ROOT / "config" / "config.yaml").read_text().splitlines())
+    m = re.search(r"CIFAR-10 (\d+), F-MNIST (\d+) from .*? Shakespeare (\d+) from", config)
+    assert m, "config/config.yaml's comment no longer states the measured pack sizes; update this test"
+    assert [int(x) for x in m.groups()] == [measured_pack(d, "cuda") for d in ("cifar10", "fmnist", "shakespeare")]
