@@ -149,8 +149,8 @@ device-wheels:
 config-docs: setup
 	$(PY) -m fedmgda.schema config/README.md
 
-# re-render the numbers and verdict tables of README.md and docs/{results,fmnist-fairness,performance}.md
-# from their committed files (fedmgda.docnumbers; tests/test_docnumbers.py fails where they differ)
+# re-render the numbers, verdict tables and table blocks of the pages in fedmgda.docnumbers.PAGES
+# from their committed files (tests/test_docnumbers.py fails where they differ)
 docs: setup
 	$(PY) -m fedmgda.docnumbers
 

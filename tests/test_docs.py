@@ -201,3 +201,15 @@ def test_expected_results_verdicts_are_those_of_their_claims_files():
         if found["not run"] or tuple(map(int, numbers.groups())) != (found["holds"], found["fails"], found["inconclusive"]):
             wrong.append(f"{study}: README {stated}, {claims[0]} {found}")
     assert counted >= 8 and not wrong, wrong
+
+
+def test_the_figure_kinds_and_target_rules_the_docs_list_are_the_codes():
+    from fedmgda.figures import KINDS
+
+    workflow = (REPO / "docs" / "workflow.md").read_text()
+    listed = re.search(r"`\{kind: ([\w|]+),", workflow)
+    assert listed and set(listed[1].split("|")) == set(KINDS)
+    assert f"figure kinds ({', '.join(KINDS)})" in workflow
+    rules = re.findall(r"^rule (\w+):", (REPO / "Snakefile").read_text(), re.M)
+    assert f"target rules: {', '.join(rules)}" in workflow
+    assert f"target rules ({', '.join(rules)}, one per table/figure)" in (REPO / "README.md").read_text()

@@ -230,8 +230,9 @@ def test_improvement_is_recorded_where_a_figure_or_claim_reads_it(paper):
     validate_runs(reg)
     parse_claims(paper, reg)
     tracked = {e for spec in reg.runs.values() if spec.config["track_improvement"] for e in spec.experiments}
-    assert {"fig4_b10", "fig4_b400", "table8", "table10"} <= tracked
-    assert not tracked & {"table9", "table11", "table12", "table13", "table14", "fig1_shards", "fig1_iid", "fig2_scaling"}
+    # as docs/protocol-choices.md and docs/performance.md state: where read, and Table 7's Adult
+    # runs on the CPU, which keep the default
+    assert tracked == {"fig4_b10", "fig4_b400", "table8", "table10", "table7", "table7_variants"}
     cfg = copy.deepcopy(paper)
     cfg["experiments"]["table10"]["run"] = {"eval_every": 10, "track_improvement": False}
     with pytest.raises(RegistryError, match=r"figure fig9a: reads improved_loss, which 24 of its runs do not record "

@@ -56,6 +56,16 @@ def test_paper_dag_resolves_with_at_least_1000_training_runs_in_packs(tmp_path):
     assert sum(v for k, v in counts.items() if k.startswith("figure_fig")) >= 9
     assert counts["report_html"] == 1
     assert counts["check_claims"] == 1
+    # docs/workflow.md "The paper registry" states the DAG's counts
+    page = " ".join((REPO / "docs" / "workflow.md").read_text().split())
+    m = re.search(r"resolves (\d+) training runs in (\d+) pack jobs, plus (\d+) partitions, (\d+) downloads, "
+                  r"(\d+) tables, (\d+) figure panels, the claims and the report's (\d+) jobs: (\d+) jobs", page)
+    assert m, "docs/workflow.md no longer states the paper DAG's counts; update this test"
+    report = sum(counts.get(k, 0) for k in ("registry_json", "runs_index", "report_notebook", "report_html"))
+    actual = [len(reg.runs), len(pack_jobs), counts["partition"], counts["download"],
+              sum(v for k, v in counts.items() if k.startswith("table_")),
+              sum(v for k, v in counts.items() if k.startswith("figure_")), report, counts["total"]]
+    assert [int(x) for x in m.groups()] == actual, "docs/workflow.md's paper DAG counts are stale"
 
 
 def test_claims_target_builds_only_the_runs_the_claims_need():
