@@ -1,5 +1,5 @@
 """One partition file per (dataset, partition, options, seed) -- shared by every run that uses it.
-Partitions that do not depend on the seed (natural, domain) are built once ("fixed")."""
+Partitions that do not depend on the seed (domain, natural without shuffle) are built once ("fixed")."""
 
 
 rule partition:

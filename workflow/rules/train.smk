@@ -3,7 +3,7 @@ run.yaml (the exact run config), metrics.csv, per_user.csv, summary.json and tra
 requested by several experiments is trained once.
 
 Runs that share the samples, model and local training are trained in packs of at most
-resources.<dataset>.pack runs, one job per pack (rule train_pack_<group>_pack<k>, fedmgda.packs):
+resources.<dataset>.pack runs, one job per pack (rule train_pack_<experiment>_<group>_pack<k>, fedmgda.packs):
 the pack rules name their runs' files explicitly, and `train` only trains the runs outside packs
 (one job per run). A run already trained with today's config (fedmgda.packs.trained_runs) is made
 by no rule, so adding seeds or changing `pack` trains only what is missing."""
