@@ -85,7 +85,7 @@ def append_row(path: Path, row: dict[str, str]) -> None:
         csv.DictWriter(fh, COLUMNS, lineterminator="\n").writerow(row)
 
 
-def run_ci(repo: Path, rev: str, shared: Path, log_path: Path) -> tuple[int, str, float]:
+def run_ci(repo: Path, rev: str, shared: Path) -> tuple[int, str, float]:
     """(exit status, log, seconds) of ``.ci/run`` in a fresh clone of ``repo`` at ``rev``."""
     work = Path(tempfile.mkdtemp(prefix="fresh-clone-ci-"))
     try:
@@ -100,7 +100,6 @@ def run_ci(repo: Path, rev: str, shared: Path, log_path: Path) -> tuple[int, str
                 sys.stdout.write(line)
                 lines.append(line)
         seconds = time.monotonic() - start
-        log_path.write_text("".join(lines))
         return proc.returncode, "".join(lines), seconds
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -122,15 +121,15 @@ def main(argv: list[str] | None = None) -> int:
                       text=True).stdout.strip():
         print(f"[fresh-clone-ci] uncommitted changes are not in the clone of {commit}", file=sys.stderr)
     load = os.getloadavg()[0]
-    log_path = Path(tempfile.gettempdir()) / f"fresh-clone-ci-{commit}.log"
-    rc, log, seconds = run_ci(args.repo, commit, args.shared or args.repo.resolve().parent / "shared", log_path)
+    rc, log, seconds = run_ci(args.repo, commit, args.shared or args.repo.resolve().parent / "shared")
     sessions = pytest_sessions(log)
     if rc != 0 or not sessions:
+        log_path = Path(tempfile.gettempdir()) / f"fresh-clone-ci-{commit}.log"
+        log_path.write_text(log)
         print(f"[fresh-clone-ci] .ci/run of {commit} exited {rc} after {duration(seconds)}; nothing recorded; "
               f"its log: {log_path}", file=sys.stderr)
         return rc or 1
     conditions = "; ".join(filter(None, [f"load average {load:.1f} at the start", args.conditions]))
-    log_path.unlink()
     row = record_row(commit, sessions, seconds, conditions)
     append_row(args.record, row)
     print(f"[fresh-clone-ci] {commit}: {row['passed']} + {row['slurm_passed'] or 0} tests passed, "

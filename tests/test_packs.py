@@ -238,18 +238,17 @@ def test_the_slurm_profiles_pack_examples_are_the_paper_configs():
     Adult pack, a Table 8 CIFAR-10 pack) are pack_resources of config/config.yaml's packs."""
     import re
 
+    from fedmgda.docnumbers import _md_tables
+
     reg = registry("config/config.yaml")
     packs = assign_packs(reg.runs)
     (adult,) = [k for name, k in packs.items() if name.startswith("table7/adult_shift")]
     cifar = next(k for name, k in packs.items() if name.startswith("table8/cifar10"))
-    rows = {cells[0]: cells for cells in (
-        [c.strip() for c in line.strip("|").split("|")]
-        for line in (REPO / "profiles" / "README.md").read_text().splitlines() if line.startswith("| `"))}
-    header = next(line for line in (REPO / "profiles" / "README.md").read_text().splitlines()
-                  if line.startswith("| resource |"))
-    assert f"Table 7 Adult pack ({len(adult)} runs)" in header and f"CIFAR-10 packs of {len(cifar)}" in header
+    (header, rows), = [table for table in _md_tables((REPO / "profiles" / "README.md").read_text())
+                       if table[0][0] == "resource"]
+    assert f"Table 7 Adult pack ({len(adult)} runs)" in header[2] and f"CIFAR-10 packs of {len(cifar)}" in header[3]
     for keys, column in ((adult, 2), (cifar, 3)):
         want = pack_resources([reg.runs[k] for k in keys])
         for resource in ("threads", "gpu", "mem_mb", "runtime"):
-            row = next(cells for name, cells in rows.items() if name.startswith(f"`{resource}`"))
+            row = next(cells for cells in rows if cells[0].startswith(f"`{resource}`"))
             assert re.findall(r"\d+", row[column])[-1] == str(want[resource]), (resource, row[column], want)
