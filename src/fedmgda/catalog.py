@@ -290,7 +290,8 @@ def load_plugins(paths: Iterable[str]) -> list[AlgorithmInfo]:
 # the least value of each numeric dataset option (its type: its default's); 0 means "all" for
 # max_users and max_samples; alpha and beta are synthetic's standard deviations
 OPTION_MINIMA = {"num_users": 1, "num_shards": 1, "shard_size": 1, "shards_per_user": 1, "max_users": 0,
-                 "max_samples": 0, "data_seed": 0, "alpha": 0, "beta": 0}
+                 "max_samples": 0, "data_seed": 0, "alpha": 0, "beta": 0, "dirichlet_alpha": 0,
+                 "dirichlet_min_samples": 2}
 
 # F-MNIST's shard settings: (shards, images a shard) of its 60 000 training images. code: the
 # authors' code; paper: the paper's text; fedmdfg: zibinpan/FedMDFG fedplat/main.py L33-34 (--SN
@@ -399,16 +400,21 @@ class Dataset:
 
 
 _SORT = {"sort": SORTS}  # the authors' label sort or a stable one (fedmgda.partitioners.SORTS)
+# the dirichlet partition's defaults: NIID-Bench's --beta 0.5 and min_require_size 10 (Li et al.
+# 2021, experiments.py), flwr-datasets' min_partition_size 10
+_DIRICHLET = {"dirichlet_alpha": 0.5, "dirichlet_min_samples": 10}
 
 DATASETS: Mapping[str, Dataset] = MappingProxyType({d.name: d for d in (
-    Dataset("cifar10", "cnn_cifar", "shards", ("shards", "iid"),
+    Dataset("cifar10", "cnn_cifar", "shards", ("shards", "iid", "dirichlet"),
             description="CIFAR-10, 100 users, 500 label-sorted shards of 100, 5 per user",
-            options={"num_users": 100, "num_shards": 500, "shard_size": 100, "sort": "stable"},
+            options={"num_users": 100, "num_shards": 500, "shard_size": 100, "sort": "stable",
+                     **_DIRICHLET},
             option_values=_SORT, samples=50_000),
-    Dataset("fmnist", "cnn_fmnist", "shards", ("shards", "iid"),
+    Dataset("fmnist", "cnn_fmnist", "shards", ("shards", "iid", "dirichlet"),
             description="Fashion-MNIST, 100 users; code: 300 shards of 200, 3 per user; "
                         "paper text: 500 shards of 120, 5 per user; fedmdfg: 200 shards of 300, 2 per user",
-            options={"num_users": 100, "shard_setting": "code", "sort": "stable", "local_test": "own_shard"},
+            options={"num_users": 100, "shard_setting": "code", "sort": "stable",
+                     "local_test": "own_shard", **_DIRICHLET},
             option_values={**_SORT, "shard_setting": tuple(FMNIST_SHARD_SETTINGS), "local_test": LOCAL_TESTS},
             presets={"shard_setting": {setting: {"num_shards": shards, "shard_size": size}
                                        for setting, (shards, size) in FMNIST_SHARD_SETTINGS.items()}},
@@ -436,9 +442,10 @@ DATASETS: Mapping[str, Dataset] = MappingProxyType({d.name: d for d in (
             options={"alpha": 1.0, "beta": 1.0, "num_users": 30, "data_seed": 0, "max_samples": 500,
                      "split": "80_10_10", "shuffle": False, "sizes": "script"},
             option_values={"split": ("80_10_10",), "shuffle": (False, True), "sizes": ("script", "table4")}),
-    Dataset("digits", "mlp_digits", "shards", ("shards", "iid"), offline=True,
+    Dataset("digits", "mlp_digits", "shards", ("shards", "iid", "dirichlet"), offline=True,
             description="scikit-learn digits (1 797 8x8 images), 20 users x 2 label-sorted shards",
-            options={"num_users": 20, "shards_per_user": 2, "sort": "stable"}, option_values=_SORT, samples=1_797),
+            options={"num_users": 20, "shards_per_user": 2, "sort": "stable", **_DIRICHLET},
+            option_values=_SORT, samples=1_797),
 )})
 # the names of fedmgda.models.MODELS (kept here without torch; tests/test_models.py checks they agree)
 MODELS = ("cnn_cifar", "cnn_fmnist", "cnn_femnist", "lstm_shakespeare", "logreg", "mlp_digits", "mlp_fmnist")

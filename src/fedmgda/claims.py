@@ -63,7 +63,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedmgda.experiments import Registry, RegistryError, algorithm_info, fmt_num, unrecorded
+from fedmgda.experiments import (
+    Registry,
+    RegistryError,
+    algorithm_info,
+    fmt_num,
+    to_number,
+    unrecorded,
+)
 from fedmgda.metrics import display_scale
 from fedmgda.results import metrics_value, read_summary, run_value, seed_stats
 from fedmgda.specs import ClaimSpec, Row
@@ -122,6 +129,7 @@ def _pick(reg: Registry, cid: str, side: str, value: Any, experiment: str | None
 
 def _experiments_of(claim: dict[str, Any]) -> list[str]:
     names = [claim["experiment"]] if claim.get("experiment") else []
+    names += list(claim.get("gaps") or {})
     for side in ("a", "b"):
         v = claim.get(side)
         if isinstance(v, dict) and v.get("experiment"):
@@ -146,7 +154,9 @@ def parse_claims(config: dict[str, Any], reg: Registry) -> list[ClaimSpec]:
         if any(e not in reg.rows for e in exps):  # left out by `only`
             continue
         spec = _claim_spec(cid + evaluation_tag(config, exps), claim, kind, quantity, window)
-        if "select" in claim:
+        if "gaps" in claim:
+            spec.update(_gap_rows(cid, claim, kind, reg))
+        elif "select" in claim:
             spec.update(_series_rows(cid, claim, kind, reg))
         else:
             spec.update(_pair_rows(cid, claim, kind, spec["seeds"], reg))
@@ -280,6 +290,27 @@ def _series_rows(cid: str, claim: dict[str, Any], kind: str, reg: Registry) -> d
     order = sorted(range(len(rows)), key=lambda i: params[i] if by else i)
     return {"by": by, "direction": claim.get("direction"), "rows": [rows[i] for i in order],
             "params": [params[i] for i in order] if by else []}
+
+
+def _gap_rows(cid: str, claim: dict[str, Any], kind: str, reg: Registry) -> dict[str, Any]:
+    """A gap series' rows: in each experiment of ``gaps`` (experiment -> its value of the dial
+    ``by``), row ``a`` and row ``b``; the series is a - b per seed, ordered by the dial's values."""
+    if kind != "monotone" or claim.get("direction") not in ("increasing", "decreasing"):
+        raise ClaimError(f"claim {cid}: gaps need compare monotone and a direction")
+    if "select" in claim or "experiment" in claim or not claim.get("by"):
+        raise ClaimError(f"claim {cid}: gaps take rows a and b and the dial's name (by), "
+                         "not select or experiment")
+    if not all(isinstance(claim.get(side), str) for side in ("a", "b")):
+        raise ClaimError(f"claim {cid}: gaps need rows a and b as row-key patterns")
+    gaps = sorted(claim["gaps"].items(), key=lambda item: to_number(item[1]))
+    values = [to_number(v) for _, v in gaps]
+    if len(gaps) < 2 or len(set(values)) != len(values):
+        raise ClaimError(f"claim {cid}: gaps need at least two experiments with distinct values of "
+                         f"{claim['by']}")
+    a = [_pick(reg, cid, "a", claim["a"], e) for e, _ in gaps]
+    b = [_pick(reg, cid, "b", claim["b"], e) for e, _ in gaps]
+    return {"by": claim["by"], "direction": claim["direction"], "rows": a, "minus": b,
+            "params": values}
 
 
 def _pair_rows(cid: str, claim: dict[str, Any], kind: str, seeds_mode: str, reg: Registry) -> dict[str, Any]:
@@ -444,6 +475,8 @@ def expected_text(c: ClaimSpec) -> str:
     q = c.quantity + (f" ({c.agg} over {next(iter(c.window))} {next(iter(c.window.values()))} rounds)"
                       if c.window else "")
     unit = " pp" if c.scale == 100.0 else ""
+    if c.minus:
+        q = f"{q}: {c.rows[0].label} - {c.minus[0].label}"
     if c.is_series:
         names = ", ".join(_series_names(c))
         if c.compare == "identical":
@@ -495,6 +528,10 @@ def evaluate_claim(c: ClaimSpec, runs_dir: str | Path) -> dict[str, Any]:
         return rec
     if c.threshold is not None:
         per_row.append({s: c.threshold for s in per_row[0]})
+    if c.minus:  # a gap series: each point the paired difference of its two rows
+        a_rows, b_rows = per_row[:len(c.rows)], per_row[len(c.rows):]
+        per_row = [{s: a[s] - b[s] for s in a if s in b}
+                   for a, b in zip(a_rows, b_rows, strict=True)]
     common = sorted(set.intersection(*(set(v) for v in per_row)))
     complete = [s for s in common if all(not math.isnan(v[s]) for v in per_row)]
     dropped = sorted(set().union(*(set(v) for v in per_row)) - set(complete))

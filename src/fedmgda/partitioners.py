@@ -273,6 +273,76 @@ def shard_geometry(options: Mapping[str, Any], n: int) -> tuple[int, int]:
     return num_shards, n // num_shards
 
 
+def dirichlet_partition(labels, num_users: int, alpha: float, min_samples: int, seed: int,
+                        max_draws: int = 1000) -> tuple[list[np.ndarray], np.ndarray]:
+    """Dirichlet label skew (Hsu et al. 2019), NIID-Bench's ``noniid-labeldir`` reading (Li et al.
+    2021, ``experiments.py`` ``partition_data``), as flwr-datasets' ``DirichletPartitioner``
+    implements it: for each class in label order, its samples (shuffled) are cut among the users in
+    proportions drawn from Dir(alpha, ..., alpha), a user already holding N / num_users samples or
+    more getting no further share (the balancing of both codes); the whole draw is repeated until
+    every user holds at least ``min_samples``. Each user's samples are then shuffled.
+
+    The legacy RNG ``RandomState(seed)`` as the package's other partitions. Returns the users'
+    index lists and the proportions used, one row per class (after balancing, summing to 1), so
+    that a user's count of class c is the difference of ``floor(cumsum(p[c]) * n_c)`` there."""
+    labels = np.asarray(labels, dtype=np.int64)
+    classes, n = np.unique(labels), len(labels)
+    rng = np.random.RandomState(seed)
+    for _ in range(max_draws):
+        users: list[list[int]] = [[] for _ in range(num_users)]
+        proportions = np.zeros((len(classes), num_users))
+        for row, c in enumerate(classes):
+            members = np.flatnonzero(labels == c)
+            rng.shuffle(members)
+            p = rng.dirichlet(np.full(num_users, float(alpha)))
+            kept = p * np.array([len(u) < n / num_users for u in users])
+            p = kept if kept.sum() > 0 else p  # every eligible share underflowed to 0 (tiny alpha)
+            proportions[row] = p = p / p.sum()
+            cuts = (np.cumsum(p) * len(members)).astype(int)[:-1]
+            for user, part in zip(users, np.split(members, cuts), strict=True):
+                user.extend(part.tolist())
+        if min(len(u) for u in users) >= min_samples:
+            out = [np.asarray(u, dtype=np.int64) for u in users]
+            for u in out:
+                rng.shuffle(u)
+            return out, proportions
+    raise DataError(f"dirichlet: {max_draws} draws of Dir({alpha}) left a user with fewer than "
+                    f"{min_samples} of {n} samples among {num_users} users; raise dirichlet_alpha "
+                    "or lower dirichlet_min_samples")
+
+
+def apportion(counts: np.ndarray, total: int) -> np.ndarray:
+    """``total`` split in proportion to ``counts`` by largest remainders (Hamilton's method): each
+    share within 1 of its exact quota ``counts * total / counts.sum()``, ties to the first."""
+    counts = np.asarray(counts, dtype=np.int64)
+    quota = counts * total / max(int(counts.sum()), 1)
+    share = np.floor(quota).astype(np.int64)
+    order = np.argsort(-(quota - share), kind="stable")
+    share[order[:total - int(share.sum())]] += 1
+    return share
+
+
+def stratified_cut(idxs: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, ...]:
+    """One user's samples cut into train / validation / test of the sizes of :func:`split_user`
+    (⌊0.8n⌋, up to ⌊0.9n⌋, the rest), class by class: the test and validation shares of each class
+    apportioned to its count (:func:`apportion`), so that each part keeps the user's label
+    proportions as closely as whole samples can. Within a class, the samples go in their order in
+    ``idxs`` to train, then validation, then test; each part keeps the order of ``idxs``."""
+    idxs = np.asarray(idxs, dtype=np.int64)
+    n = len(idxs)
+    n_val, n_test = int(0.9 * n) - int(0.8 * n), n - int(0.9 * n)
+    own = np.asarray(labels)[idxs]
+    classes, counts = np.unique(own, return_counts=True)
+    test = apportion(counts, n_test)
+    val = apportion(counts - test, n_val)
+    part = np.zeros(n, dtype=np.int64)  # 0 train, 1 validation, 2 test
+    for c, n_c, v, t in zip(classes, counts, val, test, strict=True):
+        where = np.flatnonzero(own == c)
+        part[where[n_c - v - t:n_c - t]] = 1
+        part[where[n_c - t:]] = 2
+    return idxs[part == 0], idxs[part == 1], idxs[part == 2]
+
+
 # --------------------------------------------------------------------------- the partitioners
 _NEEDS = f"a user needs at least {MIN_USER_SAMPLES} (one to train on, one to test on)"
 
@@ -394,6 +464,40 @@ class Domain(Partitioner):
         return Split(*([p[p < n] for p in part] for part in cut[:3]), names)
 
 
+class Dirichlet(Partitioner):
+    """Dirichlet label skew: each class dealt among the users in Dir(alpha) proportions
+    (:func:`dirichlet_partition`); each user's own samples cut 80/10/10 per class
+    (:func:`stratified_cut`), so that a user's test samples follow its own label distribution."""
+
+    name = "dirichlet"
+    seeded = True
+    reads = ("num_users", "dirichlet_alpha", "dirichlet_min_samples")
+
+    def check(self, options):
+        alpha = options.get("dirichlet_alpha", 1.0)
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0:
+            return f"dirichlet_alpha must be a number > 0, got {alpha!r}"
+        least = options.get("dirichlet_min_samples", MIN_USER_SAMPLES)
+        if least < MIN_USER_SAMPLES:
+            return f"dirichlet_min_samples must be >= {MIN_USER_SAMPLES} ({_NEEDS}), got {least!r}"
+        return None
+
+    def build(self, raw, seed, options):
+        groups, _ = dirichlet_partition(
+            raw.labels, int(options["num_users"]), float(options["dirichlet_alpha"]),
+            int(options["dirichlet_min_samples"]), seed)
+        cuts = [stratified_cut(idxs, raw.labels) for idxs in groups]
+        return Split(*(list(part) for part in zip(*cuts, strict=True)))
+
+    def size_error(self, dataset, samples, options):
+        users, least = options["num_users"], options["dirichlet_min_samples"]
+        if users * least > samples:
+            return (f"{dataset}: num_users x dirichlet_min_samples = {users} x {least} needs "
+                    f"{users * least} samples, it has {samples}: lower them")
+        return None
+
+
 # Every partition a run config can name, in the order of the config schema's enum. Add one here
 # (module docstring, "Adding a partitioner").
-PARTITIONERS: dict[str, Partitioner] = {p.name: p for p in (Shards(), IID(), Natural(), Domain())}
+PARTITIONERS: dict[str, Partitioner] = {
+    p.name: p for p in (Shards(), IID(), Natural(), Domain(), Dirichlet())}

@@ -107,6 +107,7 @@ class ClaimSpec:
     by: str | None = None
     direction: str | None = None  # monotone: increasing | decreasing
     spread_of: str | None = None  # a | b: that row's seed std widens the tolerance (close) or the margin (at_least)
+    minus: list[Row] = field(default_factory=list)  # a gap series: rows[i] - minus[i] per seed
 
     @property
     def is_series(self) -> bool:
@@ -114,8 +115,11 @@ class ClaimSpec:
 
     @property
     def compared_rows(self) -> list[Row]:
-        """The rows whose runs it reads: a series' rows, or a and b (when b is a row)."""
-        return self.rows if self.is_series else [r for r in (self.a, self.b) if r is not None]
+        """The rows whose runs it reads: a series' rows (and a gap series' ``minus`` rows), or a
+        and b (when b is a row)."""
+        if self.is_series:
+            return self.rows + self.minus
+        return [r for r in (self.a, self.b) if r is not None]
 
 
 Spec = TypeVar("Spec", TableSpec, FigureSpec, ClaimSpec)

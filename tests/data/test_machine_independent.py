@@ -129,6 +129,8 @@ OFFLINE_READINGS = {
     "synthetic_natural": ("synthetic", "natural", {}, 1),
     "synthetic_natural_shuffle_s1": ("synthetic", "natural", {"shuffle": True}, 1),
     "synthetic_natural_shuffle_s5000": ("synthetic", "natural", {"shuffle": True}, 5000),
+    "digits_dirichlet_0.5_s1": ("digits", "dirichlet", {"dirichlet_alpha": 0.5}, 1),
+    "digits_dirichlet_0.5_s5000": ("digits", "dirichlet", {"dirichlet_alpha": 0.5}, 5000),
 }
 OFFLINE_GOLDEN = {
     "digits_shards_stable_s1": "6d8866ff10a13325",
@@ -140,6 +142,8 @@ OFFLINE_GOLDEN = {
     "synthetic_natural": "b8516bcdb268c1ce",
     "synthetic_natural_shuffle_s1": "558cf0f523b2a0b7",
     "synthetic_natural_shuffle_s5000": "1efd49d5a793384a",
+    "digits_dirichlet_0.5_s1": "a6a0788e3b1a4070",
+    "digits_dirichlet_0.5_s5000": "45cbf02bff406d3c",
 }
 
 
@@ -156,6 +160,8 @@ FMNIST_READINGS = {
     "iid_s1": ("fmnist", "iid", {}, 1),
     "iid_s5000": ("fmnist", "iid", {}, 5000),
     "fmnist3_natural": ("fmnist3", "natural", {}, 1),
+    **{f"dirichlet_{alpha}_s{seed}": ("fmnist", "dirichlet", {"dirichlet_alpha": alpha}, seed)
+       for alpha in (0.1, 0.5, 1.0) for seed in (1, 5000)},
 }
 FMNIST_GOLDEN = {
     "shards_stable_code_s1": "9720450c468981b4",
@@ -177,6 +183,12 @@ FMNIST_GOLDEN = {
     "iid_s1": "551a9fc9a40763b0",
     "iid_s5000": "832801453773e6fa",
     "fmnist3_natural": "6518f0e4b6e42486",
+    "dirichlet_0.1_s1": "7c49eaf5f0e96dc0",
+    "dirichlet_0.1_s5000": "a84ad3bcc3fd352a",
+    "dirichlet_0.5_s1": "d714c1a1204be295",
+    "dirichlet_0.5_s5000": "c9dff0cdc488f480",
+    "dirichlet_1.0_s1": "c93d6d2711508279",
+    "dirichlet_1.0_s5000": "7f554f91a246673f",
 }
 
 
