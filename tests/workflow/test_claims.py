@@ -372,3 +372,56 @@ def test_snakemake_stops_on_a_bad_claim_before_any_job(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
     assert "claim fairness_worst5" in proc.stdout + proc.stderr and "matches no row" in proc.stdout + proc.stderr
+
+
+def gap_config(claims: dict, seeds=(1, 2, 3)) -> dict:
+    """Three experiments on three settings (the dial: local lr here), each FedAvg and FedMGDA+."""
+    cfg = base_config(claims, seeds)
+    cfg["settings"] = {f"s{k}": {**SETTING, "local_lr": lr} for k, lr in enumerate((0.01, 0.05, 0.1))}
+    cfg["experiments"] = {f"e{k}": {"setting": f"s{k}", "grid": "pair", "seeds": list(seeds)}
+                          for k in range(3)}
+    return cfg
+
+
+GAP = {"source": "§3", "paper": "the gap shrinks with the dial", "gaps": {"e2": 1.0, "e0": 0.1, "e1": 0.5},
+       "by": "dial", "a": "fedavg", "b": "fedmgda_plus *", "quantity": "final.mean_acc",
+       "compare": "monotone", "direction": "decreasing"}
+
+
+def gap_verdict(tmp_path, gaps_per_seed: dict[str, list[float]], claim_=GAP) -> pd.Series:
+    """gaps_per_seed: {experiment: per-seed FedAvg - FedMGDA+}; FedMGDA+ at 0.5 everywhere."""
+    cfg = gap_config({"g": claim_})
+    reg = expand(cfg)
+    specs = parse_claims(cfg, reg)
+    runs = tmp_path / "runs"
+    for e, gaps in gaps_per_seed.items():
+        fedavg, plus = reg.rows[e]
+        for a_run, b_run, g in zip(fedavg.runs, plus.runs, gaps, strict=True):
+            write(runs, a_run, 0.5 + g)
+            write(runs, b_run, 0.5)
+    return evaluate(specs, runs).iloc[0]
+
+
+def test_a_gap_series_across_experiments_is_judged_per_seed(tmp_path):
+    shrinking = {"e0": [0.05, 0.06, 0.04], "e1": [0.03, 0.02, 0.03], "e2": [0.01, 0.0, 0.01]}
+    rec = gap_verdict(tmp_path / "down", shrinking)
+    assert rec["verdict"] == "holds"
+    assert json.loads(rec["values"]) == pytest.approx({"0.1": 5.0, "0.5": 2 + 2 / 3, "1": 2 / 3},
+                                                      abs=1e-4)
+    assert "FedAvg - FedMGDA+" in rec["expected"] and "decreasing in dial" in rec["expected"]
+    growing = {"e0": shrinking["e2"], "e1": shrinking["e1"], "e2": shrinking["e0"]}
+    assert gap_verdict(tmp_path / "up", growing)["verdict"] == "fails"
+    one_seed_flat = {**shrinking, "e2": [0.01, 0.03, 0.01]}  # seed 2: 0.06, 0.02, 0.03 goes back
+    assert gap_verdict(tmp_path / "mixed", one_seed_flat)["verdict"] == "inconclusive"
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ({"direction": None}, "gaps need compare monotone and a direction"),
+    ({"select": "fed*"}, "not select or experiment"),
+    ({"gaps": {"e0": 0.1, "e1": 0.1}}, "distinct values"),
+    ({"gaps": {"e0": 0.1, "nope": 0.5}}, "unknown experiment"),
+])
+def test_gap_series_errors(bad, needle):
+    cfg = gap_config({"bad": {k: v for k, v in {**GAP, **bad}.items() if v is not None}})
+    with pytest.raises(ClaimError, match=needle):
+        parse_claims(cfg, expand(cfg))
