@@ -102,7 +102,7 @@ def test_the_catalog_names_every_model():
     assert CONV_NAMES == CONVOLUTIONS  # the same default first
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")])])
 @pytest.mark.parametrize("name,shape,classes", [("cnn_cifar", (3, 32, 32), 10), ("cnn_fmnist", (1, 28, 28), 10), ("cnn_femnist", (1, 28, 28), 62)])
 def test_im2col_convolutions_are_torchs_up_to_rounding(name, shape, classes, device):
     """``conv: im2col`` computes the same function as torch's convolution: outputs and gradients
