@@ -64,7 +64,7 @@ from fedmgda.simulator import Simulation
 @dataclass
 class TimeLimit:
     """``--time-limit``: the benchmark's stages start only while their share of it is left, so a
-    run under a hard limit (the device check's part 3) ends with the stages it had time for instead
+    run under a hard limit (a job's time limit on a GPU machine) ends with the stages it had time for instead
     of being killed in one: the settings' timings before ``SETTINGS_SHARE`` of it, the lower bounds
     before ``BOUNDS_SHARE``, the profiles before ``PROFILES_SHARE``. None: no limit."""
 
