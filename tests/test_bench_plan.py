@@ -419,8 +419,8 @@ def test_time_limit_stops_a_setting_between_its_packs_and_variants(bench, monkey
 
 
 def test_only_measures_in_its_order_and_refuses_unknown_names(bench, monkeypatch, capsys):
-    """--only names the settings in the order they are measured (the device check puts first what a
-    time-out must not skip); a name that is no setting stops the benchmark in one line."""
+    """--only names the settings in the order they are measured (first what a time limit must
+    not skip); a name that is no setting stops the benchmark in one line."""
     assert [s.name for s in bench.chosen_settings(["adult_b10", "shakespeare_b10", "adult_b10"])] == ["adult_b10", "shakespeare_b10"]
     assert not any(s.stand_in for s in bench.chosen_settings(None)) and "shakespeare_b10_equal" in {s.name for s in bench.SETTINGS}
     monkeypatch.setattr(sys, "argv", ["bench_rounds.py", "--only", "fmnist_b10_p0.1", "shakespear"])

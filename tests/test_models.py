@@ -107,7 +107,7 @@ def test_the_catalog_names_every_model():
 def test_im2col_convolutions_are_torchs_up_to_rounding(name, shape, classes, device):
     """``conv: im2col`` computes the same function as torch's convolution: outputs and gradients
     (float64), under vmap over clients with their own weights as the batched path runs it; on
-    CUDA too (the device check's part 2 runs it), where torch's is cuDNN's."""
+    CUDA too (``make test-cuda``), where torch's is cuDNN's."""
     torch.manual_seed(4)
     models = {conv: build_model(name, shape, classes, conv=conv).double().to(device) for conv in ("torch", "im2col")}
     models["im2col"].load_state_dict(models["torch"].state_dict())
