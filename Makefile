@@ -1,4 +1,4 @@
-# fedmgda-repro: two commands on a fresh machine.
+# fedmgda-repro: two commands on a fresh machine (`make` alone lists every target).
 #   make quick   set up, then reproduce every experiment type of the paper offline (results/quick/)
 #   make test    set up, then run the test suite
 # Both install requirements/lock.txt (every package, exact version and hash; `make lock` remakes it
@@ -29,8 +29,6 @@ TEST_WORKERS ?= $(CORES)
 T ?=
 REPORT ?= results/paper/snakemake-report.zip
 BENCH_ARGS ?= --only cifar10_b10_p0.1 fmnist_b10_p0.1 --rounds 1
-# the transcription of the paper's Tables 6-14 (kept outside the repository)
-PAPER_TABLES ?= ../shared/reference/paper_tables.md
 
 ifneq ($(filter target,$(MAKECMDGOALS)),)
 ifeq ($(T),)
@@ -46,9 +44,14 @@ PY := .venv/bin/python
 SETUP_STAMP := .venv/.setup-stamp
 endif
 
-.PHONY: setup lock quick paper target report test test-fast lint dry-run benchmark device-check device-carry device-ingest device-wheels fresh-clone-ci config-docs docs paper-reference clean
+.DEFAULT_GOAL := help
+.PHONY: help setup lock quick paper target report test test-fast test-cuda lint dry-run benchmark config-docs docs clean
 
-setup: $(SETUP_STAMP)
+# `make` alone: one line per target a user runs (the text after each target's `##`)
+help:  ## this list
+	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  make %-12s %s\n", $$1, $$2}' $(firstword $(MAKEFILE_LIST))
+
+setup: $(SETUP_STAMP)  ## install requirements/lock.txt and the package (.venv unless an environment is active)
 
 # The lock's exact files (hash-checked), then the package itself without its dependencies (hash
 # mode refuses an editable line; built with the lock's setuptools), then a check that this Python
@@ -64,99 +67,58 @@ endif
 
 # pip-compile resolves as pip does here (pip's configuration: indexes, find-links); hashes of every
 # file of each pinned release; setuptools pinned too (--allow-unsafe: torch needs it). pip is not.
-lock:
+lock:  ## re-resolve requirements/lock.txt after editing pyproject.toml (LOCK_ARGS=--upgrade)
 	test -x $(LOCK_VENV)/bin/pip-compile || { python3 -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/python -m pip install -q $(PIP_TOOLS); }
 	CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile -q --generate-hashes --allow-unsafe \
 	  --strip-extras --extra workflow --extra dev --no-emit-index-url --no-emit-find-links \
 	  -c requirements/constraints.txt -o $(LOCK) $(LOCK_ARGS) pyproject.toml
 	$(LOCK_VENV)/bin/python scripts/lockfile.py stamp
 
-quick: setup
+quick: setup  ## every experiment type of the paper offline, small -> results/quick/
 	$(PY) -m snakemake --cores $(CORES) --configfile config/quick.yaml $(SNAKEMAKE_ARGS)
 	@echo "quick profile done: results/quick/{tables,figures,report}"
 
-paper: setup
+paper: setup  ## the whole paper (config/config.yaml) -> results/paper/
 	$(PY) -m snakemake --cores $(CORES) $(SNAKEMAKE_ARGS)
 
-target: setup
+target: setup  ## one output and only the runs it needs: T=results/paper/tables/table7.md
 	$(PY) -m snakemake $(T) --cores $(CORES) $(SNAKEMAKE_ARGS)
 
-report: setup
+report: setup  ## Snakemake's report of a finished run (REPORT=path.zip)
 	$(PY) -m snakemake --report $(REPORT) $(SNAKEMAKE_ARGS)
 
-dry-run: setup
+dry-run: setup  ## what would run, job counts per rule
 	$(PY) -m snakemake -n --quiet rules $(SNAKEMAKE_ARGS)
 
 # Two pytest sessions: every test but the Slurm ones on TEST_WORKERS workers, then the Slurm ones.
 # They install Slurm's clients and stop their cluster, after which every Snakemake start waits
 # ~9 s on scontrol (tests/conftest.py); exit 5 = no test selected (PYTEST_ARGS named other tests).
-test: setup
+test: setup  ## the whole test suite (TEST_WORKERS=N, PYTEST_ARGS=...)
 	FEDMGDA_LOCK_CHECK=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --maxschedchunk 2 -m "not slurm" $(PYTEST_ARGS)
 	FEDMGDA_LOCK_CHECK=1 $(PY) -m pytest -q -m slurm $(PYTEST_ARGS) || test $$? -eq 5
 
-# .ci/run in a fresh clone of HEAD, as CI runs it; a passed run's times become a row of
-# benchmarks/measurements/test_runs.csv (docs/running.md). FRESH_CLONE_ARGS='--conditions "..."'
-fresh-clone-ci: setup
-	$(PY) scripts/fresh_clone_ci.py $(FRESH_CLONE_ARGS)
+# the tests marked `cuda` (pyproject.toml): each skips where torch sees no CUDA device
+test-cuda: setup  ## the CUDA tests (on a GPU machine; they skip without one)
+	FEDMGDA_LOCK_CHECK=1 $(PY) -m pytest -q -m cuda $(PYTEST_ARGS)
 
-test-fast: setup
+test-fast: setup  ## the tests without the slow, SLURM and real-data ones
 	FEDMGDA_LOCK_CHECK=1 $(PY) -m pytest -q -m "not slow and not slurm and not realdata" $(PYTEST_ARGS)
 
-lint: setup
+lint: setup  ## ruff on src, tests and scripts; snakemake --lint
 	$(PY) -m ruff check src tests scripts
 	$(PY) -m snakemake --lint
 
-benchmark: setup
+benchmark: setup  ## round times and the projected paper wall time (BENCH_ARGS=...)
 	$(PY) benchmarks/bench_rounds.py $(BENCH_ARGS)
 
-# the one-shot GPU check (docs/performance.md, "Device check"): OUT=DIR (default $OUT, else
-# results/device-check), DEVICE_CHECK_ARGS="--dry" for the same parts on the CPU. No setup step: on a
-# GPU machine the package runs from src/ under the Python found there (DEVICE_PY).
-DEVICE_CHECK_ARGS ?=
-DEVICE_PY ?= $(if $(VIRTUAL_ENV)$(CONDA_PREFIX),python,$(if $(wildcard .venv/bin/python),.venv/bin/python,python3))
-
-# Where this Python lacks cvxopt (the GPU image), the wheels in DEVICE_WHEELS (make device-wheels)
-# are installed first into a folder of their own, put on the path. Before that, what DEVICE_CARRY
-# holds (make device-carry) is unpacked: the raw files into resources/raw/, the wheels into DEVICE_WHEELS.
-DEVICE_WHEELS ?= .whl
-DEVICE_CARRY ?= .carry
-device-check:
-	@if [ -d $(DEVICE_CARRY) ]; then $(DEVICE_PY) scripts/device_carry.py unpack --packed $(DEVICE_CARRY) --wheels $(DEVICE_WHEELS) || exit 1; fi; \
-	site=; if [ -d $(DEVICE_WHEELS) ] && ! $(DEVICE_PY) -c "import cvxopt" 2>/dev/null; then \
-	  site=$${TMPDIR:-/tmp}/fedmgda-device-site; echo "device-check: cvxopt from $(DEVICE_WHEELS)/ into $$site"; \
-	  $(DEVICE_PY) -m pip install -q --no-index --no-deps --no-compile --target $$site $(DEVICE_WHEELS)/*.whl || exit 1; fi; \
-	PYTHONPATH=src$${site:+:$$site}$${PYTHONPATH:+:$$PYTHONPATH} $(DEVICE_PY) scripts/device_check.py $(if $(OUT),--out $(OUT)) $(DEVICE_CHECK_ARGS)
-
-# Here, before a GPU session: cvxopt's wheel at the lock's version for the GPU image's Python, into
-# DEVICE_WHEELS (.whl/, gitignored), then it and the raw F-MNIST and Adult files packed as xz into
-# DEVICE_CARRY (.carry/, gitignored; device-check unpacks it there): carry .carry alone,
-# docs/performance.md "Device check".
-device-carry: device-wheels
-	$(PY) scripts/device_carry.py pack --packed $(DEVICE_CARRY) --wheels $(DEVICE_WHEELS)
-
-# Afterwards, here: the check's output folder (FROM) into benchmarks/measurements/NAME/, its round
-# times into src/fedmgda/reference/round_times.csv, the plan files made again (scripts/device_ingest.py)
-device-ingest: setup
-	$(PY) scripts/device_ingest.py $(FROM) $(NAME)
-
-DEVICE_PYTHON ?= 3.12
-device-wheels:
-	python3 -m pip download -q --no-deps --only-binary=:all: --python-version $(DEVICE_PYTHON) --implementation cp \
-	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d $(DEVICE_WHEELS) \
-	  cvxopt==$$(sed -n 's/^cvxopt==\([^ ]*\).*/\1/p' requirements/lock.txt)
-
 # config/README.md's key tables from src/fedmgda/config.schema.yaml (fedmgda.schema)
-config-docs: setup
+config-docs: setup  ## config/README.md's key tables from the schema
 	$(PY) -m fedmgda.schema config/README.md
 
 # re-render the numbers, verdict tables and table blocks of the pages in fedmgda.docnumbers.PAGES
 # from their committed files (tests/test_docnumbers.py fails where they differ)
-docs: setup
+docs: setup  ## re-render the docs' numbers from their committed files
 	$(PY) -m fedmgda.docnumbers
 
-# rewrite the package's copy of the paper's numbers (src/fedmgda/reference/paper_tables.csv)
-paper-reference: setup
-	$(PY) scripts/paper_reference.py $(PAPER_TABLES)
-
-clean:
+clean:  ## remove .venv, the lock's environment and .snakemake
 	rm -rf .venv $(LOCK_VENV) .setup-stamp-env .snakemake

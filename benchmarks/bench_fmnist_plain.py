@@ -18,8 +18,8 @@ its reference path (``batched: false``: each run alone, its clients one after an
 too. Every path's simulations are built before its clock starts, and each path first trains one untimed
 round (``warm_up``). ``--repeat R`` times the paths in turn R times. It prints run-rounds per second of each
 (wall clock, and per second of the process's CPU time, steadier on a shared machine) and their
-ratio to the plain loop (the goal of issue 32, per CPU second on one thread: 6 runs packed at least 2x,
-one run at least 1x). Results go to
+ratio to the plain loop (the goal, per CPU second on one thread: 6 runs packed at least 2x, one
+run at least 1x). Results go to
 docs/performance.md with the command. The real files must be in ``--raw-dir``/fmnist/ (without
 them it says so and exits).
 """
@@ -114,7 +114,7 @@ def plain_runs(sims: list[Simulation], rounds: int) -> None:
 def warm_up(raw_dir: str) -> None:
     """One untimed round of one run on each path: a process's first convolutions and products set
     up their kernels and the allocator its pools, which the path timed first, the plain loop, would
-    otherwise pay for alone (before 2026-11-27 it did: about a second of its time)."""
+    otherwise pay for alone (about a second of its time)."""
     plain_runs([Simulation(configs(1, 1, raw_dir)[0])], 1)
     for batched in (True, False):
         run_packed([Simulation(configs(1, 1, raw_dir, batched)[0])], [None])

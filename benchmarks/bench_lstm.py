@@ -45,7 +45,7 @@ METADATA_OPS = {
 
 
 def autograd_layer(x, w_ih, w_hh, bias):
-    """The recurrence differentiated by autograd: the package's version until 2026-11-27, as it
+    """The recurrence differentiated by autograd: the package's former version, as it
     was (its ``addmm`` is four operations under vmap, ``LSTMLayer``'s sum two)."""
     hidden = w_hh.shape[1]
     gates_x = x @ w_ih.T + bias

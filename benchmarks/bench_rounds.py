@@ -29,7 +29,7 @@ table alone:
 ``--bound`` then prints each setting's batched round beside a lower bound of the same work: the
 longest client's local steps, each one SGD step of one model on all the round's clients' samples of
 that step as one batch, replayed as a CUDA graph on a GPU (the Shakespeare LSTM through cuDNN),
-and the ratio (issue 42: within 3x, or the reason measured). ``--profile`` ends with one profiled
+and the ratio (the goal: within 3x, or the reason measured). ``--profile`` ends with one profiled
 round per setting: its costliest operators and one line on where its time went (GPU kernels,
 copies, kernel and graph launches, host synchronisations).
 
@@ -64,7 +64,7 @@ from fedmgda.simulator import Simulation
 @dataclass
 class TimeLimit:
     """``--time-limit``: the benchmark's stages start only while their share of it is left, so a
-    run under a hard limit (the device check's part 3) ends with the stages it had time for instead
+    run under a hard limit (a job's time limit on a GPU machine) ends with the stages it had time for instead
     of being killed in one: the settings' timings before ``SETTINGS_SHARE`` of it, the lower bounds
     before ``BOUNDS_SHARE``, the profiles before ``PROFILES_SHARE``. None: no limit."""
 
@@ -149,7 +149,7 @@ SETTINGS = [
     Setting("femnist_b20", "femnist", 20, 10, femnist_sizes(), 23, lr=0.1),
     Setting("femnist_full", "femnist", "full", 10, femnist_sizes(), 23, lr=0.1),
     Setting("shakespeare_b10", "shakespeare", 10, 31, shakespeare_sizes(), 750, lr=0.8),
-    # measured on the H200 on 2026-11-26 as "shakespeare_b10", before its clients had real sizes
+    # the setting of round_times.csv's H200 Shakespeare rows: equal client sizes, not the real ones
     Setting("shakespeare_b10_equal", "shakespeare", 10, 31, (3000,) * 31, 750, lr=0.8,
             stand_in="equal client sizes, 300 local steps each; the real roles' heavy tail (q-FFL Table 4: "
                      "stdev 6 912 per device, mean 3 749) gives the longest client 2 000+ steps a round"),

@@ -1,13 +1,12 @@
-"""Parse paper_tables.md (the transcription of the paper's Tables 6-14, kept outside the
-repository in ../shared/reference/) and src/fedmgda/reference/qffl_tables.md (the transcription
+"""Parse paper_tables.md (the transcription of the paper's Tables 6-14, not part of the
+repository) and src/fedmgda/reference/qffl_tables.md (the transcription
 of the q-FFL paper's Tables 2 and 11, in the repository) into the long table shipped as package
 data, src/fedmgda/reference/paper_tables.csv: the FedMGDA+ rows first, then the q-FFL rows.
 
-    make paper-reference [PAPER_TABLES=path/to/paper_tables.md]
-    python scripts/paper_reference.py [path/to/paper_tables.md] [--qffl QFFL_MD] [--out CSV]
+    python scripts/paper_reference.py path/to/paper_tables.md [--qffl QFFL_MD] [--out CSV]
 
-The test tests/workflow/test_paper_tables.py re-parses the markdown (when present) and checks the
-CSV against it. Row keys are made with :func:`fedmgda.experiments.row_key`, the same function that
+The test tests/workflow/test_paper_tables.py re-parses the markdown (where FEDMGDA_PAPER_TABLES
+names it) and checks the CSV against it. Row keys are made with :func:`fedmgda.experiments.row_key`, the same function that
 names the registry's rows, so tables can match paper rows to reproduced rows (a q-FFL Table 2 row
 spans two datasets with different hyper-parameters: its key is the grid entries' shared ``row:``).
 """
@@ -25,7 +24,6 @@ sys.path.insert(0, str(REPO / "src"))  # works without `pip install -e .`
 
 from fedmgda.experiments import row_key  # noqa: E402
 
-DEFAULT_MD = REPO.parent / "shared/reference/paper_tables.md"
 DEFAULT_CSV = REPO / "src/fedmgda/reference/paper_tables.csv"
 DEFAULT_QFFL_MD = REPO / "src/fedmgda/reference/qffl_tables.md"
 
@@ -178,16 +176,14 @@ def write_csv(rows: list[dict], path: str | Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("markdown", nargs="?", type=Path, default=DEFAULT_MD,
-                    help=f"the transcription of the paper's tables (default: {DEFAULT_MD})")
+    ap.add_argument("markdown", type=Path, help="the transcription of the paper's Tables 6-14")
     ap.add_argument("--qffl", type=Path, default=DEFAULT_QFFL_MD,
                     help=f"the transcription of the q-FFL paper's Tables 2 and 11 (default: {DEFAULT_QFFL_MD})")
     ap.add_argument("--out", type=Path, default=DEFAULT_CSV, help=f"the CSV to write (default: {DEFAULT_CSV})")
     args = ap.parse_args(argv)
     if not args.markdown.is_file():
         print(f"paper_reference: {args.markdown} not found. It is the transcription of the paper's "
-              "Tables 6-14 (not part of this repository); pass its path: "
-              "make paper-reference PAPER_TABLES=path/to/paper_tables.md", file=sys.stderr)
+              "Tables 6-14 (not part of this repository); pass its path", file=sys.stderr)
         return 2
     rows = parse(args.markdown) + parse_qffl(args.qffl)
     write_csv(rows, args.out)

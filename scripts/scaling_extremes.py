@@ -1,4 +1,4 @@
-"""Issue 25's table: a scaling attacker of growing factor against FedMGDA+ and FedAvg on the quick
+"""The extreme-scaling table: a scaling attacker of growing factor against FedMGDA+ and FedAvg on the quick
 profile's digits shards (batch 10, local lr 0.05, momentum 0.5, participation 1.0, 20 rounds,
 attacker = user 0 forced into every round), every run packed into one job.
 

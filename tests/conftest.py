@@ -5,7 +5,7 @@ From then on, every Snakemake start imports the Slurm executor plugin, which run
 ``scontrol show config`` at import and waits for the stopped controller until its 10 s timeout
 (snakemake_executor_plugin_slurm.job_status_query.get_min_job_age): on a fresh CI machine,
 running the Slurm tests first made every later ``snakemake`` call in the suite about 9 s slower.
-``make test`` runs them in a session of their own, after the others.
+``make test`` runs them in a pytest session of their own, after the others.
 
 Under pytest-xdist (``make test``: one worker per core) a long test that starts late finishes
 alone on one worker; Table 7 on the real Adult files (several minutes) therefore starts first.

@@ -300,7 +300,7 @@ def synthetic_runs(root: Path) -> None:
             pd.DataFrame({"round": range(1, 201), "train_loss": loss}).to_csv(package / f"seed{seed}" / "metrics.csv", index=False)
 
 
-# what the script wrote before its statistics moved to fedmgda.paired (issue 44), on synthetic_runs
+# what the script wrote when it computed its statistics itself (now fedmgda.paired's), on synthetic_runs
 BEFORE_STDOUT = """\
 seed4: no package run at package/seed4/per_user.csv; skipped
  seed  rounds authors se_authors package se_package  diff se_diff authors_loss package_loss diff_loss

@@ -93,7 +93,8 @@ MODELS = [
     ("mlp_digits", (64,), 10),
     ("mlp_fmnist", IMAGE, 10),
 ]
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))]
+NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, NO_CUDA])]
 
 
 @pytest.mark.parametrize("device", DEVICES)

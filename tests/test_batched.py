@@ -84,7 +84,9 @@ def test_batched_fedmgda_plus_with_fedmdfgs_mlp_matches_the_sequential_one():
     assert np.allclose(seq.metrics["train_loss"], bat.metrics["train_loss"], atol=1e-5)
 
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def needs_cuda(test):
+    """A CUDA test: marked ``cuda`` (make test-cuda), skipped where torch sees no CUDA device."""
+    return pytest.mark.cuda(pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")(test))
 
 
 @needs_cuda
@@ -327,7 +329,7 @@ def round_keys(sizes: list[int], batch: int = 10) -> list[tuple]:
 def test_every_recurring_key_of_a_shakespeare_round_is_replayed(monkeypatch):
     """Shakespeare (31 clients, all in every round, of very unequal sizes) asks for the same keys
     every round: 29 distinct among its 97 spans. From the third round on, with the default
-    CudaGraphs, every span is a replay; with a capacity of 4 (before 2026-11-27) 37 of them are
+    CudaGraphs, every span is a replay; with a capacity of 4 (the former default) 37 of them are
     not (eager, or the largest client's middle span captured again)."""
     import importlib.util
     from pathlib import Path

@@ -1,6 +1,6 @@
 """benchmarks/bench_rounds.py: --plan, the paper DAG's makespan from the committed round times,
-beside today's back-to-back projection; --sizes, the settings' clients; --bound and --profile
-(issue 42, item 2), each setting's round beside a lower bound of the same steps, and one line on
+beside the back-to-back projection; --sizes, the settings' clients; --bound and --profile,
+each setting's round beside a lower bound of the same steps, and one line on
 where a profiled round's time goes."""
 
 import dataclasses
@@ -28,7 +28,7 @@ def bench():
 
 
 def test_back_to_back_is_the_committed_h200_projection(bench):
-    """The table's single-run H200 times of the check of 2026-11-27 give back the projection it
+    """The table's single-run H200 times of bench_rounds.txt give back the projection it
     printed from them (benchmarks/measurements/h200_device-check_2026-11-27/bench_rounds.txt: the
     6 settings measured before its part 3's time-out, 53.7 h; the other datasets' runs left out)."""
     source = "benchmarks/measurements/h200_device-check_2026-11-27/bench_rounds.txt"
@@ -371,8 +371,8 @@ def test_time_limit_skips_the_stages_it_has_no_time_for(bench, monkeypatch, tmp_
 
 def test_time_limit_stops_a_setting_between_its_packs_and_variants(bench, monkeypatch, tmp_path, capsys):
     """Within a setting too: an --also variant starts only before 60 % of the limit, and a pack of
-    k runs only when about k rounds per round (its two warm-ups and --rounds) end before it (the
-    H200 check of 2026-11-27 was killed inside Shakespeare's packs). What was measured is kept."""
+    k runs only when about k rounds per round (its two warm-ups and --rounds) end before it (a
+    pack that overran its limit would lose the setting's rows). What was measured is kept."""
     clock = [0.0]
     monkeypatch.setattr(bench.time, "monotonic", lambda: clock[0])
     timed = []
@@ -419,8 +419,8 @@ def test_time_limit_stops_a_setting_between_its_packs_and_variants(bench, monkey
 
 
 def test_only_measures_in_its_order_and_refuses_unknown_names(bench, monkeypatch, capsys):
-    """--only names the settings in the order they are measured (the device check puts first what a
-    time-out must not skip); a name that is no setting stops the benchmark in one line."""
+    """--only names the settings in the order they are measured (first what a time limit must
+    not skip); a name that is no setting stops the benchmark in one line."""
     assert [s.name for s in bench.chosen_settings(["adult_b10", "shakespeare_b10", "adult_b10"])] == ["adult_b10", "shakespeare_b10"]
     assert not any(s.stand_in for s in bench.chosen_settings(None)) and "shakespeare_b10_equal" in {s.name for s in bench.SETTINGS}
     monkeypatch.setattr(sys, "argv", ["bench_rounds.py", "--only", "fmnist_b10_p0.1", "shakespear"])

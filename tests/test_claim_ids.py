@@ -1,4 +1,4 @@
-"""One claim id, one meaning (issue 43): a claim judged on other runs than its registry entry names
+"""One claim id, one meaning: a claim judged on other runs than its registry entry names
 carries what differs in its id (fedmgda.claims.evaluation_tag), no two committed claims files give
 one id two meanings, and no two profiles define one id differently."""
 
@@ -47,7 +47,7 @@ def _row(claim: str, expected: str, n: int, verdict: str = "holds") -> dict:
 
 
 def test_one_id_for_two_seed_sets_is_caught(tmp_path):
-    """The drift of issue 43: fmnist_fairness_average judged on 3 seeds in one file (holds) and on 8
+    """A drift caught: fmnist_fairness_average judged on 3 seeds in one file (holds) and on 8
     in another (inconclusive) under one id."""
     pd.DataFrame([_row("fmnist_fairness_average", "protocol.mean_acc: A - B >= -1 pp", 3)]).to_csv(
         tmp_path / "claims.csv", index=False)

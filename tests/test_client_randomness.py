@@ -1,7 +1,7 @@
 """Every random draw of a client comes from its own seed key (run seed, round, user): its minibatch
 order and its dropout masks are the same whichever path trains it, whoever trains beside it and
-whether its run resumed. (Issue 32, item 1: before, a batched step drew the masks of all its
-clients together, so a run's numbers depended on its pack partners.)"""
+whether its run resumed. (Were a batched step to draw the masks of all its clients together, a
+run's numbers would depend on its pack partners.)"""
 
 import pandas as pd
 import pytest

@@ -1,4 +1,4 @@
-"""Size rule of the library and the scripts (issue 44): no function over 60 lines, no class over
+"""Size rule of the library and the scripts: no function over 60 lines, no class over
 200. Long functions hide several jobs; the rule keeps each piece small enough to read at once."""
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ GOOD = dict(dataset="synthetic", algorithm="fedmgda_plus", hparams={"eta": 1.0, 
         ({"algorithm": "qfedavg", "hparams": {}, "aggregation_weights": "samples"}, "aggregation_weights: samples .* qfedavg weights the updates by its own rule"),
         ({"algorithm": "afl", "hparams": {}, "aggregation_weights": "samples"}, "aggregation_weights: samples .*fedmgda_plus, mgda_prox\\); afl"),
         ({"afl_step_weights": "uniform"}, "afl_step_weights: uniform changes AFL's model step only; fedmgda_plus is not AFL"),
-        # dataset options typed and ranged before the partition job (issue 35)
+        # dataset options typed and ranged before the partition job
         ({"dataset_options": {"num_users": "bogus"}}, "synthetic: option num_users must be an integer >= 1, got 'bogus'"),
         ({"dataset_options": {"num_users": 0}}, "synthetic: option num_users must be an integer >= 1, got 0"),
         ({"dataset_options": {"num_users": -3}}, "synthetic: option num_users must be an integer >= 1, got -3"),

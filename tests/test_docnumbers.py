@@ -112,8 +112,8 @@ def test_covered_sections_type_no_result(page, heading, start):
 
 
 def test_the_quick_rows_run_count_is_the_profiles():
-    """The README's quick row states the quick profile's run count (issue 43: it said 74 after the
-    profile grew to 86), counted here from config/quick.yaml, and its time is a measurement of
+    """The README's quick row states the quick profile's run count (a stale count, 74 for a
+    profile of 86, fails), counted here from config/quick.yaml, and its time is a measurement of
     that many runs (the wall_times.csv row it renders has n = the run count)."""
     import csv
 
@@ -130,7 +130,7 @@ def test_the_quick_rows_run_count_is_the_profiles():
 
 
 def test_no_claims_rows_have_no_claims_file():
-    """Issue 43: two Expected-results rows said 'no claims' beside a committed claims file. A row's
+    """No Expected-results row says 'no claims' beside a committed claims file. A row's
     table docs/results/fmnist/fmnist_X.md has its claims in claims_X.md when that file exists."""
     section = covered_text("README.md", "## Expected results", "")
     for line in section.splitlines():
@@ -151,8 +151,8 @@ def test_a_marker_that_does_not_parse_fails_the_check():
 
 
 def test_a_drift_fails_both_checks():
-    """The drift of issue 43: docs/results.md quoted FedMDFG's-setting gaps of a file's earlier
-    version. A rendered value edited, or typed outside its marker, fails."""
+    """A rendered value edited (docs/results.md quoting FedMDFG's-setting gaps of another version
+    of their file), or typed outside its marker, fails."""
     text = covered_text("docs/results.md", "## The fairness claim on real Fashion-MNIST", "**In FedMDFG's own setting**")
     marker = re.search(r"<!-- n [^>]*fmnist_fedmdfg_fedplat_average_late diff_mean \.2f -->6\.04<!-- /n -->", text)
     assert marker, "the FedMDFG-setting accuracy gap is no longer rendered from claims_fedmdfg.csv"
@@ -229,8 +229,8 @@ def test_a_table_block_is_its_csv(tmp_path):
 
 
 def test_transcribed_numbers_are_each_used_and_carry_their_sentence():
-    """benchmarks/measurements/performance_numbers.csv (numbers measured in sessions that kept no
-    log): every row is rendered by some page's marker (no stale row), and its ``what`` is the
+    """benchmarks/measurements/performance_numbers.csv (numbers whose measurement kept no
+    log file): every row is rendered by some page's marker (no stale row), and its ``what`` is the
     sentence or table row around that marker, holding the value."""
     import csv
 

@@ -114,7 +114,9 @@ def test_markdown_links_and_paths_resolve(path):
         file = target.split("#", 1)[0]
         if not (path.parent / file).exists():
             broken.append(f"link {target}")
-    broken += [f"path {p}" for p in REPO_PATH.findall(text) if not (REPO / p).exists()]
+    if not path.relative_to(REPO).as_posix().startswith("benchmarks/measurements/"):
+        # a measurement file names the command that made it, which the repository need not ship
+        broken += [f"path {p}" for p in REPO_PATH.findall(text) if not (REPO / p).exists()]
     assert not broken, broken
 
 

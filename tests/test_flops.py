@@ -1,5 +1,5 @@
 """fedmgda.flops: the counted work of a run (a floor under any round time) and the matrix-product
-rate it is divided by; benchmarks/bench_rounds.py --flops, the paper DAG's work (issue 42)."""
+rate it is divided by; benchmarks/bench_rounds.py --flops, the paper DAG's work."""
 
 import pytest
 import torch

@@ -91,7 +91,7 @@ def test_packed_linear_softmax_runs_match_the_sequential_reference(algorithm, hp
         data = replace(data, x=(data.x > 0).float(), global_test={k: ((x > 0).float(), y) for k, (x, y) in data.global_test.items()})
     data.train_idx[0] = data.train_idx[0][:5]  # unequal clients
     common = dict(algorithm=algorithm, hparams=hparams, rounds=4, participation=1.0, batch_size=4)
-    # the second run reports F_i per sample (a q-FedAvg reading; packed with the other one)
+    # the seed-2 run reports F_i per sample (a q-FedAvg reading; packed with the other one)
     configs = [toy_config(seed=1, **common), toy_config(seed=2, attack={"kind": "scaling", "user": 1, "value": 3.0}, qffl_loss="batch_sum_per_sample", **common)]
     packed = run_packed([Simulation(cfg, data=data, model_name="logreg") for cfg in configs], [None, None])
     for cfg, result in zip(configs, packed):

@@ -102,12 +102,12 @@ def test_the_catalog_names_every_model():
     assert CONV_NAMES == CONVOLUTIONS  # the same default first
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")])])
 @pytest.mark.parametrize("name,shape,classes", [("cnn_cifar", (3, 32, 32), 10), ("cnn_fmnist", (1, 28, 28), 10), ("cnn_femnist", (1, 28, 28), 62)])
 def test_im2col_convolutions_are_torchs_up_to_rounding(name, shape, classes, device):
     """``conv: im2col`` computes the same function as torch's convolution: outputs and gradients
     (float64), under vmap over clients with their own weights as the batched path runs it; on
-    CUDA too (the device check's part 2 runs it), where torch's is cuDNN's."""
+    CUDA too (``make test-cuda``), where torch's is cuDNN's."""
     torch.manual_seed(4)
     models = {conv: build_model(name, shape, classes, conv=conv).double().to(device) for conv in ("torch", "im2col")}
     models["im2col"].load_state_dict(models["torch"].state_dict())

@@ -1,4 +1,4 @@
-"""Extreme and non-finite client reports (issue 25; docs/protocol-choices.md, "Non-finite reports"):
+"""Extreme and non-finite client reports (docs/protocol-choices.md, "Non-finite reports"):
 a scaling attacker of any factor, or a NaN / Inf update, never stops a run by itself; a participant
 with a non-finite update is left out of the round (never turned into zeros) and counted; the
 normalising rules give every finite update its own direction; the QP never sees a non-finite

@@ -205,7 +205,7 @@ def test_train_pack_gives_every_run_its_config_and_log(tmp_path):
 
 
 def test_train_pack_stops_at_its_timeout_and_can_keep_the_earlier_logs(tmp_path):
-    """scripts/device_check.py's packs: stopped at a deadline (TimeoutExpired, the trainer's whole
+    """A pack stopped at a deadline (TimeoutExpired, the trainer's whole
     process group ended), a resumed run's train.log appended to."""
     import subprocess
     import time

@@ -111,6 +111,7 @@ def test_the_batched_run_equals_the_reference_run(algorithm, model, monkeypatch)
         assert any(term is not None for term in calls)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 @pytest.mark.parametrize("algorithm", [SCAFFOLD, FEDDYN], ids=lambda a: a["algorithm"])
 def test_cuda_term_runs_equal_the_reference_run(algorithm):

@@ -1,4 +1,4 @@
-"""Every result is stamped with where it was made (issue 41): a run folder's summary.json and
+"""Every result is stamped with where it was made: a run folder's summary.json and
 checkpoints carry the environment stamp, a checkpoint resumed under another environment says so in
 one line, and the stamp is no part of a run's identity."""
 

@@ -1,5 +1,5 @@
 """A run folder the trainer cannot use as it is stops the run with one line naming the file and
-what to do (issue 35): an unreadable or crafted checkpoint, another trainer writing the folder,
+what to do: an unreadable or crafted checkpoint, another trainer writing the folder,
 a full disk, a folder it cannot write. Nothing runs code from a checkpoint, nothing resumes
 into a different run."""
 

@@ -170,6 +170,7 @@ def test_final_model_average_is_the_mean_of_the_iterates():
     assert torch.allclose(result.final_weights, torch.stack(iterates).mean(0), atol=1e-6)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 def test_runs_on_cuda():
     result = simulate(algorithm="fedmgda_plus", device="cuda")

@@ -59,6 +59,6 @@ def killed_at(train, out, monkeypatch, kill_at: int) -> None:
 
 def killed_then_resumed(cfg: RunConfig, out, monkeypatch, kill_at: int):
     """``cfg`` run into ``out``, killed when round ``kill_at`` (0-based) starts, then run again
-    (resuming from its last checkpoint): the second run's result."""
+    (resuming from its last checkpoint): the resumed run's result."""
     killed_at(lambda: run(cfg, out, data=make_toy_federated(), model_name="logreg"), out, monkeypatch, kill_at)
     return run(cfg, out, data=make_toy_federated(), model_name="logreg")

@@ -29,8 +29,7 @@ A whole ``.csv`` file is shown as a Markdown table between two lines of their ow
     (the table, rewritten from the file: the named columns, or every column)
     <!-- /table -->
 
-A log that grows a row at a time (the test suite's fresh-clone runs) then never needs its page
-edited.
+A log that grows a row at a time (such as test_runs.csv) then never needs its page edited.
 
 The format: none, the cell as written; a Python format spec (``.2f``, ``+.1f``, ``d``), the cell's
 first number formatted (``neg`` before it: its negative, for a difference stated the other way

@@ -354,7 +354,7 @@ class ConvNetSteps:
     about ``chunk_bytes`` of activations (F-MNIST: 30 clients) runs all its steps before the next
     chunk starts: its buffers stay in the cache. Every operation is per client (no sum across
     clients), so a client's numbers do not depend on the clients of its chunk: a run gives the
-    same numbers alone or packed beside others (issue 32, item 1).
+    same numbers alone or packed beside others.
     """
 
     name = "conv-net"
@@ -671,8 +671,8 @@ class CudaGraphs:
     holds every recurring key of a round: Shakespeare's 31 clients of very unequal sizes train in
     11 size groups (``client.size_groups``) of spans of up to ``client.GRAPH_STEPS`` steps, 29
     distinct keys a round (``tests/test_batched.py``). A capacity of 4 left 56 of the 61 steps of
-    its 1 % round eager (counted on the CPU with a stand-in graph); that round took 8.2 s on the
-    H200 of 2026-11-27 (benchmarks/measurements/h200_bounds_2026-11-27/).
+    its 1 % round eager (counted on the CPU with a stand-in graph); that round took 8.2 s on an
+    H200 (benchmarks/measurements/h200_bounds_2026-11-27/).
 
     An evicted key runs eagerly from then on, unless its graph was replayed at least
     ``recapture_after`` times: when a round has more recurring keys than fit, evicting and

@@ -28,7 +28,7 @@ class Conv2d(nn.Conv2d):
     columns, cuBLAS on a GPU). The function is the same up to float rounding.
 
     Why both: under ``vmap`` over clients, each with its own weights, torch's convolution becomes a
-    grouped convolution, one group per client. On the H200, cuDNN ran its weight gradient as one
+    grouped convolution, one group per client. On an H200, cuDNN ran its weight gradient as one
     kernel per client per step (docs/performance.md, "Lower bounds and profiles"). As matrix
     products, a step's convolution is one batched product over all clients. Which is faster is a
     measurement: ``bench_rounds.py --also conv=im2col``.

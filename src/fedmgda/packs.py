@@ -198,7 +198,7 @@ def train_pack(command: str | None, members: list[dict[str, str]], pack_log: str
     ``command`` None (the config's ``train_command: null``): ``<this Python> -m fedmgda train``.
 
     ``members``: one ``{"config": YAML text, "run_yaml": path, "out": folder, "log": path}`` per run.
-    ``timeout`` (seconds; scripts/device_check.py): the trainer, in a process group of its own,
+    ``timeout`` (seconds): the trainer, in a process group of its own,
     gets SIGTERM after it (SIGKILL 10 s later), and ``subprocess.TimeoutExpired`` is raised; its
     runs keep their last checkpoints. ``append_logs``: each run's train.log gets the pack log
     appended instead of replaced by it (a run resumed from its checkpoint keeps its earlier log).

@@ -2,7 +2,7 @@
 and claims read from it.
 
 A run folder (``results/<profile>/runs/<run key>/``) holds ``summary.json`` (``status``, the run
-config, the statistics known when it trained and, since issue 41, the ``environment`` stamp of
+config, the statistics known when it trained and the ``environment`` stamp of
 ``fedmgda.provenance``; written last, its presence marks a finished run), ``per_user.csv`` (every
 user's test accuracy and loss at the stored rounds), ``per_user_final.csv`` (the same of the final
 model, which is the average of the iterates for AFL) and ``metrics.csv`` (one row per round); a run

@@ -164,7 +164,8 @@ def tiny_rawfile(tmp_path: Path, content: bytes = b"hello raw file\n") -> tuple[
 # ---------------------------------------------------------------- real Fashion-MNIST files
 FMNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
                 "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
-DEBIAN_FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")  # apt-get install dataset-fashion-mnist
+DEBIAN_FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
+REPO_RAW = Path(__file__).resolve().parents[2] / "resources/raw"  # where the download rules write  # apt-get install dataset-fashion-mnist
 
 
 @pytest.fixture
@@ -185,8 +186,8 @@ def real_fmnist(tmp_path) -> Path:
 @pytest.fixture
 def real_adult(tmp_path) -> Path:
     """A raw-data directory whose adult/ links to the real UCI Adult files (FEDMGDA_ADULT_DIR, else
-    ../shared/data/adult beside the checkout); skips where they are absent."""
-    source = Path(os.environ.get("FEDMGDA_ADULT_DIR", Path(__file__).resolve().parents[3] / "shared/data/adult"))
+    the checkout's resources/raw/adult); skips where they are absent."""
+    source = Path(os.environ.get("FEDMGDA_ADULT_DIR", REPO_RAW / "adult"))
     if not all((source / name).is_file() for name in ("adult.data", "adult.test")):
         pytest.skip(f"the real UCI Adult files are not in {source} (set FEDMGDA_ADULT_DIR)")
     (tmp_path / "adult").mkdir()

@@ -1,4 +1,4 @@
-"""Partitions that do not depend on the machine (issue 41): the authors' label sort computed the
+"""Partitions that do not depend on the machine: the authors' label sort computed the
 same way on every CPU, and golden content hashes of every partition reading.
 
 The golden order hashes below were computed by numpy 1.23.5 and 1.24.4 (identical), whose int64

@@ -1,4 +1,4 @@
-"""A user's bad day, probe by probe (issue 35): each bad input below stops ``fedmgda train`` and,
+"""A user's bad day, probe by probe: each bad input below stops ``fedmgda train`` and,
 where it is an option of the registry, ``snakemake -n`` on config/test.yaml, with ONE line naming
 the option or file (and what to do), no traceback, and nothing written under results/.
 

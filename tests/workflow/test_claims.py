@@ -209,7 +209,7 @@ def test_a_flat_series_is_not_a_trend(tmp_path):
     assert verdict_of(tmp_path / "down", {"m": mono}, falling)["m"] == "holds"
 
 
-# ---- ties: a difference below the float resolution of its statistic decides nothing (issue 41)
+# ---- ties: a difference below the float resolution of its statistic decides nothing
 TIES = {"ge": claim(scale=1), "le": claim(a="fedavg", b="fedmgda_plus *", scale=1),
         "close": claim(compare="close", scale=1), "ident": claim(compare="identical", tolerance=0.0, scale=1)}
 

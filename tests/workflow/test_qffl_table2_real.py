@@ -1,7 +1,7 @@
 """q-FFL's Table 2 on the real Adult and Fashion-MNIST files, through the workflow as a user runs it.
 
-Runs only where both are: the UCI Adult files in ``../shared/data/adult/`` beside the checkout (or
-FEDMGDA_ADULT_DIR), the four Fashion-MNIST IDX files in Debian's /usr/share/datasets/fashion-mnist
+Runs only where both are: the UCI Adult files in FEDMGDA_ADULT_DIR (else ``resources/raw/adult/``),
+the four Fashion-MNIST IDX files in Debian's /usr/share/datasets/fashion-mnist
 (``apt-get install dataset-fashion-mnist``, or FEDMGDA_FMNIST_DIR); a checkout without them skips
 with the reason.
 
@@ -29,7 +29,7 @@ import pytest
 
 from .conftest import FMNIST, FMNIST_FILES, REPO, copy_workflow
 
-ADULT = Path(os.environ.get("FEDMGDA_ADULT_DIR", REPO.parent / "shared/data/adult"))
+ADULT = Path(os.environ.get("FEDMGDA_ADULT_DIR", REPO / "resources/raw/adult"))
 ADULT_FILES = ("adult.data", "adult.test")
 ROUNDS = int(os.environ.get("FEDMGDA_QFFL_ROUNDS", "20"))
 FULL = os.environ.get("FEDMGDA_QFFL_FULL") == "1"

@@ -97,7 +97,7 @@ def test_the_report_says_where_its_runs_were_made(tmp_path):
                      "(x86-64-v4), 2 torch threads.\n\n1 run carries no environment stamp (trained before stamping)."]
 
 
-# ---- issue 43: a report that shows any experiment
+# ---- a report that shows any experiment
 
 def _toy_results(root, *, packed: bool = True):
     """results/<toy>/ of one experiment, ``toy_exp``, that no table or figure shows: FedAvg and

@@ -1,7 +1,7 @@
 """Table 7 on the real UCI Adult files, through the workflow as a user runs it.
 
-Runs only where the real files are (``../shared/data/adult/`` beside the checkout, or the folder
-named by FEDMGDA_ADULT_DIR); a checkout without them skips with the reason. The paper's protocol
+Runs only where the real files are (the folder named by FEDMGDA_ADULT_DIR, else
+``resources/raw/adult/``, docs/datasets.md "Tests"); a checkout without them skips with the reason. The paper's protocol
 (500 rounds, seeds 1-5) is the default; FEDMGDA_TABLE7_ROUNDS=N runs N rounds instead, and then
 only checks that every row is produced (the paper's band is a statement about 500 rounds).
 """
@@ -19,7 +19,7 @@ import pytest
 
 from .conftest import REPO, copy_workflow
 
-ADULT = Path(os.environ.get("FEDMGDA_ADULT_DIR", REPO.parent / "shared/data/adult"))
+ADULT = Path(os.environ.get("FEDMGDA_ADULT_DIR", REPO / "resources/raw/adult"))
 ROUNDS = int(os.environ.get("FEDMGDA_TABLE7_ROUNDS", "500"))
 COLUMNS = ("Uniform", "PhD", "Non-PhD")
 
