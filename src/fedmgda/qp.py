@@ -12,6 +12,7 @@ cvxopt accepts a positive semi-definite K, and the finishing step solves its fre
 squares, so a singular K is fine too. The weights agree with an exact rational solution to
 rounding (tests check 1e-14 and the KKT conditions to 1e-12), as quadprog's do.
 """
+
 from __future__ import annotations
 
 import numpy as np
