@@ -575,6 +575,8 @@ def _check_items(tables: dict[str, TableSpec], figures: dict[str, FigureSpec],
                 raise RegistryError(f"{kind} {name}: unknown experiment(s) {', '.join(missing)}")
             if isinstance(spec, FigureSpec) and spec.select and not rows_selected(rows, spec):
                 raise RegistryError(f"{kind} {name}: select {spec.select} matches no row")
+            if isinstance(spec, FigureSpec) and spec.kind == "gaps":
+                _check_gaps(name, spec, rows)
             plain = [e for e in spec.experiments if not experiments[e].get("variants_of")]
             if spec.kind == "variants" and plain:
                 raise RegistryError(f"{kind} {name}: kind variants shows a sensitivity experiment "
@@ -582,6 +584,23 @@ def _check_items(tables: dict[str, TableSpec], figures: dict[str, FigureSpec],
             if spec.kind != "variants" and len(plain) < len(spec.experiments):
                 raise RegistryError(f"{kind} {name}: a sensitivity experiment repeats its rows once per "
                                     f"reading; show it with a table of kind variants")
+
+
+def _check_gaps(name: str, spec: FigureSpec, rows: dict[str, list[Row]]) -> None:
+    """A ``gaps`` figure: columns, an x label per experiment, and in each experiment exactly one
+    row per ``select`` pattern (the row, then the rows subtracted from it)."""
+    if len(spec.select or []) < 2 or not spec.columns:
+        raise RegistryError(f"figure {name}: gaps needs select (the row, then the rows subtracted "
+                            "from it) and columns (the statistics, one panel each)")
+    if spec.xlabels and len(spec.xlabels) != len(spec.experiments):
+        raise RegistryError(f"figure {name}: {len(spec.xlabels)} xlabels for "
+                            f"{len(spec.experiments)} experiments")
+    for e in spec.experiments:
+        for pattern in spec.select:
+            hits = [r.key for r in rows[e] if fnmatch.fnmatchcase(r.key, pattern)]
+            if len(hits) != 1:
+                raise RegistryError(f"figure {name}: select {pattern!r} matches {len(hits)} rows "
+                                    f"of {e}; it must match one")
 
 
 def _bind_columns(name: str, spec: TableSpec, experiments: dict[str, dict[str, Any]]) -> TableSpec:

@@ -21,12 +21,17 @@ Kinds (the ``kind`` key of a figure spec in the config):
   evaluation, each seed thin and the seeds' mean thick (no smoothing), with the round the tables
   read (round T - 9, ``fedmgda.results.protocol_vector``) marked and the last ``window_last``
   rounds (what the claims' ``window: {last: N}`` averages) shaded.
+- ``gaps``: paired differences across experiments (a dial such as the Dirichlet alpha): per
+  experiment (x, labelled by ``xlabels``) the first ``select`` row minus each other one, per seed
+  (points), with their mean and its 95 % Student t interval (``fedmgda.claims.paired_interval``);
+  one panel per ``columns`` source (``protocol.<stat>`` / ``final.<stat>``), a zero line.
 - ``bars``: summary values (``final.<stat>`` / ``protocol.<stat>`` sources as in tables) per row,
   grouped by column, error bars = std over seeds (Figure 2 left).
 """
 
 from __future__ import annotations
 
+import fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -238,8 +243,63 @@ def plot_reading_window(spec: FigureSpec, runs_dir: Path, axes: list[plt.Axes]) 
     axes[0].legend(fontsize=6.5, loc="lower left")
 
 
+def seed_values(row: Row, runs_dir: Path, source: str) -> dict[int, float]:
+    """{seed: the run's ``source`` value in display units} of the row's runs that finished ok."""
+    out = {}
+    for seed, run in zip(row.seeds, row.runs, strict=True):
+        summary = read_summary(runs_dir / run)
+        if summary.get("status") == "ok":
+            out[int(seed)] = run_value(runs_dir / run, summary, source) * display_scale(source)
+    return out
+
+
+def gap_rows(spec: FigureSpec) -> list[tuple[Row, list[Row]]]:
+    """Per experiment of ``spec``, in order: its row matching ``select[0]`` and its rows matching
+    each other pattern (the rows subtracted)."""
+    out = []
+    for experiment in spec.experiments:
+        rows = [r for r in spec.rows if r.experiment == experiment]
+        picked = [[r for r in rows if fnmatch.fnmatchcase(r.key, pattern)] for pattern in spec.select]
+        if any(len(p) != 1 for p in picked):
+            raise ValueError(f"figure {spec.name}: each select pattern must match one row of "
+                             f"{experiment}; rows: {', '.join(r.key for r in rows)}")
+        out.append((picked[0][0], [p[0] for p in picked[1:]]))
+    return out
+
+
+def plot_gaps(spec: FigureSpec, runs_dir: Path, axes: list[plt.Axes]) -> None:
+    from fedmgda.claims import paired_interval  # scipy, only for this kind
+
+    pairs = gap_rows(spec)
+    labels = row_labels([r for a, bs in pairs[:1] for r in (a, *bs)])
+    x = np.arange(len(pairs))
+    palette = plt.get_cmap("tab10").colors
+    for ax, (column, source) in zip(axes, spec.columns.items(), strict=True):
+        for j in range(len(pairs[0][1])):
+            offset = (j - (len(pairs[0][1]) - 1) / 2) * 0.18
+            colour, means, lows, highs = palette[j % len(palette)], [], [], []
+            for i, (a, bs) in enumerate(pairs):
+                av, bv = seed_values(a, runs_dir, source), seed_values(bs[j], runs_dir, source)
+                d = np.asarray([av[s] - bv[s] for s in sorted(set(av) & set(bv))])
+                ax.plot(np.full(len(d), x[i] + offset), d, "o", color=colour, ms=3, alpha=0.45)
+                mean = float(d.mean()) if len(d) else np.nan
+                low, high = paired_interval(mean, float(d.std(ddof=1)) if len(d) > 1 else 0.0, len(d))
+                means.append(mean)
+                lows.append(mean - low if len(d) > 1 else 0.0)
+                highs.append(high - mean if len(d) > 1 else 0.0)
+            label = f"{labels[pairs[0][0].key]} - {labels[pairs[0][1][j].key]}"
+            ax.errorbar(x + offset, means, yerr=[lows, highs], fmt="-s", color=colour, ms=5,
+                        capsize=3, lw=1.4, label=label)
+        ax.axhline(0.0, color="k", lw=0.8)
+        ax.set_xticks(x, spec.xlabels or spec.experiments)
+        ax.set_ylabel(f"{column}: paired difference (pp)")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=7, loc="best", title="per seed (points); mean and 95 % t interval",
+                   title_fontsize=7)
+
+
 KINDS = {"curves": plot_curves, "violin": plot_violin, "bars": plot_bars, "tradeoff": plot_tradeoff,
-         "reading_window": plot_reading_window}
+         "reading_window": plot_reading_window, "gaps": plot_gaps}
 
 
 def make_figure(spec: FigureSpec, runs_dir: str | Path, out_pdf: str | Path, out_png: str | Path) -> None:
@@ -250,6 +310,14 @@ def make_figure(spec: FigureSpec, runs_dir: str | Path, out_pdf: str | Path, out
         if not spec.metrics:
             raise ValueError(f"figure {spec.name}: reading_window needs metrics (metrics.csv columns, one panel each)")
         fig, axes = plt.subplots(1, len(spec.metrics), figsize=(6.0 * len(spec.metrics), 4.8), squeeze=False)
+        KINDS[kind](spec, Path(runs_dir), list(axes[0]))
+        fig.suptitle(spec.title or spec.name, fontsize=10)
+    elif kind == "gaps":
+        if len(spec.select or []) < 2 or not spec.columns:
+            raise ValueError(f"figure {spec.name}: gaps needs select (the row, then the rows "
+                             "subtracted) and columns (the statistics, one panel each)")
+        fig, axes = plt.subplots(1, len(spec.columns), figsize=(5.2 * len(spec.columns), 4.4),
+                                 squeeze=False)
         KINDS[kind](spec, Path(runs_dir), list(axes[0]))
         fig.suptitle(spec.title or spec.name, fontsize=10)
     else:

@@ -67,7 +67,7 @@ class FigureSpec:
     """A figure (``figures:`` of the config, ``fedmgda.figures``); a config's ``experiment`` is a
     one-element ``experiments``."""
     name: str
-    kind: str  # curves | violin | bars | tradeoff | reading_window
+    kind: str  # curves | violin | bars | tradeoff | reading_window | gaps
     experiments: list[str]
     select: list[str] | None = None  # glob patterns on row keys; None: every row
     metric: str | None = None  # curves: the metrics.csv column; tradeoff: the y axis (default std_acc)
@@ -80,6 +80,7 @@ class FigureSpec:
     inset_last: int | None = None  # curves: an inset of the last N rounds
     metrics: list[str] = field(default_factory=list)  # reading_window: metrics.csv columns, a panel each
     window_last: int | None = None  # reading_window: the late window shaded (its last N rounds)
+    xlabels: list[str] = field(default_factory=list)  # gaps: one label per experiment, in order
     rows: list[Row] = field(default_factory=list)  # item_spec: the rows it shows
 
 

@@ -425,3 +425,18 @@ def test_gap_series_errors(bad, needle):
     cfg = gap_config({"bad": {k: v for k, v in {**GAP, **bad}.items() if v is not None}})
     with pytest.raises(ClaimError, match=needle):
         parse_claims(cfg, expand(cfg))
+
+
+@pytest.mark.parametrize("figure, needle", [
+    ({"select": ["fedmgda_plus *"]}, "gaps needs select"),
+    ({"xlabels": ["a", "b"]}, "2 xlabels for 3 experiments"),
+    ({"select": ["fed*", "fedavg"]}, "matches 2 rows of e0"),
+])
+def test_a_gaps_figure_is_checked_before_any_job(figure, needle):
+    from fedmgda.experiments import RegistryError
+
+    valid = {"kind": "gaps", "experiments": ["e0", "e1", "e2"], "xlabels": ["a", "b", "c"],
+             "select": ["fedmgda_plus *", "fedavg"], "columns": {"std": "protocol.std_acc"}}
+    expand({**gap_config({}), "figures": {"g": valid}})
+    with pytest.raises(RegistryError, match=needle):
+        expand({**gap_config({}), "figures": {"g": {**valid, **figure}}})

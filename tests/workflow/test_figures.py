@@ -105,3 +105,33 @@ def test_reading_window_marks_the_tables_round_and_the_window(runs_dir):
     # per panel: each seed's line and the seeds' mean per row
     assert len([ln for ln in axes[1].get_lines() if ln.get_linestyle() == "-"]) == 2 * (2 + 1)
     plt.close(fig)
+
+
+def test_gaps_draw_each_seeds_paired_difference_per_experiment(tmp_path, runs_dir):
+    """Two experiments, FedMGDA+ (std 0.1 lower at every seed in e1, equal in e2) minus FedAvg."""
+    rows = []
+    for e, shift in (("e1", 0.1), ("e2", 0.0)):
+        for alg, spread in (("fedavg", 0.3 + shift), ("fedmgda_plus", 0.3)):
+            runs = [f"{e}/{alg}/default/clean/seed{s}" for s in (1, 2, 3)]
+            for s, key in enumerate(runs):
+                accs = 0.5 + spread * np.linspace(-1, 1, 20) + 0.01 * s
+                write_run(runs_dir, key, list(accs), rounds=12, seed=s)
+            rows.append(Row(e, alg, alg, alg, {}, {"kind": "none"}, [1, 2, 3], runs))
+    spec = FigureSpec(name="g", kind="gaps", experiments=["e1", "e2"], xlabels=["one", "two"],
+                      select=["fedmgda_plus", "fedavg"], columns={"std": "protocol.std_acc"},
+                      rows=rows)
+    import matplotlib.pyplot as plt
+
+    from fedmgda.figures import plot_gaps
+
+    fig, ax = plt.subplots()
+    plot_gaps(spec, runs_dir, [ax])
+    line = ax.containers[0].lines[0]  # the means, one per experiment
+    std_gap = 0.1 * np.linspace(-1, 1, 20).std() * 100
+    assert np.allclose(line.get_ydata(), [-std_gap, 0.0], atol=1e-9)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["one", "two"]
+    points = [ln for ln in ax.lines if ln.get_marker() == "o"]
+    assert sum(len(p.get_ydata()) for p in points) == 6  # every seed of both experiments
+    plt.close(fig)
+    make_figure(spec, runs_dir, tmp_path / "g.pdf", tmp_path / "g.png")
+    assert (tmp_path / "g.png").stat().st_size > 1000
