@@ -42,7 +42,7 @@ from fedmgda.catalog import get_algorithm, make_algorithm
 from fedmgda.checkpoints import RunState
 from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, evaluate_samples
 from fedmgda.config import RunConfig
-from fedmgda.contract import CheckedHooks
+from fedmgda.contract import DIVERGENCE, CheckedHooks
 from fedmgda.data.base import FederatedDataset
 from fedmgda.errors import ConfigError, PluginError, warn_deprecated
 from fedmgda.metrics import accuracy_stats, improved_fraction, participant_stats, per_owner_mean
@@ -374,7 +374,7 @@ class Simulation:
         updates, ctx = self.clients.context(w, t, screened, updates, train_losses, biases, reported_total, sizes)
         try:
             w_next, info = self.hooks.aggregate(w, updates, ctx)
-        except (FloatingPointError, ValueError, ArithmeticError):
+        except DIVERGENCE:  # not finite numbers only; any other error of a hook fails the run
             w_next, info = w.new_full(w.shape, float("nan")), {"eta": float("nan")}
         row["eta"] = info.get("eta", float("nan"))
         if not torch.isfinite(w_next).all():
