@@ -41,7 +41,7 @@ from fedmgda.attacks import force_attacker, loss_bias, loss_scale
 from fedmgda.catalog import get_algorithm, make_algorithm
 from fedmgda.checkpoints import RunState
 from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, evaluate_samples
-from fedmgda.config import RunConfig
+from fedmgda.config import RunConfig, too_many_clients
 from fedmgda.contract import DIVERGENCE, CheckedHooks
 from fedmgda.data.base import FederatedDataset
 from fedmgda.errors import ConfigError, PluginError, warn_deprecated
@@ -243,8 +243,9 @@ class Simulation:
         self.hooks = CheckedHooks(self.algorithm, cfg.algorithm, cfg.plugin, owner=self)  # what they return, checked
         self.clients = ClientSide(self.algorithm, self.hooks, self.local, self.train_sizes, cfg.rounds)
         self.trainer = LocalTrainer(self.model, self.local, dropout=dropout)
+        if (cfg.clients_per_round or 0) > self.num_users:  # natural users: known from the data
+            raise ConfigError(too_many_clients(cfg.clients_per_round, cfg.dataset, self.num_users))
         self.per_round = cfg.clients_per_round or max(1, math.floor(cfg.participation * self.num_users + 1e-9))
-        self.per_round = min(self.per_round, self.num_users)
         self.needs_pre_round_loss = cfg.track_improvement or self.algorithm_info.needs_pre_round_losses
         self.rounds_started = self.rounds_done = 0  # in this process (for progress lines)
         self.mean_acc = math.nan  # the latest evaluated mean user accuracy
