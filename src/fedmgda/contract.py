@@ -15,8 +15,9 @@ algorithm (a plug-in by its ``path:Class`` too), the hook, what it returned and 
 
 A plug-in's hook that raises (other than a ``FloatingPointError`` of ``aggregate``: numbers that
 are not finite, as the package's own checks raise it, which means divergence) is reported the
-same way; any other exception, a ``ValueError`` too, is a failure, not a divergence. A run whose hook fails is recorded as failed
-(``Simulation.steps``) and leaves its pack (``fedmgda.scheduler.run_packed``).
+same way; any other exception, a ``ValueError`` too, is a failure, not a divergence. A run
+whose hook fails is recorded as failed (``Simulation.steps``) and leaves its pack
+(``fedmgda.scheduler.run_packed``).
 """
 
 from __future__ import annotations

@@ -117,23 +117,25 @@ def test_save_load_roundtrip_and_stale_file_detection(tmp_path):
         check_partition(back, path, "cifar10", "shards", 2, part.options, part.fingerprint)
     with pytest.raises(DataError, match="fingerprint") as err:
         check_partition(back, path, "cifar10", "shards", 1, part.options, "0" * 16)
-    assert "\n" not in str(err.value) and str(err.value).endswith(f"delete it; the workflow remakes it: rm {path}")  # one line
+    _says_remake(err.value, path, "stale partition file")
 
 
 def small_partition() -> Partition:
     train = [np.arange(0, 6), np.arange(10, 16)]
-    return Partition(dataset="digits", scheme="shards", seed=1, options={"num_users": 2}, fingerprint="f" * 16,
-                     train=train, val=[np.array([6]), np.array([16])], test=[np.array([7, 8]), np.array([17])])
+    val, test = [np.array([6]), np.array([16])], [np.array([7, 8]), np.array([17])]
+    return Partition(dataset="digits", scheme="shards", seed=1, options={"num_users": 2},
+                     fingerprint="f" * 16, train=train, val=val, test=test)
 
 
 def _same(a: Partition, b: Partition) -> bool:
-    lists = [(x, y) for part in ("train", "val", "test") for x, y in zip(getattr(a, part), getattr(b, part), strict=True)]
-    return a.options == b.options and a.users == b.users and all(np.array_equal(x, y) for x, y in lists)
+    pairs = [zip(getattr(a, p), getattr(b, p), strict=True) for p in ("train", "val", "test")]
+    same_lists = all(np.array_equal(x, y) for part in pairs for x, y in part)
+    return a.options == b.options and a.users == b.users and same_lists
 
 
-def _says_remake(err: DataError, path) -> None:
+def _says_remake(err: DataError, path, opening: str = "partition file") -> None:
     message = str(err)
-    assert "\n" not in message and f"partition file {path} " in message, message
+    assert "\n" not in message and message.startswith(f"{opening} {path}"), message
     assert message.endswith(f"delete it; the workflow remakes it: rm {path}"), message
 
 
@@ -141,8 +143,9 @@ def _says_remake(err: DataError, path) -> None:
 def test_an_unreadable_partition_file_is_one_line_naming_it(tmp_path, damage):
     path = save_partition(small_partition(), tmp_path / "p.npz")
     whole = path.read_bytes()
-    path.write_bytes({"empty": b"", "cut in half": whole[: len(whole) // 2], "cut by one byte": whole[:-1],
-                      "not a zip": b"meta = {}\n" * 20}[damage])
+    damaged = {"empty": b"", "cut in half": whole[: len(whole) // 2], "cut by one byte": whole[:-1],
+               "not a zip": b"meta = {}\n" * 20}
+    path.write_bytes(damaged[damage])
     with pytest.raises(DataError) as err:
         load_partition(path)
     _says_remake(err.value, path)

@@ -193,8 +193,8 @@ def load_partition(path: str | Path) -> Partition:
         return partition
     if partition.content_hash() != meta["content_hash"]:
         raise DataError(f"partition file {path} is corrupt: its index lists hash to "
-                        f"{partition.content_hash()[:16]}..., its header says {meta['content_hash'][:16]}...; "
-                        f"{_remake(path)}")
+                        f"{partition.content_hash()[:16]}..., its header says "
+                        f"{meta['content_hash'][:16]}...; {_remake(path)}")
     return partition
 
 
@@ -213,7 +213,8 @@ def _read_partition(path: Path) -> tuple[dict[str, Any], dict[str, list[np.ndarr
             why = " (with sort 'quicksort' it holds the order of the numpy that made it)" if stale else ""
             raise DataError(f"partition file {path} has format {version}, expected {FORMAT_VERSION}{why}; "
                             f"{_remake(path)}")
-        missing = [k for k in (*META_KEYS, *(["content_hash"] if version != 1 else [])) if k not in meta]
+        keys = (*META_KEYS, "content_hash") if version != 1 else META_KEYS
+        missing = [k for k in keys if k not in meta]
         if missing:
             raise ValueError(f"its meta lacks {', '.join(missing)}")
         parts = {}
@@ -234,4 +235,5 @@ def check_partition(partition: Partition, path, dataset: str, scheme: str, seed:
     if diff:
         raw = (" (a fingerprint change means the raw data differ from the data the partition was built on)"
                if have["fingerprint"] != want["fingerprint"] else "")
-        raise DataError(f"stale partition file {path}: {'; '.join(diff)}{raw}; {_remake(Path(path))}")
+        raise DataError(f"stale partition file {path}: {'; '.join(diff)}{raw}; "
+                        f"{_remake(Path(path))}")
