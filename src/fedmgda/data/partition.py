@@ -181,6 +181,8 @@ def load_partition(path: str | Path) -> Partition:
         raise DataError(f"partition file {path} does not exist")
     try:
         meta, parts = _read_partition(path)
+    except PermissionError as err:  # the file may be sound: not a reason to delete it
+        raise DataError(f"partition file {path} cannot be read: {err.strerror}") from None
     except UNREADABLE as err:
         why = str(err).strip().splitlines()[0] if str(err).strip() else "no detail"
         raise DataError(f"partition file {path} is unreadable (cut short, empty or damaged: "
