@@ -151,6 +151,17 @@ def test_an_unreadable_partition_file_is_one_line_naming_it(tmp_path, damage):
     _says_remake(err.value, path)
 
 
+def test_a_partition_file_denied_to_this_user_is_not_called_damaged(tmp_path, monkeypatch):
+    path = save_partition(small_partition(), tmp_path / "p.npz")
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(np, "load", denied)
+    with pytest.raises(DataError, match=f"^partition file {path} cannot be read: Permission denied$"):
+        load_partition(path)
+
+
 def test_every_flipped_byte_of_a_partition_file_is_caught_or_harmless(tmp_path):
     original = small_partition()
     path = save_partition(original, tmp_path / "p.npz")
