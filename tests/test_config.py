@@ -56,11 +56,24 @@ GOOD = dict(dataset="synthetic", algorithm="fedmgda_plus", hparams={"eta": 1.0, 
         ({"attack": {"kind": "bias", "value": float("-inf")}}, "attack.value must be a finite number, got -inf"),
         ({"attack": {"kind": "scaling", "value": float("inf")}}, "attack.value must be a finite number, got inf"),
         ({"attack": {"kind": "bias", "value": "big"}}, "attack.value must be a finite number, got 'big'"),
+        # more clients a round than the run has users, known before the data are loaded
+        ({"dataset": "digits", "clients_per_round": 1000},
+         "clients_per_round = 1000 but digits has 20 users"),
+        ({"dataset": "cifar10", "partition": "iid", "dataset_options": {"num_users": 8},
+          "clients_per_round": 9}, "clients_per_round = 9 but cifar10 has 8 users"),
+        ({"dataset_options": {"num_users": 5}, "clients_per_round": 10},
+         "clients_per_round = 10 but synthetic has 5 users"),
     ],
 )
 def test_invalid_run_configs_are_rejected_with_one_clear_message(change, message):
     with pytest.raises(ConfigError, match=message):
         RunConfig.from_dict({**GOOD, **change})
+
+
+def test_clients_per_round_up_to_the_users_is_accepted_and_natural_users_are_checked_on_loading():
+    RunConfig.from_dict({**GOOD, "dataset": "digits", "clients_per_round": 20})
+    for dataset in ("femnist", "adult"):  # writers, domains: counted as the data are loaded
+        RunConfig.from_dict({**GOOD, "dataset": dataset, "clients_per_round": 5000})
 
 
 def test_a_valid_config_round_trips():

@@ -64,6 +64,14 @@ class FloatTerm(Base):          # local_term must return a tensor
 class Raises(Base):
     def after_training(self, client):
         raise KeyError("c_i")
+
+class Buggy(Base):              # a ValueError is a bug of the rule, not a divergence
+    def aggregate(self, w, updates, ctx):
+        raise ValueError("a plain bug in the rule")
+
+class Overflows(Base):          # a FloatingPointError: numbers not finite, the run diverged
+    def aggregate(self, w, updates, ctx):
+        raise FloatingPointError("the step overflowed")
 '''
 
 CASES = {
@@ -75,6 +83,7 @@ CASES = {
     "OddState": ("client_state", r"returned object .*expected a client state"),
     "FloatTerm": ("local_term", r"returned float 0.0; expected a one-element floating-point tensor"),
     "Raises": ("after_training", r"raised KeyError: 'c_i'"),
+    "Buggy": ("aggregate", r"raised ValueError: a plain bug in the rule$"),
 }
 
 
@@ -120,6 +129,18 @@ def test_a_broken_hook_fails_its_run_alone_and_the_pack_finishes(cls, plugin_fil
     for i, j in ((0, 0), (2, 1)):  # the others went on: as trained alone
         assert results[i].summary["status"] == "ok" and (outs[i] / "per_user_final.csv").exists()
         assert torch.allclose(results[i].final_weights, alone[j].final_weights, atol=1e-6)
+
+
+def test_a_floating_point_error_of_aggregate_is_a_divergence(plugin_file, data, tmp_path):
+    """The run is recorded as diverged, not failed, and its pack goes on."""
+    overflows = toy_config(algorithm="overflows", plugin=f"{plugin_file}:Overflows")
+    configs = [overflows, toy_config(**GOOD[0])]
+    outs = [tmp_path / "overflows", tmp_path / "fedavg"]
+    results = run_packed(_sims(data, configs), outs)
+    summary = json.loads((outs[0] / "summary.json").read_text())
+    assert summary["status"] == "diverged" and summary["diverged_round"] == 1
+    assert summary["diverged_because"] == "weights not finite" and summary.get("error") is None
+    assert results[1].summary["status"] == "ok"
 
 
 def test_a_builtin_is_checked_too_but_its_own_errors_are_not_wrapped(data):

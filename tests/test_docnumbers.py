@@ -22,6 +22,8 @@ from fedmgda.docnumbers import (
     DocNumberError,
     Spec,
     check,
+    main,
+    malformed,
     render,
     value,
 )
@@ -148,6 +150,48 @@ def test_a_marker_that_does_not_parse_fails_the_check():
     page = 'A row:\n  a value <!-- n benchmarks/measurements/paper_flops.txt "| 1 |" #1 .1f -->0<!-- /n --> here.\n'
     assert check(page, REPO) == ["line 2: a marker that does not parse (no '|' in its spec, a value on its line, "
                                  "then <!-- /n -->); it would never be rendered"]
+
+
+NOT_PARSED = ("a marker that does not parse (no '|' in its spec, a value on its line, then "
+              "<!-- /n -->); it would never be rendered")
+NO_OPENING = ("a '<!-- /n -->' that closes no marker (its opening "
+              "'<!-- n PATH ROW COL [FORMAT] -->' is missing)")
+BLOCK_NOT_PARSED = ("a table block that does not parse (a line '<!-- table: PATH [COLUMNS] -->', "
+                    "then one '<!-- /table -->'); it would never be rendered")
+NO_BLOCK = ("a '<!-- /table -->' that closes no table block (its opening line is missing or does "
+            "not parse)")
+
+
+def test_a_marker_that_lost_its_closing_tag_is_named_and_never_eats_the_next():
+    """Without its <!-- /n -->, a marker is reported by line; the next marker on the line is still
+    one of its own, so rendering cannot swallow it into the first one's value."""
+    page = ("Gap <!-- n a.csv x d .2f -->1.16 and <!-- n a.csv y d .2f -->2.00<!-- /n --> here.\n"
+            "Also 3.00<!-- /n --> alone.\n")
+    assert malformed(page) == [f"line 1: {NOT_PARSED}", f"line 2: {NO_OPENING}"]
+    assert [m["value"] for m in MARKER_RE.finditer(page)] == ["2.00"]
+
+
+def test_a_table_block_that_lost_its_end_is_named_and_the_next_block_kept(tmp_path):
+    (tmp_path / "runs.csv").write_text("commit,passed\nabc,5\n")
+    page = ("<!-- table: runs.csv -->\nstale\n\n<!-- table: runs.csv passed -->\nstale\n"
+            "<!-- /table -->\ntext\n<!-- /table -->\n<!-- table runs.csv -->\n")
+    assert malformed(page) == [f"line 1: {BLOCK_NOT_PARSED}", f"line 8: {NO_BLOCK}",
+                               f"line 9: {BLOCK_NOT_PARSED}"]
+    parsed = [(m["path"], m["cols"]) for m in TABLE_BLOCK_RE.finditer(page)]
+    assert parsed == [("runs.csv", "passed")]  # the second block, whole
+
+
+@pytest.mark.parametrize("mode", [["--check"], []])
+def test_make_docs_stops_at_a_malformed_block_naming_page_and_line(tmp_path, capsys, mode):
+    (tmp_path / "a.csv").write_text("claim,d\nx,1.5\n")
+    page = tmp_path / "page.md"
+    text = "Intro.\n\nGap <!-- n a.csv x d .2f -->1.50 and more.\n"
+    page.write_text(text)
+    assert main([*mode, "--root", str(tmp_path), str(page)]) == 1
+    assert capsys.readouterr().err.splitlines() == [f"{page}: line 3: {NOT_PARSED}"]  # one line
+    assert page.read_text() == text  # nothing rewritten
+    page.write_text(text.replace("1.50 and", "1.50<!-- /n --> and"))
+    assert main([*mode, "--root", str(tmp_path), str(page)]) == 0
 
 
 def test_a_drift_fails_both_checks():

@@ -8,7 +8,7 @@ import torch
 from toy_federated import killed_at, killed_then_resumed, make_toy_federated, toy_config
 
 from fedmgda.checkpoints import CHECKPOINT
-from fedmgda.errors import RunFolderError
+from fedmgda.errors import ConfigError, RunFolderError
 from fedmgda.scheduler import Scheduler, run, run_packed, run_round
 from fedmgda.simulator import Simulation
 
@@ -43,6 +43,10 @@ def test_participants_per_round_is_floor_p_m():
         users = sim.participants(0)
         assert len(users) == expected and len(set(users)) == expected
     assert len(Simulation(toy_config(clients_per_round=5), data=data, model_name="logreg").participants(0)) == 5
+    every = Simulation(toy_config(clients_per_round=30), data=data, model_name="logreg")
+    assert len(every.participants(0)) == 30
+    with pytest.raises(ConfigError, match="^clients_per_round = 31 but toy has 30 users"):
+        Simulation(toy_config(clients_per_round=31), data=data, model_name="logreg")  # not 30
 
 
 def test_fedmgda_plus_with_epsilon_zero_equals_fedavg_n_step_for_step():

@@ -381,6 +381,18 @@ class Dataset:
             return f"{self.name}: {error}"
         return partitioner.size_error(self.name, self.samples, partitioner.select(out)) if self.samples else None
 
+    def user_count(self, partition: str | None, options: Mapping[str, Any] | None) -> int | None:
+        """How many users ``partition`` (None: the default) makes under ``options`` (valid ones),
+        where that is known before the data are loaded: ``num_users`` of a partitioner that deals
+        the samples out to that many (shards, iid), or of a dataset whose loader generates that
+        many natural users (synthetic); None where the data decide (writers, roles, domains)."""
+        scheme = partition or self.default_partition
+        if "num_users" not in self.options or scheme not in PARTITIONERS:
+            return None
+        if "num_users" in PARTITIONERS[scheme].reads or scheme == "natural":
+            return int({**self.options, **(options or {})}["num_users"])
+        return None
+
     def is_seeded(self, partition: str | None, options: Mapping[str, Any] | None = None) -> bool:
         """Whether ``partition`` (None: the default) under ``options`` depends on the run seed (its
         partitioner's ``seeded``); a partition that does not is stored once, with seed 0."""

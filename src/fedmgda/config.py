@@ -46,6 +46,12 @@ SCOPED_OPTIONS: dict[str, str] = {
 }
 
 
+def too_many_clients(clients_per_round: int, dataset: str, users: int) -> str:
+    """The error of a ``clients_per_round`` above the run's number of users."""
+    return (f"clients_per_round = {clients_per_round} but {dataset} has {users} users in this run; "
+            f"use at most {users} (or participation, a fraction of the users)")
+
+
 @dataclass
 class AttackConfig:
     """One malicious user, forced into every round.
@@ -207,6 +213,10 @@ class RunConfig:
             not isinstance(self.clients_per_round, int) or self.clients_per_round < 1
         ):
             raise ConfigError(f"clients_per_round must be an integer >= 1, got {self.clients_per_round!r}")
+        if self.clients_per_round is not None and self.dataset in DATASETS:  # before any job
+            users = DATASETS[self.dataset].user_count(self.partition, self.dataset_options)
+            if users is not None and self.clients_per_round > users:
+                raise ConfigError(too_many_clients(self.clients_per_round, self.dataset, users))
         for name in ("eval_every", "per_user_every"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:

@@ -13,9 +13,11 @@ algorithm (a plug-in by its ``path:Class`` too), the hook, what it returned and 
 - ``local_term(w, w_start, state)``: a one-element floating-point tensor (its value is added to the
   objective). Only what it is is checked, not its value, so the check holds inside ``vmap``.
 
-A plug-in's hook that raises (other than the arithmetic errors of ``aggregate``, which mean
-divergence) is reported the same way. A run whose hook fails is recorded as failed
-(``Simulation.steps``) and leaves its pack (``fedmgda.scheduler.run_packed``).
+A plug-in's hook that raises (other than a ``FloatingPointError`` of ``aggregate``: numbers that
+are not finite, as the package's own checks raise it, which means divergence) is reported the
+same way; any other exception, a ``ValueError`` too, is a failure, not a divergence. A run
+whose hook fails is recorded as failed (``Simulation.steps``) and leaves its pack
+(``fedmgda.scheduler.run_packed``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import torch
 
 from fedmgda.errors import PluginError
 
-DIVERGENCE = (FloatingPointError, ValueError, ArithmeticError)  # aggregate's way of saying "diverged"
+# aggregate's way of saying "diverged": numbers not finite (fedmgda.qp's checks raise it)
+DIVERGENCE = (FloatingPointError,)
 STATE_TYPES = "None, a number, a string, a tensor, or lists / tuples / dicts of them"
 
 

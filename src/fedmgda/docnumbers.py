@@ -38,6 +38,9 @@ round); a column ``name#k`` picks the cell's k-th number (1-based): ``mean_acc#2
 
 ``python -m fedmgda.docnumbers [--check] [PAGES]`` (``make docs``) re-renders the numbers and the
 verdict tables (fedmgda.claims.render_verdict_blocks) of the pages, by default ``PAGES`` below.
+A page with a marker or table block that does not parse (a marker that lost its ``<!-- /n -->``, a
+block without its ``<!-- /table -->``, a closing tag without its opening) is left as it is, and
+each such block is one line ``PAGE: line N: ...``; the exit status is then 1, ``--check`` or not.
 tests/test_docnumbers.py fails where a value differs from its file, and where a covered section
 types a result-like number outside a marker.
 """
@@ -57,13 +60,17 @@ from pathlib import Path
 PAGES = ("README.md", "docs/results.md", "docs/fmnist-fairness.md", "docs/performance.md", "docs/running.md",
          "docs/workflow.md", "docs/protocol-variants.md", "profiles/README.md",
          "docs/protocol-choices.md")
-MARKER_RE = re.compile(r"<!-- n (?P<spec>(?:(?!-->)[^|\n])+?) -->(?P<value>[^\n]*?)<!-- /n -->")
+# a value holds no comment: a marker that lost its <!-- /n --> never borrows the next marker's
+MARKER_RE = re.compile(r"<!-- n (?P<spec>(?:(?!-->)[^|\n])+?) -->"
+                       r"(?P<value>(?:(?!<!--)[^\n])*?)<!-- /n -->")
 NUMBER_RE = re.compile(r"[-+−]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 # a claims csv's columns computed from its row (:func:`_interval`)
 INTERVAL_COLUMNS = ("ci95_low", "ci95_high", "ci95_half")
 LAST_ROW = "@last"  # a .csv's last row: the newest entry of a log that grows a row at a time
-TABLE_BLOCK_RE = re.compile(r"^<!-- table: (?P<path>\S+)(?: (?P<cols>\S+))? -->\n(?P<body>.*?)^<!-- /table -->$",
-                            re.S | re.M)
+# the body's lines: none opens or closes a block (one that lost its end never runs into the next)
+TABLE_BLOCK_RE = re.compile(r"^<!-- table: (?P<path>\S+)(?: (?P<cols>\S+))? -->\n"
+                            r"(?P<body>(?:(?!<!-- /?table\b).*\n)*)<!-- /table -->$", re.M)
+TABLE_LINE_RE = re.compile(r"\s*<!-- (?P<end>/)?table\b")  # a line that opens or closes a block
 
 
 class DocNumberError(ValueError):
@@ -219,19 +226,42 @@ def render(text: str, root: str | Path) -> str:
     return MARKER_RE.sub(one, TABLE_BLOCK_RE.sub(table, text))
 
 
-def check(text: str, root: str | Path) -> list[str]:
-    """One line per marker whose value differs from its file (or names no cell), and per table
-    block that differs from its file."""
+def malformed(text: str) -> list[str]:
+    """One line ``line N: ...`` per marker or table block that does not parse (render would leave
+    it as typed, or a closing tag without its opening), and per line that starts with a marker."""
+    def line_of(at: int) -> int:
+        return text.count("\n", 0, at) + 1
+
+    lines = text.splitlines()
     wrong = [f"line {n}: starts with a marker, which Markdown reads as an HTML block; put a word before it"
-             for n, line in enumerate(text.splitlines(), 1) if re.match(r"\s*<!-- n ", line)]
-    parsed = {m.start() for m in MARKER_RE.finditer(text)}
-    wrong += [f"line {text.count(chr(10), 0, m.start()) + 1}: a marker that does not parse (no '|' in its spec, "
-              "a value on its line, then <!-- /n -->); it would never be rendered"
-              for m in re.finditer(r"<!-- n ", text) if m.start() not in parsed]
-    blocks = {text.count("\n", 0, m.start()) + 1 for m in TABLE_BLOCK_RE.finditer(text)}
-    wrong += [f"line {n}: a table block that does not parse (a line '<!-- table: PATH [COLUMNS] -->', "
-              "then one '<!-- /table -->'); it would never be rendered"
-              for n, line in enumerate(text.splitlines(), 1) if line.startswith("<!-- table:") and n not in blocks]
+             for n, line in enumerate(lines, 1) if re.match(r"\s*<!-- n ", line)]
+    markers = list(MARKER_RE.finditer(text))
+    starts, ends = {m.start() for m in markers}, {m.end() for m in markers}
+    openings = re.finditer(r"<!-- n ", text)
+    unparsed = {line_of(m.start()) for m in openings if m.start() not in starts}
+    wrong += [f"line {n}: a marker that does not parse (no '|' in its spec, a value on its line, "
+              "then <!-- /n -->); it would never be rendered" for n in sorted(unparsed)]
+    orphans = {line_of(m.start()) for m in re.finditer(r"<!-- /n -->", text) if m.end() not in ends}
+    wrong += [f"line {n}: a '<!-- /n -->' that closes no marker (its opening "
+              "'<!-- n PATH ROW COL [FORMAT] -->' is missing)" for n in sorted(orphans - unparsed)]
+    blocks = list(TABLE_BLOCK_RE.finditer(text))
+    opened, closed = {line_of(m.start()) for m in blocks}, {line_of(m.end()) for m in blocks}
+    for n, line in enumerate(lines, 1):
+        tag = TABLE_LINE_RE.match(line)
+        if tag and not tag["end"] and n not in opened:
+            wrong.append(f"line {n}: a table block that does not parse (a line '<!-- table: PATH "
+                         "[COLUMNS] -->', then one '<!-- /table -->'); it would never be rendered")
+        elif tag and tag["end"] and n not in closed:
+            wrong.append(f"line {n}: a '<!-- /table -->' that closes no table block (its opening "
+                         "line is missing or does not parse)")
+    return sorted(wrong, key=lambda problem: int(problem.split(":")[0].split()[1]))
+
+
+def check(text: str, root: str | Path) -> list[str]:
+    """One line per marker or table block that does not parse (:func:`malformed`), per marker
+    whose value differs from its file (or names no cell), and per table block that differs from
+    its file."""
+    wrong = malformed(text)
     for m in TABLE_BLOCK_RE.finditer(text):
         try:
             if m["body"] != csv_table(m["path"], m["cols"], root):
@@ -271,6 +301,12 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     for page in pages:
         text = page.read_text()
+        problems = malformed(text)  # rendering would leave them, or eat what follows them
+        if problems:
+            for problem in problems:
+                print(f"{page}: {problem}", file=sys.stderr)
+            status = 1
+            continue
         try:
             new = render(render_verdict_blocks(text, args.root), args.root)
         except (ClaimError, DocNumberError) as e:

@@ -41,8 +41,8 @@ from fedmgda.attacks import force_attacker, loss_bias, loss_scale
 from fedmgda.catalog import get_algorithm, make_algorithm
 from fedmgda.checkpoints import RunState
 from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, evaluate_samples
-from fedmgda.config import RunConfig
-from fedmgda.contract import CheckedHooks
+from fedmgda.config import RunConfig, too_many_clients
+from fedmgda.contract import DIVERGENCE, CheckedHooks
 from fedmgda.data.base import FederatedDataset
 from fedmgda.errors import ConfigError, PluginError, warn_deprecated
 from fedmgda.metrics import accuracy_stats, improved_fraction, participant_stats, per_owner_mean
@@ -243,8 +243,9 @@ class Simulation:
         self.hooks = CheckedHooks(self.algorithm, cfg.algorithm, cfg.plugin, owner=self)  # what they return, checked
         self.clients = ClientSide(self.algorithm, self.hooks, self.local, self.train_sizes, cfg.rounds)
         self.trainer = LocalTrainer(self.model, self.local, dropout=dropout)
+        if (cfg.clients_per_round or 0) > self.num_users:  # natural users: known from the data
+            raise ConfigError(too_many_clients(cfg.clients_per_round, cfg.dataset, self.num_users))
         self.per_round = cfg.clients_per_round or max(1, math.floor(cfg.participation * self.num_users + 1e-9))
-        self.per_round = min(self.per_round, self.num_users)
         self.needs_pre_round_loss = cfg.track_improvement or self.algorithm_info.needs_pre_round_losses
         self.rounds_started = self.rounds_done = 0  # in this process (for progress lines)
         self.mean_acc = math.nan  # the latest evaluated mean user accuracy
@@ -374,7 +375,7 @@ class Simulation:
         updates, ctx = self.clients.context(w, t, screened, updates, train_losses, biases, reported_total, sizes)
         try:
             w_next, info = self.hooks.aggregate(w, updates, ctx)
-        except (FloatingPointError, ValueError, ArithmeticError):
+        except DIVERGENCE:  # not finite numbers only; any other error of a hook fails the run
             w_next, info = w.new_full(w.shape, float("nan")), {"eta": float("nan")}
         row["eta"] = info.get("eta", float("nan"))
         if not torch.isfinite(w_next).all():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import hashlib
+import os
 
 import pytest
 
@@ -60,9 +61,14 @@ def test_missing_file_is_downloaded_verified_and_moved_into_place(tmp_path, fmt,
             f.write(content)
 
     monkeypatch.setattr(dl, "fetch_url", fake_fetch)
-    (path,) = dl.ensure_files([rf], tmp_path, allow_download=True)
+    old_umask = os.umask(0o022)
+    try:
+        (path,) = dl.ensure_files([rf], tmp_path, allow_download=True)
+    finally:
+        os.umask(old_umask)
     assert path.read_bytes() == content and len(calls) == 2
     assert _listing(path.parent) == ["toy.bin"]  # no temp file left behind
+    assert path.stat().st_mode & 0o777 == 0o644  # the umask's mode, as a file a download writes
 
 
 def test_failed_download_raises_and_leaves_no_partial_file(tmp_path, fmt, monkeypatch):

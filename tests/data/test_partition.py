@@ -117,7 +117,78 @@ def test_save_load_roundtrip_and_stale_file_detection(tmp_path):
         check_partition(back, path, "cifar10", "shards", 2, part.options, part.fingerprint)
     with pytest.raises(DataError, match="fingerprint") as err:
         check_partition(back, path, "cifar10", "shards", 1, part.options, "0" * 16)
-    assert "\n" not in str(err.value) and str(err.value).endswith(f"delete it to rebuild it: rm {path}")  # one line
+    _says_remake(err.value, path, "stale partition file")
+
+
+def small_partition() -> Partition:
+    train = [np.arange(0, 6), np.arange(10, 16)]
+    val, test = [np.array([6]), np.array([16])], [np.array([7, 8]), np.array([17])]
+    return Partition(dataset="digits", scheme="shards", seed=1, options={"num_users": 2},
+                     fingerprint="f" * 16, train=train, val=val, test=test)
+
+
+def _same(a: Partition, b: Partition) -> bool:
+    pairs = [zip(getattr(a, p), getattr(b, p), strict=True) for p in ("train", "val", "test")]
+    same_lists = all(np.array_equal(x, y) for part in pairs for x, y in part)
+    return a.options == b.options and a.users == b.users and same_lists
+
+
+def _says_remake(err: DataError, path, opening: str = "partition file") -> None:
+    message = str(err)
+    assert "\n" not in message and message.startswith(f"{opening} {path}"), message
+    assert message.endswith(f"delete it; the workflow remakes it: rm {path}"), message
+
+
+@pytest.mark.parametrize("damage", ["empty", "cut in half", "cut by one byte", "not a zip"])
+def test_an_unreadable_partition_file_is_one_line_naming_it(tmp_path, damage):
+    path = save_partition(small_partition(), tmp_path / "p.npz")
+    whole = path.read_bytes()
+    damaged = {"empty": b"", "cut in half": whole[: len(whole) // 2], "cut by one byte": whole[:-1],
+               "not a zip": b"meta = {}\n" * 20}
+    path.write_bytes(damaged[damage])
+    with pytest.raises(DataError) as err:
+        load_partition(path)
+    _says_remake(err.value, path)
+
+
+def test_a_partition_file_denied_to_this_user_is_not_called_damaged(tmp_path, monkeypatch):
+    path = save_partition(small_partition(), tmp_path / "p.npz")
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(np, "load", denied)
+    with pytest.raises(DataError, match=f"^partition file {path} cannot be read: Permission denied$"):
+        load_partition(path)
+
+
+def test_every_flipped_byte_of_a_partition_file_is_caught_or_harmless(tmp_path):
+    original = small_partition()
+    path = save_partition(original, tmp_path / "p.npz")
+    whole = path.read_bytes()
+    caught, places = 0, range(0, len(whole), 7)  # about 300 of its bytes, in every part of the file
+    for at in places:
+        path.write_bytes(whole[:at] + bytes([whole[at] ^ 0x10]) + whole[at + 1:])
+        try:
+            back = load_partition(path)
+        except DataError as err:
+            _says_remake(err, path)
+            caught += 1
+        else:  # a byte no reader checks (a zip time stamp, padding): the same partition
+            assert _same(back, original), f"byte {at} flipped gives another partition"
+    assert caught > len(places) // 2  # the index lists, their headers and the meta are all checked
+
+
+def test_a_partition_file_has_the_umasks_permissions(tmp_path):
+    import os
+
+    old = os.umask(0o022)
+    try:
+        path = save_partition(small_partition(), tmp_path / "p.npz")
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert [p.name for p in tmp_path.iterdir()] == ["p.npz"]  # no temporary file left
 
 
 def test_too_many_shards_is_a_clear_error():

@@ -57,6 +57,12 @@ def truncated_fmnist(tmp: Path) -> None:
     (tmp / "raw/fmnist" / FMNIST_IMAGES).write_bytes(whole[: len(whole) // 2])
 
 
+def truncated_partition(tmp: Path) -> None:
+    """The run's partition file cut short (a job killed as it wrote it, a full disk)."""
+    whole = b"PK\x03\x04" + bytes(range(256)) * 4
+    (tmp / "partition.npz").write_bytes(whole[: len(whole) // 2])
+
+
 def another_trainer(tmp: Path):
     """Another trainer holds the run folder's lock (this process, as a trainer would)."""
     return holding([tmp / "results/run"])
@@ -91,6 +97,8 @@ PROBES = {
     "shards_per_user 0": run_option("shards_per_user", dataset_options={"shards_per_user": 0}),
     "shards_per_user 1000 (more shards than samples)": run_option("num_users x shards_per_user = 20 x 1000",
                                                                   dataset_options={"shards_per_user": 1000}),
+    "clients_per_round 1000 (more than digits' 20 users)": run_option(
+        "clients_per_round = 1000 but digits has 20 users", clients_per_round=1000),
     "partition digits does not offer": run_option("partition: digits: unknown partition 'domain'; valid: ['shards', 'iid']",
                                                   partition="domain"),
     "attack value NaN": attack(math.nan),
@@ -98,6 +106,8 @@ PROBES = {
     "seeds [1, 1]": Probe(None, "seeds=[1, 1]", "seeds"),
     "missing data file": Probe({"dataset": "fmnist", "raw_dir": "{tmp}/raw"}, None, FMNIST_IMAGES),
     "truncated data file": Probe({"dataset": "fmnist", "raw_dir": "{tmp}/raw"}, None, FMNIST_IMAGES, truncated_fmnist),
+    "partition file cut short": Probe({"partition_file": "{tmp}/partition.npz"}, None,
+                                      "delete it; the workflow remakes it", truncated_partition),
     "checkpoint cut in half": Probe({}, None, FORMS["is truncated"], checkpoint("is truncated")),
     "checkpoint of random bytes": Probe({}, None, FORMS["is random bytes"], checkpoint("is random bytes")),
     "empty checkpoint": Probe({}, None, FORMS["is empty"], checkpoint("is empty")),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import shlex
 import subprocess
 import sys
 import zipfile
@@ -183,3 +184,38 @@ def test_deleting_one_figure_reruns_only_its_rule(workdir):
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = _job_counts(proc.stdout)
     assert counts.get("figure_fig1a") == 1 and counts.get("total") == 1, counts
+
+
+SPACED_RAW_DIR = "raw dätä dir"  # a space and non-ASCII letters
+
+
+@pytest.mark.slow
+def test_a_raw_dir_with_a_space_reaches_every_job_as_one_argument(tmp_path):
+    """The tiny config and an F-MNIST experiment (a download job) with such a raw_dir: each path
+    of the download and partition commands is one word, and a partition job runs."""
+    wd = copy_workflow(tmp_path / "wf")
+    cfg = yaml.safe_load((wd / "config/test.yaml").read_text())
+    cfg["raw_dir"] = SPACED_RAW_DIR
+    cfg["settings"]["fmnist_b10"] = {"dataset": "fmnist", "partition": "shards", "batch_size": 10,
+                                     "local_lr": 0.05, "participation": 0.1, "rounds": 2}
+    cfg["experiments"]["fm"] = {"setting": "fmnist_b10", "grid": "tiny", "seeds": [1]}
+    (wd / "config/spaced.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    snakemake = [sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", "config/spaced.yaml"]
+
+    proc = subprocess.run([*snakemake, "-n", "-p"], cwd=wd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    commands = [shlex.split(line.removeprefix("Shell command: ")) for line in proc.stdout.splitlines()
+                if line.startswith("Shell command: ") and " fedmgda.workflow_cli " in line]
+    kinds = {words[3] for words in commands}
+    assert {"download", "partition"} <= kinds, proc.stdout[-3000:]
+    for words in commands:
+        if "--raw-dir" in words:
+            assert words[words.index("--raw-dir") + 1] == SPACED_RAW_DIR, words
+        if "--done" in words:
+            assert words[words.index("--done") + 1] == f"{SPACED_RAW_DIR}/fmnist/.fedmgda-download.done"
+
+    target = "results/test/partitions/digits-shards/seed1.npz"
+    proc = subprocess.run([*snakemake[:3], target, *snakemake[3:]],  # the target before --configfile
+                          cwd=wd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert (wd / target).is_file()

@@ -29,5 +29,6 @@ if CLAIMS:
         conda:
             CONDA_ENV
         shell:
-            "printf '%s' {params.spec:q} | {params.wf} claims --spec - --runs-dir {params.runs_dir} "
-            "--profile {params.profile} --csv {output.csv} --md {output.md} > {log} 2>&1"
+            "printf '%s' {params.spec:q} | {params.wf} claims --spec - "
+            "--runs-dir {params.runs_dir:q} --profile {params.profile:q} "
+            "--csv {output.csv:q} --md {output.md:q} > {log:q} 2>&1"

@@ -19,5 +19,5 @@ rule download:
     conda:
         CONDA_ENV
     shell:
-        "{params.wf} download --dataset {wildcards.dataset} --raw-dir {params.raw_dir} "
-        "{params.no_download} --done {output} > {log} 2>&1"
+        "{params.wf} download --dataset {wildcards.dataset:q} --raw-dir {params.raw_dir:q} "
+        "{params.no_download} --done {output:q} > {log:q} 2>&1"

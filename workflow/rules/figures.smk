@@ -30,5 +30,6 @@ for _name, _spec in REG.figures.items():
         conda:
             CONDA_ENV
         shell:
-            "printf '%s' {params.spec:q} | MPLBACKEND=Agg {params.wf} figure --spec - --runs-dir {params.runs_dir} "
-            "--pdf {output.pdf} --png {output.png} > {log} 2>&1"
+            "printf '%s' {params.spec:q} | MPLBACKEND=Agg {params.wf} figure --spec - "
+            "--runs-dir {params.runs_dir:q} --pdf {output.pdf:q} --png {output.png:q} "
+            "> {log:q} 2>&1"

@@ -23,5 +23,6 @@ rule partition:
     conda:
         CONDA_ENV
     shell:
-        "{params.wf} partition --dataset {params.dataset} --partition '{params.scheme}' --seed {params.seed} "
-        "--options {params.options:q} --raw-dir {params.raw_dir} --out {output} > {log} 2>&1"
+        "{params.wf} partition --dataset {params.dataset:q} --partition '{params.scheme}' "
+        "--seed {params.seed} --options {params.options:q} --raw-dir {params.raw_dir:q} "
+        "--out {output:q} > {log:q} 2>&1"

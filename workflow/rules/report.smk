@@ -33,7 +33,8 @@ rule runs_index:
     conda:
         CONDA_ENV
     shell:
-        "{params.wf} runs-index --runs-dir {params.runs_dir} --registry {input.registry} --out {output} > {log} 2>&1"
+        "{params.wf} runs-index --runs-dir {params.runs_dir:q} --registry {input.registry:q} "
+        "--out {output:q} > {log:q} 2>&1"
 
 
 rule report_notebook:
@@ -59,9 +60,10 @@ rule report_notebook:
     conda:
         CONDA_ENV
     shell:
-        "MPLBACKEND=Agg \"$FEDMGDA_PYTHON\" -m papermill {input.notebook} {output} -k python3 --cwd . "
-        "-p results_dir {params.results_dir} -p profile {params.profile} "
-        "-p tables '{params.tables}' -p figures '{params.figures}' -p bare '{params.bare}' > {log} 2>&1"
+        "MPLBACKEND=Agg \"$FEDMGDA_PYTHON\" -m papermill {input.notebook:q} {output:q} "
+        "-k python3 --cwd . -p results_dir {params.results_dir:q} -p profile {params.profile:q} "
+        "-p tables '{params.tables}' -p figures '{params.figures}' -p bare '{params.bare}' "
+        "> {log:q} 2>&1"
 
 
 rule report_html:
@@ -76,5 +78,6 @@ rule report_html:
     conda:
         CONDA_ENV
     shell:
-        "\"$FEDMGDA_PYTHON\" -m nbconvert --to html --no-input --output-dir $(dirname {output}) "
-        "--output $(basename {output} .html) {input} > {log} 2>&1"
+        "\"$FEDMGDA_PYTHON\" -m nbconvert --to html --no-input "
+        "--output-dir \"$(dirname {output:q})\" --output \"$(basename {output:q} .html)\" "
+        "{input:q} > {log:q} 2>&1"

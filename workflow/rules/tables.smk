@@ -28,5 +28,5 @@ for _name, _spec in REG.tables.items():
         conda:
             CONDA_ENV
         shell:
-            "printf '%s' {params.spec:q} | {params.wf} table --spec - --runs-dir {params.runs_dir} "
-            "--csv {output.csv} --md {output.md} > {log} 2>&1"
+            "printf '%s' {params.spec:q} | {params.wf} table --spec - "
+            "--runs-dir {params.runs_dir:q} --csv {output.csv:q} --md {output.md:q} > {log:q} 2>&1"

@@ -35,8 +35,8 @@ rule train:
         CONDA_ENV
     shell:
         "export OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads}; "
-        "printf '%s' {params.config:q} > {output.cfg} && "
-        "{params.train} --config {output.cfg} --out {params.outdir} > {log} 2>&1"
+        "printf '%s' {params.config:q} > {output.cfg:q} && "
+        "{params.train} --config {output.cfg:q} --out {params.outdir:q} > {log:q} 2>&1"
 
 
 for _pack, _keys in PACKS.items():

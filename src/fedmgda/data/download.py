@@ -132,12 +132,24 @@ def fetch_url(url: str, dest: str | Path, timeout: float = TIMEOUT_S) -> None:
         shutil.copyfileobj(resp, out, length=1 << 20)
 
 
+def temporary_file(folder: str | Path, prefix: str, suffix: str) -> Path:
+    """A new empty file in ``folder`` with a unique name, to be renamed over the real one, with the
+    permissions ``open`` gives a file under the umask (mkstemp's are 0600: a renamed file would
+    keep them, unreadable to the group)."""
+    fd, name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=folder)
+    try:
+        umask = os.umask(0o077)  # read it back at once: Python has no os.getumask
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+    finally:
+        os.close(fd)
+    return Path(name)
+
+
 def _download(rf: RawFile, raw_dir: str | Path) -> Path:
     target = rf.path(raw_dir)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{rf.filename}.", suffix=".part", dir=target.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
+    tmp = temporary_file(target.parent, prefix=f".{rf.filename}.", suffix=".part")
     errors: list[str] = []
     try:
         for attempt in range(1, DOWNLOAD_TRIES + 1):

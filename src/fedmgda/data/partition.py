@@ -12,7 +12,8 @@ import hashlib
 import json
 import os
 import shlex
-import tempfile
+import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import numpy as np
 import torch
 
 from fedmgda import catalog
+from fedmgda.data.download import temporary_file
 from fedmgda.errors import DataError
 from fedmgda.partitioners import (  # noqa: F401  (split_user ... global_test_shards: imported from here too)
     get_partitioner,
@@ -151,8 +153,7 @@ def save_partition(partition: Partition, path: str | Path) -> Path:
         arrays[f"{part}_sizes"] = np.asarray([len(a) for a in lists], dtype=np.int64)
         arrays[f"{part}_idx"] = (np.concatenate(lists).astype(np.int64) if lists
                                  else np.zeros(0, dtype=np.int64))
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
-    os.close(fd)
+    tmp = temporary_file(path.parent, prefix=f".{path.name}.", suffix=".npz")
     try:
         np.savez(tmp, **arrays)
         os.replace(tmp, path)
@@ -162,22 +163,31 @@ def save_partition(partition: Partition, path: str | Path) -> Path:
     return path
 
 
+def _remake(path: Path) -> str:
+    """The advice every unusable partition file ends with."""
+    return f"delete it; the workflow remakes it: rm {shlex.quote(str(path))}"
+
+
+# what reading a cut, emptied or bit-flipped .npz raises (zip, npy header, json of the meta;
+# RuntimeError: a flipped zip flag or method, "encrypted" or "compression method not supported")
+UNREADABLE = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError, RuntimeError)
+
+
 def load_partition(path: str | Path) -> Partition:
+    """The partition saved in ``path``; a file that is missing, unreadable (cut short, empty,
+    damaged), of another format or whose lists do not match its hash is one DataError naming it."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"partition file {path} does not exist")
-    with np.load(path, allow_pickle=False) as z:
-        meta = json.loads(str(z["meta"]))
-        version = meta.get("format_version")
-        stale = version == 1 and meta.get("options", {}).get("sort") == "quicksort"
-        if version not in (1, FORMAT_VERSION) or stale:
-            why = " (with sort 'quicksort' it holds the order of the numpy that made it)" if stale else ""
-            raise DataError(f"partition file {path} has format {version}, expected {FORMAT_VERSION}{why}; "
-                            f"delete it to rebuild it: rm {shlex.quote(str(path))}")
-        parts = {}
-        for part in ("train", "val", "test"):
-            sizes, flat = z[f"{part}_sizes"], z[f"{part}_idx"]
-            parts[part] = np.split(flat, np.cumsum(sizes)[:-1]) if len(sizes) else []
+    try:
+        meta, parts = _read_partition(path)
+    except PermissionError as err:  # the file may be sound: not a reason to delete it
+        raise DataError(f"partition file {path} cannot be read: {err.strerror}") from None
+    except UNREADABLE as err:
+        why = str(err).strip().splitlines()[0] if str(err).strip() else "no detail"
+        raise DataError(f"partition file {path} is unreadable (cut short, empty or damaged: "
+                        f"{type(err).__name__}: {why}); {_remake(path)}") from None
+    version = meta.get("format_version")
     partition = Partition(dataset=meta["dataset"], scheme=meta["scheme"], seed=meta["seed"],
                           options=meta["options"], fingerprint=meta["fingerprint"],
                           users=meta["users"], **parts)
@@ -185,9 +195,35 @@ def load_partition(path: str | Path) -> Partition:
         return partition
     if partition.content_hash() != meta["content_hash"]:
         raise DataError(f"partition file {path} is corrupt: its index lists hash to "
-                        f"{partition.content_hash()[:16]}..., its header says {meta['content_hash'][:16]}...; "
-                        f"delete it to rebuild it: rm {shlex.quote(str(path))}")
+                        f"{partition.content_hash()[:16]}..., its header says "
+                        f"{meta['content_hash'][:16]}...; {_remake(path)}")
     return partition
+
+
+META_KEYS = ("dataset", "scheme", "seed", "options", "fingerprint", "users")
+
+
+def _read_partition(path: Path) -> tuple[dict[str, Any], dict[str, list[np.ndarray]]]:
+    """The meta and the index lists of a partition file (its format checked)."""
+    with np.load(path, allow_pickle=False) as z:
+        meta = json.loads(str(z["meta"]))
+        if not isinstance(meta, dict):
+            raise ValueError(f"its meta is a {type(meta).__name__}, not a mapping")
+        version = meta.get("format_version")
+        stale = version == 1 and meta.get("options", {}).get("sort") == "quicksort"
+        if version not in (1, FORMAT_VERSION) or stale:
+            why = " (with sort 'quicksort' it holds the order of the numpy that made it)" if stale else ""
+            raise DataError(f"partition file {path} has format {version}, expected {FORMAT_VERSION}{why}; "
+                            f"{_remake(path)}")
+        keys = (*META_KEYS, "content_hash") if version != 1 else META_KEYS
+        missing = [k for k in keys if k not in meta]
+        if missing:
+            raise ValueError(f"its meta lacks {', '.join(missing)}")
+        parts = {}
+        for part in ("train", "val", "test"):
+            sizes, flat = z[f"{part}_sizes"], z[f"{part}_idx"]
+            parts[part] = np.split(flat, np.cumsum(sizes)[:-1]) if len(sizes) else []
+    return meta, parts
 
 
 def check_partition(partition: Partition, path, dataset: str, scheme: str, seed: int,
@@ -201,4 +237,5 @@ def check_partition(partition: Partition, path, dataset: str, scheme: str, seed:
     if diff:
         raw = (" (a fingerprint change means the raw data differ from the data the partition was built on)"
                if have["fingerprint"] != want["fingerprint"] else "")
-        raise DataError(f"stale partition file {path}: {'; '.join(diff)}{raw}; delete it to rebuild it: rm {shlex.quote(str(path))}")
+        raise DataError(f"stale partition file {path}: {'; '.join(diff)}{raw}; "
+                        f"{_remake(Path(path))}")
