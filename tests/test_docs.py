@@ -164,8 +164,10 @@ def test_no_paragraph_over_150_words(name):
 
 
 # each page has one job; its length says whether it kept to it
-LINE_LIMITS = {"README.md": 150, "docs/fmnist-fairness.md": 250, "docs/performance.md": 250}
-DOC_PAGES = ["README.md", "docs/architecture.md", "docs/fmnist-fairness.md", "docs/performance.md"]
+LINE_LIMITS = {"README.md": 150, "docs/fmnist-fairness.md": 250, "docs/performance.md": 250,
+               "docs/results.md": 250}
+DOC_PAGES = ["README.md", "docs/architecture.md", "docs/fmnist-fairness.md", "docs/performance.md",
+             "docs/results.md"]
 COMMENT = re.compile(r"<!--.*?-->", re.S)
 
 
