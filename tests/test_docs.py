@@ -166,7 +166,8 @@ def test_no_paragraph_over_150_words(name):
 # each page has one job; its length says whether it kept to it
 LINE_LIMITS = {"README.md": 150, "docs/fmnist-fairness.md": 250, "docs/performance.md": 250,
                "docs/results.md": 250}
-DOC_PAGES = ["README.md", *sorted(p.relative_to(REPO).as_posix() for p in (REPO / "docs").glob("*.md"))]
+DOC_PAGES = ["README.md",
+             *sorted(p.relative_to(REPO).as_posix() for p in (REPO / "docs").glob("*.md"))]
 COMMENT = re.compile(r"<!--.*?-->", re.S)
 
 
@@ -189,7 +190,8 @@ def markup_share(text: str) -> float:
 @pytest.mark.parametrize("name", DOC_PAGES)
 def test_no_page_is_over_5_percent_markup(name):
     share = markup_share((REPO / name).read_text())
-    assert share <= 0.05, f"{name}: {share:.0%} of its characters are markup; link or tabulate the file"
+    assert share <= 0.05, (f"{name}: {share:.0%} of its characters are markup; "
+                           "link or tabulate the file")
 
 
 def long_prose_lines(text: str, limit: int = 100) -> list[str]:
@@ -206,7 +208,8 @@ def long_prose_lines(text: str, limit: int = 100) -> list[str]:
             in_block = True
         elif re.match(r"<!-- /(table|verdicts) -->", line):
             in_block = False
-        elif not (in_code or in_block or indented or line.lstrip().startswith("|")) and len(line) > limit:
+        elif len(line) > limit and not (in_code or in_block or indented
+                                        or line.lstrip().startswith("|")):
             long.append(line[:60] + "...")
     return long
 

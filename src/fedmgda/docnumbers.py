@@ -215,7 +215,8 @@ def _md_table_lines(file: Path, path: str, columns: str | None) -> str:
     """A table block's body for a Markdown file: its tables' lines as written, a blank line
     between two tables."""
     if columns:
-        raise DocNumberError(f"{path}: a table block of a .md file shows its tables whole; name no columns")
+        raise DocNumberError(f"{path}: a table block of a .md file shows its tables whole; "
+                             "name no columns")
     tables, current = [], []
     for line in file.read_text().splitlines() + [""]:
         if line.startswith("|"):
