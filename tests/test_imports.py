@@ -1,6 +1,6 @@
 """The package's import boundaries: no import cycles among its modules, and the planning modules
 (what Snakemake imports while it parses the workflow, and the workflow's table / figure / claims
-commands) never import torch. The layering is written down in the README's module map."""
+commands) never import torch. The layering is written down in docs/architecture.md."""
 
 from __future__ import annotations
 
@@ -142,8 +142,8 @@ def test_planning_modules_never_import_torch(module):
 
 
 def readme_layers() -> dict[str, int]:
-    """The layering the README's module map writes down: module -> layer (``data/`` is one)."""
-    text = (REPO / "README.md").read_text()
+    """The layering docs/architecture.md writes down: module -> layer (``data/`` is one)."""
+    text = (REPO / "docs" / "architecture.md").read_text()
     block = text.split("layer  modules\n", 1)[1].split("```", 1)[0]
     layers = {}
     for line in block.splitlines():

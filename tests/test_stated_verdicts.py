@@ -24,6 +24,7 @@ from fedmgda.claims import (
     read_claims,
     render_verdict_blocks,
 )
+from fedmgda.docnumbers import TABLE_BLOCK_RE
 
 REPO = Path(__file__).resolve().parents[1]
 VERDICT_WORD = re.compile(r"\*(holds|fails|inconclusive|not run)\*")
@@ -69,6 +70,7 @@ def prose_verdicts(text: str, root: Path = REPO) -> list[tuple[str, str | None, 
     against the claims file of the closest table above it in its section (``## ``), or of the first
     table below it when none is above."""
     found, everywhere = [], all_verdicts(root)
+    text = TABLE_BLOCK_RE.sub("", text)  # a claims file's tables shown whole: its own verdicts
     for section in re.split(r"\n(?=## )", text):
         blocks = list(VERDICT_BLOCK_RE.finditer(section))
         files = []

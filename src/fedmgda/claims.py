@@ -71,7 +71,7 @@ from fedmgda.experiments import (
     to_number,
     unrecorded,
 )
-from fedmgda.metrics import display_scale
+from fedmgda.metrics import display_scale, paired_interval
 from fedmgda.results import metrics_value, read_summary, run_value, seed_stats
 from fedmgda.specs import ClaimSpec, Row
 
@@ -437,19 +437,6 @@ def judge_differences(differences: list[float], margin: float = 0.0, size: float
     sd = float(d.std(ddof=1)) if n > 1 else 0.0
     return {"n": n, "mean": mean, "sd": sd, "low": mean - sd, "high": mean + sd,
             "on_side": int((scores >= 0).sum()), "verdict": verdict, "note": note}
-
-
-def paired_interval(mean: float, sd: float, n: int, level: float = 0.95) -> tuple[float, float]:
-    """Student's t interval of a paired mean difference over n seeds (sd: ddof 1). Its half-width
-    is the smallest mean difference those seeds resolve: a smaller one leaves the threshold inside
-    the interval. Not a verdict (verdicts follow :func:`decide`); NaNs for n < 2."""
-    if n < 2:
-        return math.nan, math.nan
-    # scipy comes with scikit-learn; imported here, so that parsing the Snakefile stays fast
-    from scipy import stats
-
-    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n))
-    return mean - half, mean + half
 
 
 def judgement_text(j: dict[str, Any], unit: str = "", digits: int = 2) -> str:

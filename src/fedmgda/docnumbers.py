@@ -29,7 +29,8 @@ A whole ``.csv`` file is shown as a Markdown table between two lines of their ow
     (the table, rewritten from the file: the named columns, or every column)
     <!-- /table -->
 
-A log that grows a row at a time (such as test_runs.csv) then never needs its page edited.
+A log that grows a row at a time (such as test_runs.csv) then never needs its page edited. A
+``.md`` file in a table block (no columns) is shown by its Markdown tables, each as written there.
 
 The format: none, the cell as written; a Python format spec (``.2f``, ``+.1f``, ``d``), the cell's
 first number formatted (``neg`` before it: its negative, for a difference stated the other way
@@ -166,9 +167,9 @@ def cell(spec: Spec, root: str | Path) -> str:
 
 def _interval(spec: Spec, table: tuple[list[str], list[list[str]]]) -> str:
     """A claims csv row's 95 % t interval of the mean paired difference, as the verdict tables show
-    it (fedmgda.claims.paired_interval of diff_mean, diff_std, n_seeds): its low or high end, or
+    it (fedmgda.metrics.paired_interval of diff_mean, diff_std, n_seeds): its low or high end, or
     its half-width (the smallest mean difference those seeds resolve)."""
-    from fedmgda.claims import paired_interval
+    from fedmgda.metrics import paired_interval
 
     header, rows = table
     hits = [dict(zip(header, r, strict=False)) for r in rows if r and r[0] == spec.row]
@@ -205,6 +206,8 @@ def csv_table(path: str, columns: str | None, root: str | Path) -> str:
     file = Path(root) / path
     if not file.is_file():
         raise DocNumberError(f"{path}: no such file, named by a table block")
+    if file.suffix == ".md":
+        return _md_table_lines(file, path, columns)
     header, rows = _read(file, file.stat().st_mtime)[0]
     names = columns.split(",") if columns else header
     missing = [c for c in names if c not in header]
@@ -213,6 +216,24 @@ def csv_table(path: str, columns: str | None, root: str | Path) -> str:
     picked = [[row[header.index(c)] if header.index(c) < len(row) else "" for c in names] for row in rows]
     lines = [names, ["---"] * len(names)] + picked
     return "".join("| " + " | ".join(c.replace("|", "\\|") for c in line) + " |\n" for line in lines)
+
+
+def _md_table_lines(file: Path, path: str, columns: str | None) -> str:
+    """A table block's body for a Markdown file: its tables' lines as written, a blank line
+    between two tables."""
+    if columns:
+        raise DocNumberError(f"{path}: a table block of a .md file shows its tables whole; "
+                             "name no columns")
+    tables, current = [], []
+    for line in file.read_text().splitlines() + [""]:
+        if line.startswith("|"):
+            current.append(line)
+        elif current:
+            tables.append("".join(f"{row}\n" for row in current))
+            current = []
+    if not tables:
+        raise DocNumberError(f"{path}: no Markdown table, named by a table block")
+    return "\n".join(tables)
 
 
 def render(text: str, root: str | Path) -> str:

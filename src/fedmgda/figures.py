@@ -23,7 +23,7 @@ Kinds (the ``kind`` key of a figure spec in the config):
   rounds (what the claims' ``window: {last: N}`` averages) shaded.
 - ``gaps``: paired differences across experiments (a dial such as the Dirichlet alpha): per
   experiment (x, labelled by ``xlabels``) the first ``select`` row minus each other one, per seed
-  (points), with their mean and its 95 % Student t interval (``fedmgda.claims.paired_interval``);
+  (points), with their mean and its 95 % Student t interval (``fedmgda.metrics.paired_interval``);
   one panel per ``columns`` source (``protocol.<stat>`` / ``final.<stat>``), a zero line.
 - ``bars``: summary values (``final.<stat>`` / ``protocol.<stat>`` sources as in tables) per row,
   grouped by column, error bars = std over seeds (Figure 2 left).
@@ -44,7 +44,7 @@ import pandas as pd  # noqa: E402
 
 from fedmgda.catalog import algorithms  # noqa: E402
 from fedmgda.experiments import algorithm_info, fmt_display  # noqa: E402
-from fedmgda.metrics import display_scale  # noqa: E402
+from fedmgda.metrics import display_scale, paired_interval  # noqa: E402
 from fedmgda.results import protocol_user_accuracies, read_summary, run_value, seed_stats  # noqa: E402
 from fedmgda.specs import FigureSpec, Row  # noqa: E402
 
@@ -268,8 +268,6 @@ def gap_rows(spec: FigureSpec) -> list[tuple[Row, list[Row]]]:
 
 
 def plot_gaps(spec: FigureSpec, runs_dir: Path, axes: list[plt.Axes]) -> None:
-    from fedmgda.claims import paired_interval  # scipy, only for this kind
-
     pairs = gap_rows(spec)
     labels = row_labels([r for a, bs in pairs[:1] for r in (a, *bs)])
     x = np.arange(len(pairs))

@@ -4,7 +4,7 @@
   docs/results/fmnist/authors_paired.md): per run, the window mean of the mean user accuracy and
   its standard error from the run's own rounds (:func:`window_standard_error`, autocorrelation
   included); per seed, the difference package - authors (:func:`paired_rows`); over seeds, the
-  mean difference with a 95 % interval from the seeds' spread (:func:`fedmgda.claims.paired_interval`,
+  mean difference with a 95 % interval from the seeds' spread (:func:`fedmgda.metrics.paired_interval`,
   the claims' Student's t interval) beside a normal one from the runs' standard errors alone
   (:func:`difference_interval`).
 - **Two rows, paired by seed and round** (``scripts/reading_window.py``,
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedmgda.claims import paired_interval
+from fedmgda.metrics import paired_interval
 
 
 # ----------------------------------------------------------------- one run's window of rounds
@@ -102,7 +102,7 @@ def paired_rows(authors_runs: Path, package_runs: Path, first: int, last: int) -
 
 def difference_interval(table: pd.DataFrame) -> dict[str, float]:
     """The mean difference package - authors over seeds with two 95 % intervals: from the seeds'
-    spread (:func:`fedmgda.claims.paired_interval`: Student's t with n - 1 degrees of freedom; what
+    spread (:func:`fedmgda.metrics.paired_interval`: Student's t with n - 1 degrees of freedom; what
     the comparison states; NaN for one seed) and from the runs' own window standard errors (normal;
     it ignores how trajectories differ between seeds)."""
     d, n = table["diff"].to_numpy(), len(table)
