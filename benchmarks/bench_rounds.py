@@ -62,7 +62,7 @@ from fedmgda.data.base import FederatedDataset
 from fedmgda.scheduler import Scheduler, batched_path
 from fedmgda.simulator import Simulation
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # makespan.py, flops.py: beside this script
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # makespan.py, flops.py: beside it
 
 
 @dataclass

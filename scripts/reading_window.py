@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from paired import evaluations, seed_mean_range, seed_rounds_better  # noqa: E402  (beside this script)
+from paired import evaluations, seed_mean_range, seed_rounds_better  # noqa: E402  (beside it)
 
 STATS = {"mean_acc": "average", "std_acc": "std", "worst5_acc": "worst 5 %"}
 

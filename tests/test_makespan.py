@@ -1,4 +1,5 @@
-"""benchmarks/makespan.py: list scheduling of training jobs on CPU cores and GPUs, hand-computed cases."""
+"""benchmarks/makespan.py: list scheduling of training jobs on CPU cores and GPUs, hand-computed
+cases."""
 
 import sys
 from pathlib import Path

@@ -1,5 +1,5 @@
-"""scripts/paired.py: the statistics of the paired comparisons the scripts publish (the package beside
-the authors' code by seed, two rows by seed and round, a row before and after a rerun)."""
+"""scripts/paired.py: the statistics of the paired comparisons the scripts publish (the package
+beside the authors' code by seed, two rows by seed and round, a row before and after a rerun)."""
 
 from __future__ import annotations
 
