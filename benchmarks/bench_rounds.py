@@ -20,7 +20,7 @@ from the measured round times: sum over runs of T x (round time + evaluation tim
 every run on this device, one after another. On a GPU it is followed by the plan's makespan
 (``print_plan``): the workflow's jobs (packs and single runs) on the device ``device: auto`` gives
 each (``fedmgda.devices``: Adult's logistic regression on a CPU core), list-scheduled on ``--gpus``
-GPUs beside ``--cores`` CPU cores (``fedmgda.makespan``), with the CPU round times of the committed
+GPUs beside ``--cores`` CPU cores (``benchmarks/makespan.py``), with the CPU round times of the committed
 table (src/fedmgda/reference/round_times.csv). ``--plan`` measures nothing and projects from that
 table alone:
 
@@ -33,7 +33,7 @@ and the ratio (the goal: within 3x, or the reason measured). ``--profile`` ends 
 round per setting: its costliest operators and one line on where its time went (GPU kernels,
 copies, kernel and graph launches, host synchronisations).
 
-``--flops`` measures nothing: each setting's work (``fedmgda.flops``: the matrix products and
+``--flops`` measures nothing: each setting's work (``benchmarks/flops.py``: the matrix products and
 convolutions of its forward and backward passes), the rate its committed GPU round times reach on
 it, and the paper DAG's work, with the sustained rate 8 h would take. With ``--bound`` the run
 also measures this device's float32 matrix-product rate and prints the DAG's work at it: a floor.
@@ -48,8 +48,10 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -59,6 +61,8 @@ from fedmgda.data import DATASET_SPECS
 from fedmgda.data.base import FederatedDataset
 from fedmgda.scheduler import Scheduler, batched_path
 from fedmgda.simulator import Simulation
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # makespan.py, flops.py: beside it
 
 
 @dataclass
@@ -495,14 +499,15 @@ def project_paper(per_setting: dict[str, tuple[float, float]], config: str = "co
 
 def plan_jobs(rows, gpus: int = 1, config: str = "config/config.yaml"):
     """The paper DAG as the workflow's training jobs (``fedmgda.packs.assign_packs``: one job per
-    pack, one per run outside packs), each a ``fedmgda.makespan.Job`` on the device
+    pack, one per run outside packs), each a ``makespan.Job`` on the device
     ``device: auto`` gives it (``fedmgda.devices.choose_device`` over ``rows``; cpu with no GPU)
-    and lasting its rounds x the pack's round time (``fedmgda.makespan.pack_round_seconds`` from the
+    and lasting its rounds x the pack's round time (``makespan.pack_round_seconds`` from the
     rows of its matched setting and device) plus each run's evaluations. Returns the jobs, the runs
     per dataset, and notes (approximations, runs left out)."""
+    from makespan import Job, pack_round_seconds
+
     from fedmgda.devices import choose_device, split_variants
     from fedmgda.experiments import expand, load_config
-    from fedmgda.makespan import Job, pack_round_seconds
     from fedmgda.packs import assign_packs, pack_resources
 
     rows, variants = split_variants(rows)
@@ -631,10 +636,11 @@ def print_choices(rows) -> None:
 
 def print_plan(rows, cores: int, gpus: int, config: str = "config/config.yaml") -> None:
     """The paper DAG's makespan as the workflow would run it on ``gpus`` GPUs and ``cores`` CPU
-    cores (fedmgda.makespan.schedule), per dataset and in all, beside today's projection: every run
+    cores (makespan.schedule), per dataset and in all, beside today's projection: every run
     on the GPU, batched, one after another (:func:`project_paper`)."""
+    from makespan import makespan_by_dataset, schedule
+
     from fedmgda.devices import split_variants
-    from fedmgda.makespan import makespan_by_dataset, schedule
 
     singles = {r.setting: (r.s_per_round, r.eval_s) for r in split_variants(rows)[0] if r.device == "cuda" and r.runs == 1}
     back, total_runs, back_notes = project_paper(singles, config) if singles else ({}, 0, [])
@@ -668,8 +674,8 @@ def print_plan(rows, cores: int, gpus: int, config: str = "config/config.yaml") 
 
 
 def setting_flops(setting: Setting):
-    """The setting's model's counted FLOPs per sample (``fedmgda.flops.per_sample``)."""
-    from fedmgda.flops import per_sample
+    """The setting's model's counted FLOPs per sample (``flops.per_sample``)."""
+    from flops import per_sample
 
     spec = DATASET_SPECS[setting.dataset]
     return per_sample(spec.model, tuple(spec.input_shape), spec.num_classes, 80 if setting.dataset == "shakespeare" else 0)
@@ -694,10 +700,11 @@ def bench_round_flops(setting: Setting) -> float:
 
 
 def paper_work(config: str = "config/config.yaml"):
-    """The paper DAG's FLOPs per dataset (``fedmgda.flops.RunWork`` summed over its runs, each with
+    """The paper DAG's FLOPs per dataset (``flops.RunWork`` summed over its runs, each with
     the sizes of its matched setting) and the runs counted."""
+    from flops import RunWork, run_work
+
     from fedmgda.catalog import get_algorithm
-    from fedmgda.flops import RunWork, run_work
 
     work: dict[str, RunWork] = {}
     matched, _ = paper_runs({s.name for s in SETTINGS if not s.stand_in}, config)
@@ -710,11 +717,11 @@ def paper_work(config: str = "config/config.yaml"):
 
 
 def print_work_floor(measured: dict[str, tuple[float, float]], device: torch.device, config: str = "config/config.yaml") -> None:
-    """With --bound: this device's measured float32 matrix-product rate (``fedmgda.flops.matmul_rate``;
+    """With --bound: this device's measured float32 matrix-product rate (``flops.matmul_rate``;
     on CUDA also with TF32), the rate each measured setting's batched round reaches on the counted
     work (``bench_round_flops``) and its share of that rate, and the paper DAG's counted work at
     that rate: a floor under any float32 implementation on this device."""
-    from fedmgda.flops import matmul_rate
+    from flops import matmul_rate
 
     size = 4096 if device.type == "cuda" else 1024
     fp32 = matmul_rate(device, size)
@@ -734,7 +741,7 @@ def print_flops(rows, config: str = "config/config.yaml") -> None:
     paper DAG's work per dataset and the sustained rate that 8 h (and 4 h) would take."""
     from fedmgda.devices import split_variants
 
-    print("work: the matrix products and convolutions of forward and backward passes (fedmgda.flops), 2 FLOPs per multiply-add")
+    print("work: the matrix products and convolutions of forward and backward passes (benchmarks/flops.py), 2 FLOPs per multiply-add")
     print(f"\n{'setting':22} {'train MFLOP':>11} {'fwd MFLOP':>9} {'round GFLOP':>11} {'GPU 1 run':>10} {'GPU packed':>11}   (per sample; a round as timed; TFLOP/s reached)")
     for setting in SETTINGS:
         flops, work = setting_flops(setting), bench_round_flops(setting)
@@ -782,7 +789,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--sizes", action="store_true", help="measure nothing: print each setting's client sizes and "
                         "the sequential local steps they cost a round")
     parser.add_argument("--plan", action="store_true", help="measure nothing: project the paper DAG's makespan on --cores and --gpus from the committed round times (src/fedmgda/reference/round_times.csv)")
-    parser.add_argument("--flops", action="store_true", help="measure nothing: each setting's counted work (fedmgda.flops), the "
+    parser.add_argument("--flops", action="store_true", help="measure nothing: each setting's counted work (benchmarks/flops.py), the "
                         "TFLOP/s its committed GPU round times reach, the paper DAG's work and the rate 8 h would take")
     parser.add_argument("--cores", type=int, default=16, help="CPU cores of the machine the plan is projected on")
     parser.add_argument("--gpus", type=int, default=1, help="GPUs of the machine the plan is projected on")

@@ -13,9 +13,11 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import re
+import sys
 from pathlib import Path
 
-from fedmgda.paired import rerun_change
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paired import rerun_change  # noqa: E402  (beside this script)
 
 CELL = re.compile(r"^\s*(-?[0-9.]+) ± ([0-9.]+)\s*$")
 

@@ -15,15 +15,17 @@ and the higher worst 5 %. docs/fmnist-fairness.md ("What real F-MNIST shows") re
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from fedmgda.paired import evaluations, seed_mean_range, seed_rounds_better
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paired import evaluations, seed_mean_range, seed_rounds_better  # noqa: E402  (beside it)
 
 STATS = {"mean_acc": "average", "std_acc": "std", "worst5_acc": "worst 5 %"}
 
 
 def series(row_dir: Path):
-    """Evaluated rounds x (seed, stat) of one row, in % (fedmgda.paired.evaluations)."""
+    """Evaluated rounds x (seed, stat) of one row, in % (paired.evaluations)."""
     try:
         return evaluations(row_dir, list(STATS))
     except ValueError as err:

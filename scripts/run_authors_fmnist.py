@@ -33,7 +33,7 @@ of rounds (default 101-200; both codes evaluated in every round of it): per run,
 the mean user accuracy and its standard error from the run's own rounds (autocorrelation
 included); per seed, the difference package - authors; over seeds, the mean difference with a 95 %
 interval from the seeds' spread (Student's t), the interval the comparison states, beside the one
-from the runs' standard errors alone (the statistics: ``fedmgda.paired``). The package's runs must store per-user accuracies in every
+from the runs' standard errors alone (the statistics: ``scripts/paired.py``). The package's runs must store per-user accuracies in every
 round of the window (``per_user_every: 1``: config/fmnist.yaml's ``fmnist_authors_paired``).
 """
 
@@ -43,14 +43,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from fedmgda.paired import difference_interval, interval_verdict, paired_rows, seed_pairs
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from authors_code import record_run  # noqa: E402  (the harness around the authors' code, beside this script)
+from paired import difference_interval, interval_verdict, paired_rows, seed_pairs  # noqa: E402
 
 
 def compare(authors_runs: Path, package_runs: Path, first: int = 101, last: int = 200, markdown: Path | None = None) -> None:
-    """The comparison's table and interval (fedmgda.paired), printed and, with ``markdown``, written there."""
+    """The comparison's table and interval (scripts/paired.py), printed and, with ``markdown``, written there."""
     for seed, ours in seed_pairs(authors_runs, package_runs)[1]:
         print(f"{seed}: no package run at {ours}; skipped")
     try:

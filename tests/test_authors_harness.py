@@ -1,6 +1,6 @@
 """scripts/authors_code.py, the one harness around the authors' code (run, lockstep and item-by-item
 scripts), on a stand-in of their ``main/`` folder; and scripts/run_authors_fmnist.py's ``compare``,
-whose output must stay what it was (its statistics: fedmgda.paired, tests/test_paired.py)."""
+whose output must stay what it was (its statistics: scripts/paired.py, tests/test_paired.py)."""
 
 import importlib.util
 import subprocess
@@ -300,7 +300,7 @@ def synthetic_runs(root: Path) -> None:
             pd.DataFrame({"round": range(1, 201), "train_loss": loss}).to_csv(package / f"seed{seed}" / "metrics.csv", index=False)
 
 
-# what the script wrote when it computed its statistics itself (now fedmgda.paired's), on synthetic_runs
+# what the script wrote when it computed its statistics itself (now scripts/paired.py's), on synthetic_runs
 BEFORE_STDOUT = """\
 seed4: no package run at package/seed4/per_user.csv; skipped
  seed  rounds authors se_authors package se_package  diff se_diff authors_loss package_loss diff_loss

@@ -42,7 +42,7 @@ def test_back_to_back_is_the_committed_h200_projection(bench):
 
 
 def test_plan_jobs_devices_and_makespan(bench):
-    from fedmgda.makespan import makespan_by_dataset
+    from makespan import makespan_by_dataset  # beside bench_rounds.py, which puts it on sys.path
 
     jobs, runs, notes = bench.plan_jobs(round_times(), gpus=1, config=CONFIG)
     devices = {j.dataset: j.device for j in jobs}

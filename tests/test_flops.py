@@ -1,10 +1,21 @@
-"""fedmgda.flops: the counted work of a run (a floor under any round time) and the matrix-product
-rate it is divided by; benchmarks/bench_rounds.py --flops, the paper DAG's work."""
+"""benchmarks/flops.py: the counted work of a run (a floor under any round time) and the
+matrix-product rate it is divided by; benchmarks/bench_rounds.py --flops, the paper DAG's work."""
+
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from fedmgda.flops import RunWork, SampleFlops, evaluation_rounds, matmul_rate, per_sample, run_work
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from flops import (  # noqa: E402
+    RunWork,
+    SampleFlops,
+    evaluation_rounds,
+    matmul_rate,
+    per_sample,
+    run_work,
+)
 
 
 def test_a_linear_model_counts_its_products():

@@ -168,3 +168,97 @@ def test_imports_follow_the_readme_layers():
              for a, targets in GRAPH.items() if layer_unit(a) != "fedmgda"
              for b in targets if layer_unit(b) != layer_unit(a) and layers[layer_unit(b)] >= layers[layer_unit(a)]]
     assert not wrong, wrong
+
+
+# modules that nothing in the package, its commands or the workflow imports, kept for code outside
+KEPT_FOR_OUTSIDE_CODE = {
+    "fedmgda.aggregators": "deprecated names for plug-ins of interface 1, until fedmgda 0.2.0",
+    "fedmgda.data.legacy_sort": "the authors' label sort under its old path (fedmgda.legacy_sort)",
+}
+WORKFLOW_FILES = [REPO / "Makefile", REPO / "Snakefile", REPO / "workflow" / "Snakefile",
+                  *sorted((REPO / "workflow" / "rules").glob("*.smk"))]
+
+
+def entry_points() -> set[str]:
+    """The modules run as commands: pyproject's scripts, and each ``python -m fedmgda[.X]`` of the
+    Makefile and the workflow (``-m fedmgda`` runs ``fedmgda.__main__``)."""
+    pyproject = (REPO / "pyproject.toml").read_text()
+    table = pyproject.split("[project.scripts]\n", 1)[1].split("\n[", 1)[0]
+    found = set(re.findall(r'^\s*[\w-]+\s*=\s*"([\w.]+):', table, re.M))  # name = "module:function"
+    for path in WORKFLOW_FILES:
+        for name in re.findall(r"-m\s+(fedmgda[\w.]*)", path.read_text()):
+            found.add(f"{name}.__main__" if f"{name}.__main__" in MODULES else name)
+    return found
+
+
+def workflow_imports() -> set[str]:
+    """The package modules the Snakefiles and the workflow's scripts import."""
+    scripts = {name for path in sorted((REPO / "workflow" / "scripts").glob("*.py"))
+               for name in module_imports(path)}
+    return workflow_parse_imports() | scripts
+
+
+def module_imports(path: Path) -> set[str]:
+    """The package modules a file outside the package imports (absolute imports only)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found |= {f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in MODULES
+                      else node.module for alias in node.names}
+    return {target for name in found if name.startswith("fedmgda") and (target := _resolve(name))}
+
+
+def unreached(graph: dict[str, set[str]], starts: set[str]) -> set[str]:
+    """The modules of ``graph`` that no other module imports and that are not in ``starts``; a
+    package counts as reached when one of its modules is (importing it runs the package first)."""
+    reached = starts | {target for module, targets in graph.items() for target in targets - {module}}
+    packages = {".".join(name.split(".")[:i])
+                for name in reached for i in range(1, name.count(".") + 1)}
+    return set(graph) - reached - packages
+
+
+def test_every_module_is_used_by_the_package_its_commands_or_the_workflow():
+    starts = entry_points() | workflow_imports() | set(KEPT_FOR_OUTSIDE_CODE)
+    alone = sorted(unreached(GRAPH, starts))
+    assert not alone, ("nothing in the package, its commands or the workflow imports these: move "
+                       f"them beside their callers (scripts/, benchmarks/): {alone}")
+    alone_without_list = unreached(GRAPH, entry_points() | workflow_imports())
+    needed = sorted(set(KEPT_FOR_OUTSIDE_CODE) - alone_without_list)
+    assert not needed, f"used inside the package now; drop them from KEPT_FOR_OUTSIDE_CODE: {needed}"
+
+
+def test_the_entry_points_and_reach_are_read_from_the_files():
+    entries = entry_points()
+    assert {"fedmgda.cli", "fedmgda.__main__", "fedmgda.workflow_cli", "fedmgda.schema",
+            "fedmgda.docnumbers"} <= entries
+    assert "fedmgda.packs" in workflow_imports()  # workflow/scripts/train_pack.py
+    graph = {"p": set(), "p.a": {"p.b"}, "p.b": set(), "p.c": set(), "q": set(), "q.d": set()}
+    assert unreached(graph, {"p.a", "q"}) == {"p.c", "q.d"}
+
+
+def private_imports(path: Path, root: Path = REPO) -> list[str]:
+    """'file: module._name' for each private name a file imports from a package module."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.ImportFrom) or node.level:
+            continue
+        if (node.module or "").startswith("fedmgda"):
+            found += [f"{path.relative_to(root)}: {node.module}.{alias.name}"
+                      for alias in node.names
+                      if alias.name.startswith("_") and not alias.name.startswith("__")]
+    return found
+
+
+@pytest.mark.parametrize("folder", ["src", "scripts", "benchmarks", "workflow"])
+def test_no_private_name_is_imported_from_another_module(folder):
+    paths = sorted((REPO / folder).rglob("*.py"))
+    found = [line for path in paths for line in private_imports(path)]
+    assert not found, "make these public or move them where they are used:\n" + "\n".join(found)
+
+
+def test_private_imports_are_seen(tmp_path):
+    (tmp_path / "uses.py").write_text("from fedmgda.experiments import _hidden, fmt_num\n")
+    found = private_imports(tmp_path / "uses.py", tmp_path)
+    assert found == ["uses.py: fedmgda.experiments._hidden"]

@@ -12,7 +12,8 @@ from toy_federated import make_toy_federated, toy_config
 
 from fedmgda.cli import main
 from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, VmapSteps
-from fedmgda.fastpaths import LinearSoftmaxSteps, _plan_groups
+from fedmgda.fastpaths import LinearSoftmaxSteps
+from fedmgda.fastpaths.linear import plan_groups
 from fedmgda.models import build_model
 from fedmgda.scheduler import Scheduler, run, run_packed
 from fedmgda.simulator import Simulation
@@ -44,7 +45,7 @@ def test_clients_sharing_a_minibatch_sequence_train_as_one_group(mu, classes):
     scales = torch.tensor([1.0, 2.0, 0.5, 1.0, 1.0])
     batched = linear.train(trainer.minibatches.plan(idx, [generators[k] for k in seeds]), starts, x, y, scales)
     plans = [trainer.minibatches.padded_batches(i, torch.Generator().manual_seed(k)) for i, k in [(big, 7), (small, 3)]]
-    sequences, group, slot, members = _plan_groups(plans, [0, 1, 0, 0, 1])
+    sequences, group, slot, members = plan_groups(plans, [0, 1, 0, 0, 1])
     assert sequences.shape == (2, 6, 4) and members == 3
     assert group.tolist() == [0, 1, 0, 0, 1] and slot.tolist() == [0, 0, 1, 2, 1]
     for k, i in enumerate(idx):

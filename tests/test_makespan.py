@@ -1,8 +1,13 @@
-"""fedmgda.makespan: list scheduling of training jobs on CPU cores and GPUs, hand-computed cases."""
+"""benchmarks/makespan.py: list scheduling of training jobs on CPU cores and GPUs, hand-computed
+cases."""
+
+import sys
+from pathlib import Path
 
 import pytest
 
-from fedmgda.makespan import Job, makespan_by_dataset, pack_round_seconds, schedule
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from makespan import Job, makespan_by_dataset, pack_round_seconds, schedule  # noqa: E402
 
 
 def cpu(name, s, threads=1, dataset="d"):

@@ -88,7 +88,9 @@ def fmt_display(x: float, name: str = "") -> str:
     return fmt_num(x)
 
 
-def _fmt_value(v: Any) -> str:
+def fmt_value(v: Any) -> str:
+    """Short, stable text of any value for paths and keys: booleans as 1 / 0, numbers as
+    :func:`fmt_num`, anything else as its text without slashes and spaces."""
     if isinstance(v, bool):
         return "1" if v else "0"
     if isinstance(v, (int, float)):
@@ -135,9 +137,9 @@ def setting_dirname(cfg: dict[str, Any]) -> str:
     for key in sorted(set(cfg) - standard - NON_IDENTITY_FIELDS):
         if key in RUN_DEFAULTS and cfg[key] == RUN_DEFAULTS[key]:
             continue
-        parts.append(f"{SHORT.get(key, key)}{_fmt_value(cfg[key])}")
+        parts.append(f"{SHORT.get(key, key)}{fmt_value(cfg[key])}")
     for key, value in sorted((cfg.get("dataset_options") or {}).items()):
-        parts.append(f"{key}{_fmt_value(value)}")
+        parts.append(f"{key}{fmt_value(value)}")
     return "_".join(parts)
 
 
@@ -151,7 +153,7 @@ def run_key(cfg: dict[str, Any]) -> str:
 def partition_key(cfg: dict[str, Any]) -> str:
     """Partition file stem: a partition depends on dataset, scheme, options and (maybe) the seed."""
     options = cfg.get("dataset_options") or {}
-    opts = "_".join(f"{k}{_fmt_value(v)}" for k, v in sorted(options.items()))
+    opts = "_".join(f"{k}{fmt_value(v)}" for k, v in sorted(options.items()))
     dataset = dataset_info(cfg["dataset"])
     scheme = cfg.get("partition") or dataset.default_partition
     name = f"{cfg['dataset']}-{scheme}" + (f"_{opts}" if opts else "")
@@ -168,7 +170,7 @@ def row_key(algorithm: str, hparams: dict[str, Any] | None, entry_run: dict[str,
     """
     items = {k: fmt_num(v) for k, v in hparam_values(algorithm, hparams).items()}
     for k, v in (entry_run or {}).items():
-        items[k] = _fmt_value(v)
+        items[k] = fmt_value(v)
     key = " ".join([algorithm] + [f"{k}={v}" for k, v in sorted(items.items())])
     if attack and attack.get("kind", "none") != "none":
         key += f" {attack['kind']}={fmt_num(to_number(attack.get('value', 0)))}"
@@ -188,7 +190,7 @@ def row_label(algorithm: str, hparams: dict[str, Any] | None, entry_run: dict[st
         symbol = info.hparams[k].symbol if k in info.hparams else ""
         bits.append(f"{symbol or k}={shown}")
     for k, v in sorted((entry_run or {}).items()):
-        bits.append(f"{RUN_FIELD_SYMBOL.get(k, k)}={_fmt_value(v)}")
+        bits.append(f"{RUN_FIELD_SYMBOL.get(k, k)}={fmt_value(v)}")
     label = info.display + (" " + ", ".join(bits) if bits else "")
     if attack and attack.get("kind", "none") != "none":
         label += f" [{attack['kind']} {fmt_num(to_number(attack.get('value', 0)))}]"
@@ -277,7 +279,9 @@ def check_hparams(owner: str, algorithm: str, hparams: dict[str, Any] | None) ->
         raise RegistryError(f"{owner}: {err}") from None
 
 
-def _normalise_attack(attack: dict[str, Any] | None) -> dict[str, Any]:
+def normalise_attack(attack: dict[str, Any] | None) -> dict[str, Any]:
+    """An attack of the registry as a run has it: ``{"kind": "none"}``, or its kind with the
+    malicious user and the value, defaults filled in."""
     attack = dict(attack or {"kind": "none"})
     kind = attack.get("kind", "none")
     if kind == "none":
@@ -413,7 +417,7 @@ def _expand_experiment(name: str, exp: dict[str, Any], experiments: dict[str, di
             check_hparams(f"experiment {name}", entry["algorithm"], entry.get("hparams"))
             attacks = entry.get("attacks", exp.get("attacks")) or [{"kind": "none"}]
             for attack in attacks:
-                attack = _normalise_attack(attack)
+                attack = normalise_attack(attack)
                 row = _row(name, entry, attack, seeds, variant, reading)
                 for seed in seeds:
                     cfg, before = _run_config(name, entry, attack, seed, base, chosen, expansion.config)

@@ -26,13 +26,13 @@ def numpy_1_17_argsort(keys) -> np.ndarray:
     if v.ndim != 1 or v.dtype.kind not in "biu":
         raise ValueError(f"numpy_1_17_argsort sorts 1-d integer keys, not {v.dtype} of shape {v.shape}")
     v = v.tolist()
-    order, _ = _introsort(v)
+    order, _ = introsort(v)
     return np.asarray(order, dtype=np.int64)
 
 
-def _introsort(v: list[int]) -> tuple[list[int], bool]:
-    """(the index permutation, whether the heapsort fallback ran). Indices ``pl``/``pr`` stand for
-    numpy's pointers into the permutation ``a``."""
+def introsort(v: list[int]) -> tuple[list[int], bool]:
+    """numpy 1.17's introsort of ``v``: (the index permutation, whether the heapsort fallback
+    ran). Indices ``pl``/``pr`` stand for numpy's pointers into the permutation ``a``."""
     num = len(v)
     a = list(range(num))
     stack: list[tuple[int, int, int]] = []

@@ -29,7 +29,7 @@ from typing import Any
 
 from fedmgda.catalog import get_algorithm
 from fedmgda.devices import job_gpu
-from fedmgda.experiments import RUN_DEFAULTS, RunSpec, _fmt_value, fmt_num
+from fedmgda.experiments import RUN_DEFAULTS, RunSpec, fmt_num, fmt_value
 from fedmgda.schema import def_defaults
 
 # run fields that are process-wide (torch.backends flags) or the device: packed runs share them
@@ -56,11 +56,11 @@ def pack_group(cfg: Mapping[str, Any]) -> str:
 
     parts = [cfg["dataset"]]
     for key, value in sorted((cfg.get("dataset_options") or {}).items()):
-        parts.append(f"{key}{_fmt_value(value)}")
+        parts.append(f"{key}{fmt_value(value)}")
     if get("model") is not None:
-        parts.append(f"model{_fmt_value(get('model'))}")
+        parts.append(f"model{fmt_value(get('model'))}")
     if get("conv") != RUN_DEFAULTS["conv"]:  # another forward: not in one vmap-ed step
-        parts.append(f"conv{_fmt_value(get('conv'))}")
+        parts.append(f"conv{fmt_value(get('conv'))}")
     parts += [f"k{get('local_epochs')}", f"b{get('batch_size')}", f"lr{fmt_num(get('local_lr'))}",
               f"m{fmt_num(get('momentum'))}"]
     mu = prox_mu(cfg)
@@ -69,10 +69,10 @@ def pack_group(cfg: Mapping[str, Any]) -> str:
     for name in PROCESS_FIELDS:
         value = cfg.get(name, PROCESS_DEFAULTS[name])
         if value != PROCESS_DEFAULTS[name]:
-            parts.append(f"{name}{_fmt_value(value)}")
+            parts.append(f"{name}{fmt_value(value)}")
     raw_dir = cfg.get("raw_dir", "resources/raw")
     if raw_dir != "resources/raw":
-        parts.append(f"raw{_fmt_value(raw_dir)}")
+        parts.append(f"raw{fmt_value(raw_dir)}")
     return "_".join(parts)
 
 

@@ -49,13 +49,11 @@ from fedmgda.client import (
 from fedmgda.config import RunConfig
 from fedmgda.data.base import FederatedDataset
 from fedmgda.errors import ConfigError, PluginError
-from fedmgda.fastpaths import (
-    ConvNetSteps,
-    CudaGraphs,
-    LinearSoftmaxEvaluation,
-    LinearSoftmaxSteps,
-    single_thread_on_cpu,
-)
+from fedmgda.fastpaths.convnet import ConvNetSteps
+from fedmgda.fastpaths.cuda_graphs import CudaGraphs
+from fedmgda.fastpaths.linear import LinearSoftmaxSteps
+from fedmgda.fastpaths.linear_evaluation import LinearSoftmaxEvaluation
+from fedmgda.fastpaths.threads import single_thread_on_cpu
 from fedmgda.models import convolution
 from fedmgda.results import RunResult
 from fedmgda.simulator import (

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from fedmgda.data import DataError, load_partition, make_partition, save_partition
-from fedmgda.data.legacy_sort import _introsort, numpy_1_17_argsort
 from fedmgda.data.partition import sort_by_label
+from fedmgda.legacy_sort import introsort, numpy_1_17_argsort
 
 
 def order_md5(order) -> str:
@@ -64,9 +64,9 @@ def test_the_heapsort_fallback_is_exercised_and_label_arrays_never_reach_it():
     it (so that branch is checked against numpy above), label arrays do not: for them numpy before
     introsort (pre-1.17) gave the same order too."""
     cases = sort_cases()
-    assert _introsort(cases["organ_pipe_heapsort"].tolist())[1]
+    assert introsort(cases["organ_pipe_heapsort"].tolist())[1]
     for name in ("ties_10_classes", "cifar_like", "all_equal"):
-        assert not _introsort(cases[name].tolist())[1]
+        assert not introsort(cases[name].tolist())[1]
 
 
 def test_rejects_what_numpy_1_17_did_not_sort_this_way():

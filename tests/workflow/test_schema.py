@@ -15,7 +15,7 @@ import yaml
 from fedmgda.catalog import BUILTIN_ALGORITHMS
 from fedmgda.claims import parse_claims
 from fedmgda.config import RunConfig
-from fedmgda.experiments import RegistryError, _normalise_attack, expand, validate_runs
+from fedmgda.experiments import RegistryError, expand, normalise_attack, validate_runs
 from fedmgda.packs import pack_resources, pack_size
 from fedmgda.schema import SCHEMA_PATH, def_defaults, render_readme, with_defaults
 from fedmgda.schema import main as schema_cli
@@ -275,7 +275,7 @@ def test_registry_defaults_are_the_schemas():
     assert sorted({r.config["seed"] for r in reg.runs.values()}) == experiment["seeds"]["default"]
     assert [r.config["attack"] for r in reg.runs.values()][0] == experiment["attacks"]["default"][0]
     attack = SCHEMA["$defs"]["attack"]["properties"]
-    assert _normalise_attack({"kind": "bias"}) == {"kind": "bias", "user": attack["user"]["default"],
+    assert normalise_attack({"kind": "bias"}) == {"kind": "bias", "user": attack["user"]["default"],
                                                    "value": attack["value"]["default"]}
 
 

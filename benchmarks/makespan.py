@@ -9,7 +9,7 @@ waiting jobs are tried longest first (list scheduling; Snakemake knows no job le
 order may differ, and a long job started last can end later). Pure Python, no torch.
 
 :func:`pack_round_seconds` is the time model of a pack: the seconds per round of ``k`` runs
-trained packed, from the measured rows (``reference/round_times.csv``) of 1 and of n runs.
+trained packed, from the measured rows (src/fedmgda/reference/round_times.csv) of 1 and of n runs.
 """
 
 from __future__ import annotations
