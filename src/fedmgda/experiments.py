@@ -31,7 +31,7 @@ from typing import Any
 from fedmgda.catalog import AlgorithmInfo, Dataset, get_algorithm, get_dataset, load_plugins
 from fedmgda.config import RunConfig  # no torch import: the Snakefile parses fast
 from fedmgda.errors import ConfigError
-from fedmgda.results import RECORDED_ONLY_WITH
+from fedmgda.results import RECORDED_ONLY_WITH, config_hash
 from fedmgda.schema import def_defaults, with_defaults
 from fedmgda.specs import FigureSpec, Row, TableSpec
 from fedmgda.variants import VariantError, apply_readings, check_readings, get_variant
@@ -420,6 +420,7 @@ def _expand_experiment(name: str, exp: dict[str, Any], experiments: dict[str, di
                     if variant is not None:
                         changed[variant] = changed.get(variant, False) or get_variant(variant).concerns(before)
                     row.runs.append(_register_run(name, cfg, expansion))
+                    row.config_hashes.append(config_hash(cfg))
                 exp_rows.append(row)
     idle = [v for v, hit in changed.items() if not hit]
     if idle:

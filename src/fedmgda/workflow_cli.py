@@ -87,15 +87,17 @@ def cmd_figure(args: argparse.Namespace) -> int:
 def cmd_runs_index(args: argparse.Namespace) -> int:
     """One line per run: experiments, status, rounds, runtime, device and pack (the report's run
     times, ``fedmgda.report.run_pack``: empty for a run trained alone) and environment stamp (JSON;
-    empty for a run trained before stamping, ``fedmgda.provenance``)."""
+    empty for a run trained before stamping, ``fedmgda.provenance``). The registry JSON gives per
+    run its experiments, dataset, algorithm, seed and (optional) ``config_hash``."""
     import pandas as pd
 
     from fedmgda.report import run_pack
+    from fedmgda.results import open_run
 
     registry = json.loads(_json_text(args.registry))
     records = []
-    for key, info in registry.items():
-        summary = json.loads((Path(args.runs_dir) / key / "summary.json").read_text())
+    for key, info in registry.items():  # each folder verified against its config hash, when given
+        summary = open_run(Path(args.runs_dir) / key, info.get("config_hash")).summary
         records.append({"run": key, "experiments": " ".join(info["experiments"]),
                         "dataset": info["dataset"], "algorithm": info["algorithm"],
                         "seed": info["seed"], "status": summary.get("status"),
