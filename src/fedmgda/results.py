@@ -183,6 +183,21 @@ def seal(out: Path, summary: dict[str, Any]) -> dict[str, Any]:
     return sealed
 
 
+def seal_verified(run_dir: str | Path) -> bool:
+    """Give a folder written before the manifest its manifest (``fedmgda seal``), once it passes
+    :func:`open_run` and its run.yaml (when present) is its summary's config; False when it has
+    one already. A folder that fails is ``RunFolderError``, and left as it is."""
+    run_dir = Path(run_dir)
+    folder = open_run(run_dir)
+    if MANIFEST in folder.summary:
+        return False
+    run_yaml = _run_yaml_hash(run_dir)
+    if run_yaml is not None and run_yaml != config_hash(folder.summary.get("config") or {}):
+        raise RunFolderError(f"{run_dir}: its run.yaml is not summary.json's config; {RETRAIN}")
+    seal(run_dir, folder.summary)
+    return True
+
+
 def config_hash(config: Mapping[str, Any]) -> str:
     """The sha256 of a run config's identity: every ``fedmgda.config.RunConfig`` field but those
     that do not change what a run computes (``fedmgda.experiments.NON_IDENTITY_FIELDS``: the

@@ -6,6 +6,7 @@
     fedmgda figure     --spec JSON|FILE --runs-dir DIR --pdf OUT.pdf --png OUT.png
     fedmgda runs-index --runs-dir DIR --registry JSON|FILE --out OUT.csv
     fedmgda claims     --spec JSON|FILE --runs-dir DIR --csv OUT.csv --md OUT.md [--profile P]
+    fedmgda seal       DIR [DIR ...]
 
 ``fedmgda.cli`` adds them next to ``train`` through :func:`add_commands`; ``python -m
 fedmgda.workflow_cli ...`` runs them without the main CLI. Both print a bad config, run folder or
@@ -111,6 +112,17 @@ def cmd_runs_index(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_seal(args: argparse.Namespace) -> int:
+    """Give run folders written before the manifest theirs (``fedmgda.results.seal_verified``):
+    each is verified first; the first that fails stops with one line naming it."""
+    from fedmgda.results import seal_verified
+
+    for folder in args.folders:
+        sealed = seal_verified(folder)
+        print(f"{folder}: {'sealed' if sealed else 'has its manifest already'}")
+    return 0
+
+
 def cmd_claims(args: argparse.Namespace) -> int:
     from fedmgda.claims import write_claims
     from fedmgda.specs import ClaimSpec
@@ -159,6 +171,12 @@ def add_commands(commands) -> None:
     p.add_argument("--registry", required=True, help="JSON {run: {experiments, dataset, ...}}")
     p.add_argument("--out", required=True)
     p.set_defaults(handler=cmd_runs_index)
+
+    p = commands.add_parser("seal", help="verify run folders written before the manifest and give "
+                                         "them theirs")
+    p.add_argument("folders", nargs="+", metavar="DIR",
+                   help="a run folder (summary.json and its result files)")
+    p.set_defaults(handler=cmd_seal)
 
     p = commands.add_parser("claims", help="the paper's claims checked on the runs (CSV + markdown)")
     p.add_argument("--spec", required=True, help="resolved claims (fedmgda.specs.ClaimSpec list) as JSON text, a file or - (stdin)")
