@@ -17,6 +17,7 @@ import yaml
 
 from fedmgda import results
 from fedmgda.cli import main
+from fedmgda.config import config_hash
 from fedmgda.errors import RunFolderError
 from fedmgda.results import (
     MANIFEST,
@@ -24,7 +25,6 @@ from fedmgda.results import (
     PER_USER,
     PER_USER_FINAL,
     SUMMARY,
-    config_hash,
     open_run,
 )
 from fedmgda.specs import Row, TableSpec, spec_to_json

@@ -31,12 +31,10 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import io
 import json
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from fedmgda.config import config_hash
 from fedmgda.errors import RunFolderError
 from fedmgda.metrics import STATISTICS, accuracy_stats
 from fedmgda.runfolder import writing
@@ -63,8 +62,6 @@ RETRAIN = "delete the folder, the workflow retrains it"
 # and every column a run has even when it failed in round 1
 NONFINITE_COLUMNS = ("nonfinite_updates", "nonfinite_losses", "nonfinite_users", "dropped")
 METRICS_COLUMNS = ("round", "eta", "train_loss", *NONFINITE_COLUMNS, "improved_loss", "improved_acc", *STATISTICS)
-# metrics.csv columns a run records only when a flag of its config is on (else NaN): column -> flag
-RECORDED_ONLY_WITH = {"improved_loss": "track_improvement", "improved_acc": "track_improvement"}
 PER_USER_COLUMNS = ["round", "user", "n_test", "accuracy", "loss"]
 
 
@@ -196,43 +193,6 @@ def seal_verified(run_dir: str | Path) -> bool:
         raise RunFolderError(f"{run_dir}: its run.yaml is not summary.json's config; {RETRAIN}")
     seal(run_dir, folder.summary)
     return True
-
-
-def config_hash(config: Mapping[str, Any]) -> str:
-    """The sha256 of a run config's identity: every ``fedmgda.config.RunConfig`` field but those
-    that do not change what a run computes (``fedmgda.experiments.NON_IDENTITY_FIELDS``: the
-    device, the partition file's path, ...), defaults filled in and numbers as floats. The
-    registry's config of a run key, its run.yaml and the trainer's config hash the same."""
-    # imported here: fedmgda.experiments imports this module
-    from fedmgda.config import AttackConfig, RunConfig
-    from fedmgda.experiments import NON_IDENTITY_FIELDS
-
-    identity: dict[str, Any] = {}
-    for f in dataclasses.fields(RunConfig):
-        if f.name in NON_IDENTITY_FIELDS:
-            continue
-        if f.name in config:
-            identity[f.name] = config[f.name]
-        elif f.default is not dataclasses.MISSING:
-            identity[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            identity[f.name] = f.default_factory()
-    attack = identity.get("attack")
-    attack = dataclasses.asdict(attack) if dataclasses.is_dataclass(attack) else dict(attack or {})
-    identity["attack"] = {**dataclasses.asdict(AttackConfig()), **attack}
-    text = json.dumps(_plain_numbers(identity), sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _plain_numbers(value: Any) -> Any:
-    """``value`` with every number a float (1 and 1.0 are one config); booleans stay booleans."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain_numbers(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain_numbers(v) for v in value]
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    return value
 
 
 # ---------------------------------------------------------------------------------- reading

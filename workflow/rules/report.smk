@@ -2,7 +2,7 @@
 notebook is a tracked output) into results/<profile>/report/report.ipynb, then nbconvert -> HTML
 without the code cells (--no-input: the HTML shows results; the executed notebook keeps the code)."""
 
-from fedmgda.results import config_hash
+from fedmgda.config import config_hash
 
 
 localrules:
