@@ -49,12 +49,14 @@ def test_a_broken_folder_stops_the_table_and_deleting_it_retrains_it_alone(tmp_p
     users = len(final.read_text().splitlines()) - 1
     final.write_text("".join(final.read_text().splitlines(keepends=True)[:11]))
     line = refused(wd)
-    assert re.fullmatch(rf"fedmgda: \S*{re.escape(key)}: per_user_final.csv has 10 rows, the run has "
-                        rf"{users} users; delete the folder, the workflow retrains it", line), line
+    says = (rf"fedmgda: \S*{re.escape(key)}: per_user_final.csv has 10 rows, the run has {users} "
+            "users; delete the folder, the workflow retrains it")
+    assert re.fullmatch(says, line), line
 
     shutil.rmtree(fedavg)
     shutil.copytree(other, fedavg)  # another configuration's folder at the FedAvg run's path
-    assert f"{key}: trained with another run config than its run key's in the registry" in refused(wd)
+    line = refused(wd)
+    assert f"{key}: trained with another run config than its run key's in the registry" in line
 
     trained = {p: p.stat().st_mtime_ns for p in runs.glob("**/summary.json") if p.parent != fedavg}
     shutil.rmtree(fedavg)
