@@ -28,7 +28,7 @@ from fedmgda.results import (
     open_run,
 )
 from fedmgda.specs import Row, TableSpec, spec_to_json
-from fedmgda.tables import build_table
+from fedmgda.tables import write_table
 
 FEDAVG = dict(dataset="synthetic", algorithm="fedavg", rounds=5, per_user_every=2, device="cpu")
 OTHER = dict(FEDAVG, algorithm="fedmgda_plus", hparams={"eta": 1.0, "decay": 0.5}, rounds=7)
@@ -185,13 +185,15 @@ def table_spec(runs: list[str], hashes: list[str]) -> TableSpec:
     return TableSpec(name="t", experiments=["e"], columns=COLUMNS, rows=[row])
 
 
-def test_a_table_reads_each_folder_once(run, monkeypatch):
+def test_a_table_reads_each_folder_once(trained, run, tmp_path, monkeypatch):
+    other = shutil.copytree(trained["fedavg"], run.with_name("seed2"))
     opened = []
     original = results.open_run
     monkeypatch.setattr(results, "open_run",
                         lambda d, c=None: opened.append(Path(d)) or original(d, c))
-    df = build_table(table_spec(["s/fedavg/seed1"], [config_hash(FEDAVG)]), run.parents[2])
-    assert opened == [run] and df.loc[0, "status"] == "ok"
+    spec = table_spec(["s/fedavg/seed1", "s/fedavg/seed2"], [config_hash(FEDAVG)] * 2)
+    df = write_table(spec, run.parents[2], tmp_path / "t.csv", tmp_path / "t.md")
+    assert opened == [run, other] and df.loc[0, "status"] == "ok"  # three columns, and the footer
 
 
 def test_the_table_command_stops_at_a_broken_folder_with_one_line(run, tmp_path):
@@ -204,3 +206,17 @@ def test_the_table_command_stops_at_a_broken_folder_with_one_line(run, tmp_path)
     assert proc.stderr.strip() == (f"fedmgda: {run}: per_user_final.csv has 10 rows, the run has "
                                    f"{USERS} users; delete the folder, the workflow retrains it")
     assert not (tmp_path / "t.csv").exists()
+
+
+def test_the_folders_kept_in_memory_are_bounded_their_summaries_are_not(trained, run, monkeypatch):
+    shutil.copytree(trained["fedavg"], run.with_name("seed2"))
+    opened = []
+    original = results.open_run
+    monkeypatch.setattr(results, "open_run",
+                        lambda d, c=None: opened.append(Path(d).name) or original(d, c))
+    monkeypatch.setattr(results.RunFolders, "KEEP", 1)
+    folders = results.RunFolders(run.parents[2])
+    for key in ("s/fedavg/seed1", "s/fedavg/seed2", "s/fedavg/seed1"):
+        folders.open(key)
+    assert folders.summary("s/fedavg/seed2")["status"] == "ok"
+    assert opened == ["seed1", "seed2", "seed1"]

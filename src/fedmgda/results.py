@@ -35,6 +35,7 @@ import hashlib
 import io
 import json
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -228,16 +229,33 @@ def as_run(run: RunFolder | str | Path) -> RunFolder:
 
 class RunFolders:
     """The run folders below ``root``, each read and verified once (:func:`open_run`): what one
-    table, figure or claims file reads."""
+    table, figure or claims file reads. The last ``KEEP`` folders opened stay in memory with their
+    tables (a run shown in several rows is read once; a table of many runs with thousands of users
+    each does not hold them all), every verified folder's summary.json for as long as this lives."""
+
+    KEEP = 16
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
-        self._opened: dict[tuple[str, str | None], RunFolder] = {}
+        self._folders: OrderedDict[tuple[str, str | None], RunFolder] = OrderedDict()
+        self._summaries: dict[tuple[str, str | None], dict[str, Any]] = {}
 
     def open(self, key: str, config_sha256: str | None = None) -> RunFolder:
-        if (key, config_sha256) not in self._opened:
-            self._opened[key, config_sha256] = open_run(self.root / key, config_sha256)
-        return self._opened[key, config_sha256]
+        opened = (key, config_sha256)
+        if opened in self._folders:
+            self._folders.move_to_end(opened)
+            return self._folders[opened]
+        folder = self._folders[opened] = open_run(self.root / key, config_sha256)
+        self._summaries[opened] = folder.summary
+        if len(self._folders) > self.KEEP:
+            self._folders.popitem(last=False)
+        return folder
+
+    def summary(self, key: str, config_sha256: str | None = None) -> dict[str, Any]:
+        """The summary.json of a verified folder (opened if it is not yet)."""
+        if (key, config_sha256) not in self._summaries:
+            self.open(key, config_sha256)
+        return self._summaries[key, config_sha256]
 
     def finished(self, key: str) -> bool:
         """Whether the run has its summary.json (a run without it has not finished)."""

@@ -366,7 +366,7 @@ def environment_footer(spec: TableSpec, runs_dir: str | Path | RunFolders) -> st
     runs = folders_of(runs_dir)
     # a run in two rows counts once
     expected = {key: config for row in spec.rows for key, config in row_runs(row)}
-    stamps = [runs.open(key, config).summary.get("environment") for key, config in expected.items()
+    stamps = [runs.summary(key, config).get("environment") for key, config in expected.items()
               if runs.finished(key)]
     text = footer(stamps)
     return f"\n---\n\n{text}\n" if text else ""
