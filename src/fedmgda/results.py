@@ -6,7 +6,10 @@ config, the statistics known when it trained and, since issue 41, the ``environm
 ``fedmgda.provenance``; written last, its presence marks a finished run), ``per_user.csv`` (every
 user's test accuracy and loss at the stored rounds), ``per_user_final.csv`` (the same of the final
 model, which is the average of the iterates for AFL) and ``metrics.csv`` (one row per round); a run
-assembles them (``run_result``) and writes them (``write_result``). Beside them: ``checkpoint.pt``
+assembles them (``run_result``) and writes them (``write_result``), summary.json last with their
+manifest (``seal``: each file's sha256 and rows, the config hash). Readers take a folder only
+through ``open_run``, which verifies it (complete, unchanged, of its row's config) and reads each
+file once (``RunFolder``; ``RunFolders``: a table's folders). Beside them: ``checkpoint.pt``
 while the run trains (``fedmgda.checkpoints``), ``train.lock`` while a trainer holds the folder
 (``fedmgda.runfolder``, which also writes every file atomically), ``run.yaml`` and ``train.log``
 (the workflow's). A *source* names one number of a run:
