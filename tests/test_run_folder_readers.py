@@ -6,6 +6,7 @@ checked by its row counts and run.yaml."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import subprocess
@@ -220,3 +221,51 @@ def test_the_folders_kept_in_memory_are_bounded_their_summaries_are_not(trained,
         folders.open(key)
     assert folders.summary("s/fedavg/seed2")["status"] == "ok"
     assert opened == ["seed1", "seed2", "seed1"]
+
+
+def every_reader(runs_dir: Path, key: str, expected: str, out: Path) -> dict:
+    """Each reader of run folders, on the one run ``key`` (the registry's config hash of it:
+    ``expected``)."""
+    from fedmgda.claims import evaluate
+    from fedmgda.figures import make_figure
+    from fedmgda.report import statistics_table
+    from fedmgda.specs import ClaimSpec, FigureSpec
+
+    row = table_spec([key], [expected]).rows[0]
+    claim = ClaimSpec(id="c", source="§", paper="p", quantity="metrics.train_loss",
+                      compare="at_least", seeds="mean", scale=1.0, tolerance=0.0, a=row,
+                      threshold=0.0)
+    registry = json.dumps({key: {"experiments": ["e"], "dataset": "synthetic",
+                                 "algorithm": "fedavg", "seed": 1, "config_hash": expected}})
+    return {
+        "table": lambda: write_table(table_spec([key], [expected]), runs_dir, out / "t.csv",
+                                     out / "t.md"),
+        "figure": lambda: make_figure(FigureSpec(name="f", kind="curves", experiments=["e"],
+                                                 metric="mean_acc", rows=[row]),
+                                      runs_dir, out / "f.pdf", out / "f.png"),
+        "claims": lambda: evaluate([claim], runs_dir),
+        "report": lambda: statistics_table(runs_dir, {"FedAvg": [key]}),
+        "runs index": lambda: results_of_runs_index(runs_dir, registry, out / "index.csv"),
+    }
+
+
+def results_of_runs_index(runs_dir: Path, registry: str, out: Path) -> None:
+    from fedmgda.workflow_cli import cmd_runs_index
+
+    cmd_runs_index(argparse.Namespace(runs_dir=str(runs_dir), registry=registry, out=str(out)))
+
+
+@pytest.mark.parametrize("reader", ["table", "figure", "claims", "report", "runs index"])
+def test_every_reader_verifies_the_folders_it_reads(run, tmp_path, reader):
+    runs_dir, key = run.parents[2], "s/fedavg/seed1"
+    every_reader(runs_dir, key, config_hash(FEDAVG), tmp_path)[reader]()  # a complete folder
+    keep_lines(run / METRICS, 3)
+    with pytest.raises(RunFolderError, match=r"metrics.csv has 2 rows, the run has 5 rounds"):
+        every_reader(runs_dir, key, config_hash(FEDAVG), tmp_path)[reader]()
+
+
+@pytest.mark.parametrize("reader", ["table", "figure", "claims", "runs index"])
+def test_every_reader_given_the_registry_refuses_another_runs_folder(run, tmp_path, reader):
+    runs_dir, key = run.parents[2], "s/fedavg/seed1"
+    with pytest.raises(RunFolderError, match=r"trained with another run config than its run key's"):
+        every_reader(runs_dir, key, config_hash(OTHER), tmp_path)[reader]()
