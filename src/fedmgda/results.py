@@ -162,7 +162,7 @@ def write_result(result: RunResult, out: Path) -> None:
             continue
         with writing(out / name) as tmp:  # a full disk: one line naming the file
             table.to_csv(tmp, index=False)
-    seal(out, result.summary)
+    result.summary = seal(out, result.summary)  # as written: with its manifest
 
 
 def seal(out: Path, summary: dict[str, Any]) -> dict[str, Any]:
