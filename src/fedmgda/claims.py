@@ -72,7 +72,16 @@ from fedmgda.experiments import (
     unrecorded,
 )
 from fedmgda.metrics import display_scale, paired_interval
-from fedmgda.results import metrics_value, read_summary, run_value, seed_stats
+from fedmgda.results import (
+    RunFolder,
+    RunFolders,
+    as_run,
+    folders_of,
+    metrics_value,
+    row_runs,
+    run_value,
+    seed_stats,
+)
 from fedmgda.specs import ClaimSpec, Row
 
 PAIR_KINDS = ("identical", "at_least", "close")
@@ -349,26 +358,28 @@ def claim_runs(claims: list[ClaimSpec]) -> list[str]:
 
 
 # --------------------------------------------------------------------------- values
-def run_quantity(run_dir: Path, claim: ClaimSpec) -> float:
+def run_quantity(run: RunFolder | str | Path, claim: ClaimSpec) -> float:
     """The claim's quantity of one run (unscaled); NaN when the run diverged or lacks it."""
-    summary = read_summary(run_dir)
-    if summary.get("status", "ok") != "ok":
+    run = as_run(run)
+    if run.summary.get("status", "ok") != "ok":
         return math.nan
     quantity = claim.quantity
     if not quantity.startswith("metrics."):
-        return run_value(run_dir, summary, quantity)
-    return metrics_value(run_dir, quantity.partition(".")[2], claim.window, claim.agg)
+        return run_value(run, quantity)
+    return metrics_value(run, quantity.partition(".")[2], claim.window, claim.agg)
 
 
-def row_values(row: Row, claim: ClaimSpec, runs_dir: Path) -> tuple[dict[int, float], int]:
-    """{seed: scaled value} of a row and the number of its runs without summary.json."""
+def row_values(row: Row, claim: ClaimSpec,
+               runs_dir: str | Path | RunFolders) -> tuple[dict[int, float], int]:
+    """{seed: scaled value} of a row and the number of its runs without summary.json; each run
+    folder verified against the registry's config of its run (``fedmgda.results.open_run``)."""
+    runs = folders_of(runs_dir)
     values, missing = {}, 0
-    for seed, run in zip(row.seeds, row.runs, strict=True):
-        d = runs_dir / run
-        if not (d / "summary.json").exists():
+    for seed, (run, config) in zip(row.seeds, row_runs(row), strict=True):
+        if not runs.finished(run):
             missing += 1
             continue
-        values[int(seed)] = run_quantity(d, claim) * claim.scale
+        values[int(seed)] = run_quantity(runs.open(run, config), claim) * claim.scale
     return values, missing
 
 
@@ -496,10 +507,10 @@ def with_spread(c: ClaimSpec, a_std: float, b_std: float) -> ClaimSpec:
     return dataclasses.replace(c, margin=(c.margin or 0.0) + std)
 
 
-def evaluate_claim(c: ClaimSpec, runs_dir: str | Path) -> dict[str, Any]:
+def evaluate_claim(c: ClaimSpec, runs_dir: str | Path | RunFolders) -> dict[str, Any]:
     """One claim judged on its runs: a record of :data:`COLUMNS` (a series by
     :func:`_judge_series`, a pair by :func:`_judge_pair`, the verdict by :func:`decide`)."""
-    runs_dir = Path(runs_dir)
+    runs_dir = folders_of(runs_dir)
     rows = c.compared_rows
     per_row, missing = [], 0
     for r in rows:
@@ -579,7 +590,8 @@ COLUMNS = ["claim", "source", "paper", "expected", "measured", "verdict", "note"
 
 
 def evaluate(claims: list[ClaimSpec], runs_dir: str | Path) -> pd.DataFrame:
-    df = pd.DataFrame.from_records([evaluate_claim(c, runs_dir) for c in claims])
+    runs = RunFolders(runs_dir)  # each run folder read and verified once for all the claims
+    df = pd.DataFrame.from_records([evaluate_claim(c, runs) for c in claims])
     for col in COLUMNS:
         if col not in df.columns:
             df[col] = np.nan if col not in ("a", "b", "values", "note") else ""

@@ -7,7 +7,10 @@ The workflow writes these as YAML (``fedmgda train --config run.yaml --out DIR``
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,13 @@ from fedmgda.catalog import (
     get_algorithm,
 )
 from fedmgda.errors import ConfigError  # also importable from here, as before
+
+# fields that do not change what a run computes: never part of its identity (its run key,
+# fedmgda.experiments; its config hash, :func:`config_hash`)
+NON_IDENTITY_FIELDS = {"device", "checkpoint_every", "raw_dir", "partition_file", "cuda_graphs",
+                       "deterministic", "plugin"}
+# metrics.csv columns a run records only when a flag of its config is on (else NaN): column -> flag
+RECORDED_ONLY_WITH = {"improved_loss": "track_improvement", "improved_acc": "track_improvement"}
 
 # run-config fields with a fixed set of readings, the default first (docs/protocol-choices.md); those
 # an algorithm owns are declared by it (``Algorithm.own_options``: aggregation_weights, qffl_loss, ...)
@@ -232,3 +242,37 @@ class RunConfig:
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
         self.attack.validate()
+
+
+def config_hash(config: Mapping[str, Any]) -> str:
+    """The sha256 of a run config's identity: every :class:`RunConfig` field but
+    ``NON_IDENTITY_FIELDS`` (the device, the partition file's path, ...), defaults filled in and
+    numbers as floats, not validated. The registry's config of a run key, its run.yaml and the
+    trainer's config (summary.json's, and its manifest's hash: ``fedmgda.results.seal``) hash the
+    same."""
+    identity: dict[str, Any] = {}
+    for f in dataclasses.fields(RunConfig):
+        if f.name in NON_IDENTITY_FIELDS:
+            continue
+        if f.name in config:
+            identity[f.name] = config[f.name]
+        elif f.default is not dataclasses.MISSING:
+            identity[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            identity[f.name] = f.default_factory()
+    attack = identity.get("attack")
+    attack = dataclasses.asdict(attack) if dataclasses.is_dataclass(attack) else dict(attack or {})
+    identity["attack"] = {**dataclasses.asdict(AttackConfig()), **attack}
+    text = json.dumps(_plain_numbers(identity), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _plain_numbers(value: Any) -> Any:
+    """``value`` with every number a float (1 and 1.0 are one config); booleans stay booleans."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain_numbers(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain_numbers(v) for v in value]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return value

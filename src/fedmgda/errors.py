@@ -34,9 +34,11 @@ class PluginError(Exception):
 
 class RunFolderError(Exception):
     """A run folder the trainer cannot use as it is: an unreadable checkpoint, another trainer
-    writing it, a file it cannot write (a full disk, a read-only folder). The message is one line
-    naming the folder or file, what is wrong and what to do; ``fedmgda train`` prints it and exits
-    with status 2, as for a ConfigError."""
+    writing it, a file it cannot write (a full disk, a read-only folder); or one a reader cannot
+    trust (``fedmgda.results.open_run``): an unreadable, cut or changed result file, another run's
+    config. The message is one line naming the folder or file, what is wrong and what to do;
+    ``fedmgda train`` and the workflow's commands print it and exit with status 2, as for a
+    ConfigError."""
 
 
 def warn_deprecated(message: str, stacklevel: int = 2) -> None:

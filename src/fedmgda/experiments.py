@@ -29,9 +29,13 @@ from fractions import Fraction
 from typing import Any
 
 from fedmgda.catalog import AlgorithmInfo, Dataset, get_algorithm, get_dataset, load_plugins
-from fedmgda.config import RunConfig  # no torch import: the Snakefile parses fast
+from fedmgda.config import (  # no torch import: the Snakefile parses fast
+    NON_IDENTITY_FIELDS,
+    RECORDED_ONLY_WITH,
+    RunConfig,
+    config_hash,
+)
 from fedmgda.errors import ConfigError
-from fedmgda.results import RECORDED_ONLY_WITH
 from fedmgda.schema import def_defaults, with_defaults
 from fedmgda.specs import FigureSpec, Row, TableSpec
 from fedmgda.variants import VariantError, apply_readings, check_readings, get_variant
@@ -41,8 +45,7 @@ RUN_FIELD_SYMBOL = {"local_lr": "lr", "momentum": "momentum"}
 
 # RunConfig fields (src/fedmgda/config.py) and their defaults; fields that change results but
 # are not in the setting's standard name are appended to it when they differ from these.
-# fields that do not change what a run computes: never part of its identity
-NON_IDENTITY_FIELDS = {"device", "checkpoint_every", "raw_dir", "partition_file", "cuda_graphs", "deterministic", "plugin"}
+# (NON_IDENTITY_FIELDS, config.py: the fields that never are part of a run's identity)
 RUN_DEFAULTS: dict[str, Any] = {
     f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
     for f in dataclasses.fields(RunConfig)
@@ -424,6 +427,7 @@ def _expand_experiment(name: str, exp: dict[str, Any], experiments: dict[str, di
                     if variant is not None:
                         changed[variant] = changed.get(variant, False) or get_variant(variant).concerns(before)
                     row.runs.append(_register_run(name, cfg, expansion))
+                    row.config_hashes.append(config_hash(cfg))
                 exp_rows.append(row)
     idle = [v for v, hit in changed.items() if not hit]
     if idle:
@@ -655,7 +659,7 @@ def validate_runs(reg: Registry) -> None:
 
 def unrecorded(reg: Registry, runs: list[str], column: str) -> str | None:
     """None when every run of ``runs`` records metrics.csv ``column``; else what is wrong, for an
-    error that names its figure or claim: how many do not (``fedmgda.results.RECORDED_ONLY_WITH``:
+    error that names its figure or claim: how many do not (``fedmgda.config.RECORDED_ONLY_WITH``:
     the config flag the column needs) and the experiments to set the flag in."""
     flag = RECORDED_ONLY_WITH.get(column)
     missing = [key for key in runs if flag and not reg.runs[key].config.get(flag, RUN_DEFAULTS[flag])]

@@ -45,7 +45,13 @@ import pandas as pd  # noqa: E402
 from fedmgda.catalog import algorithms  # noqa: E402
 from fedmgda.experiments import algorithm_info, fmt_display  # noqa: E402
 from fedmgda.metrics import display_scale, paired_interval  # noqa: E402
-from fedmgda.results import protocol_user_accuracies, read_summary, run_value, seed_stats  # noqa: E402
+from fedmgda.results import (  # noqa: E402
+    RunFolders,
+    folders_of,
+    protocol_user_accuracies,
+    run_value,
+    seed_stats,
+)
 from fedmgda.specs import FigureSpec, Row  # noqa: E402
 
 UNITS = {100.0: " (%)", 1e4: " (%²)"}  # of a display scale (fedmgda.metrics.display_scale)
@@ -75,11 +81,12 @@ def row_labels(rows: list[Row]) -> dict[str, str]:
     return labels
 
 
-def seed_curves(row: Row, runs_dir: Path, metric: str, ewm: int | None) -> pd.DataFrame:
+def seed_curves(row: Row, runs_dir: Path | RunFolders, metric: str,
+                ewm: int | None) -> pd.DataFrame:
     """Rounds x seeds table of the (smoothed) metric; rounds where it was not evaluated dropped."""
     series = {}
-    for seed, run in zip(row.seeds, row.runs, strict=True):
-        df = pd.read_csv(runs_dir / run / "metrics.csv")
+    for seed, run, folder in zip(row.seeds, row.runs, folders_of(runs_dir).row(row), strict=True):
+        df = folder.table("metrics.csv")
         if metric not in df.columns:
             raise KeyError(f"{run}/metrics.csv has no column {metric!r}; columns: {list(df.columns)}")
         s = df.set_index("round")[metric].astype(float).dropna()
@@ -89,14 +96,15 @@ def seed_curves(row: Row, runs_dir: Path, metric: str, ewm: int | None) -> pd.Da
     return pd.DataFrame(series)
 
 
-def plot_curves(spec: FigureSpec, runs_dir: Path, ax: plt.Axes) -> None:
+def plot_curves(spec: FigureSpec, runs_dir: Path | RunFolders, ax: plt.Axes) -> None:
+    runs = folders_of(runs_dir)
     metric = spec.metric
     colours: dict[str, Any] = {}
     palette = plt.get_cmap("tab10").colors
     labels = row_labels(spec.rows)
     drawn = []
     for row in spec.rows:
-        table = seed_curves(row, runs_dir, metric, spec.ewm)
+        table = seed_curves(row, runs, metric, spec.ewm)
         if table.empty:
             continue
         mean, std = table.mean(axis=1), table.std(axis=1, ddof=0)
@@ -144,14 +152,15 @@ def _inset(ax: plt.Axes, drawn: list[tuple], last: int) -> None:
     inset.grid(alpha=0.3)
 
 
-def plot_violin(spec: FigureSpec, runs_dir: Path, ax: plt.Axes) -> None:
+def plot_violin(spec: FigureSpec, runs_dir: Path | RunFolders, ax: plt.Axes) -> None:
     import seaborn as sns
 
+    runs = folders_of(runs_dir)
     frames = []
     order = []
     for row in spec.rows:  # seeds that diverged or failed have no vector to show
-        accs = [protocol_user_accuracies(runs_dir / run)[0] for run in row.runs
-                if read_summary(runs_dir / run).get("status") == "ok"]
+        accs = [protocol_user_accuracies(folder)[0] for folder in runs.row(row)
+                if folder.status == "ok"]
         if not accs:
             continue
         name = f"{row.label}\nσ={np.mean([acc.std(ddof=0) for acc in accs]):.1f}"
@@ -161,8 +170,8 @@ def plot_violin(spec: FigureSpec, runs_dir: Path, ax: plt.Axes) -> None:
     sns.violinplot(data=data, x="row", y="accuracy", order=order, hue="row", legend=False, cut=0,
                    inner="quartile", density_norm="width", ax=ax, palette="tab10")
     ax.set_ylabel(spec.ylabel or "per-user test accuracy (%)")
-    rounds = sorted({protocol_user_accuracies(runs_dir / run)[1] for row in spec.rows for run in row.runs
-                     if read_summary(runs_dir / run).get("status") == "ok"})
+    rounds = sorted({protocol_user_accuracies(folder)[1] for row in spec.rows
+                     for folder in runs.row(row) if folder.status == "ok"})
     seeds = max(len(row.seeds) for row in spec.rows)
     ax.set_xlabel(f"per-user accuracies at round {', '.join(map(str, rounds))}, {seeds} seeds pooled; "
                   "inside: median (dashed), quartiles (dotted); σ: per-user std, mean over seeds", fontsize=7)
@@ -172,7 +181,8 @@ def plot_violin(spec: FigureSpec, runs_dir: Path, ax: plt.Axes) -> None:
     ax.grid(axis="y", alpha=0.3)
 
 
-def plot_bars(spec: FigureSpec, runs_dir: Path, ax: plt.Axes) -> None:
+def plot_bars(spec: FigureSpec, runs_dir: Path | RunFolders, ax: plt.Axes) -> None:
+    runs = folders_of(runs_dir)
     columns = spec.columns
     rows = spec.rows
     width = 0.8 / max(len(columns), 1)
@@ -180,11 +190,8 @@ def plot_bars(spec: FigureSpec, runs_dir: Path, ax: plt.Axes) -> None:
     for j, (col, src) in enumerate(columns.items()):
         means, stds = [], []
         for row in rows:
-            vals = []
-            for run in row.runs:
-                s = read_summary(runs_dir / run)
-                if s.get("status") == "ok":
-                    vals.append(run_value(runs_dir / run, s, src) * display_scale(src))
+            vals = [run_value(folder, src) * display_scale(src) for folder in runs.row(row)
+                    if folder.status == "ok"]
             mean, std = seed_stats(vals)
             means.append(mean)
             stds.append(std)
@@ -195,11 +202,12 @@ def plot_bars(spec: FigureSpec, runs_dir: Path, ax: plt.Axes) -> None:
     ax.grid(axis="y", alpha=0.3)
 
 
-def plot_tradeoff(spec: FigureSpec, runs_dir: Path, ax: plt.Axes) -> None:
+def plot_tradeoff(spec: FigureSpec, runs_dir: Path | RunFolders, ax: plt.Axes) -> None:
+    runs = folders_of(runs_dir)
     metric = spec.metric or "std_acc"
     for row in spec.rows:
-        x = seed_curves(row, runs_dir, "mean_acc", None).mean(axis=1)
-        y = seed_curves(row, runs_dir, metric, None).mean(axis=1)
+        x = seed_curves(row, runs, "mean_acc", None).mean(axis=1)
+        y = seed_curves(row, runs, metric, None).mean(axis=1)
         both = pd.concat([x, y], axis=1).dropna()
         if both.empty:
             continue
@@ -211,13 +219,15 @@ def plot_tradeoff(spec: FigureSpec, runs_dir: Path, ax: plt.Axes) -> None:
     ax.legend(fontsize=7, loc="best")
 
 
-def plot_reading_window(spec: FigureSpec, runs_dir: Path, axes: list[plt.Axes]) -> None:
+def plot_reading_window(spec: FigureSpec, runs_dir: Path | RunFolders,
+                        axes: list[plt.Axes]) -> None:
+    runs = folders_of(runs_dir)
     palette = plt.get_cmap("tab10").colors
     labels = row_labels(spec.rows)
     for ax, metric in zip(axes, spec.metrics, strict=True):
         end = protocol = None
         for i, row in enumerate(spec.rows):
-            table = seed_curves(row, runs_dir, metric, None)
+            table = seed_curves(row, runs, metric, None)
             if table.empty:
                 continue
             colour = palette[i % len(palette)]
@@ -230,7 +240,7 @@ def plot_reading_window(spec: FigureSpec, runs_dir: Path, axes: list[plt.Axes]) 
             if spec.window_last:
                 late = mean[mean.index > end - spec.window_last]
                 ax.hlines(late.mean(), late.index.min(), end, color=colour, ls=":", lw=2.2)
-            protocol = protocol_user_accuracies(runs_dir / row.runs[0])[1]
+            protocol = protocol_user_accuracies(runs.row(row)[0])[1]
         if end is None:
             continue
         if spec.window_last:
@@ -243,14 +253,10 @@ def plot_reading_window(spec: FigureSpec, runs_dir: Path, axes: list[plt.Axes]) 
     axes[0].legend(fontsize=6.5, loc="lower left")
 
 
-def seed_values(row: Row, runs_dir: Path, source: str) -> dict[int, float]:
+def seed_values(row: Row, runs: RunFolders, source: str) -> dict[int, float]:
     """{seed: the run's ``source`` value in display units} of the row's runs that finished ok."""
-    out = {}
-    for seed, run in zip(row.seeds, row.runs, strict=True):
-        summary = read_summary(runs_dir / run)
-        if summary.get("status") == "ok":
-            out[int(seed)] = run_value(runs_dir / run, summary, source) * display_scale(source)
-    return out
+    return {int(seed): run_value(folder, source) * display_scale(source)
+            for seed, folder in zip(row.seeds, runs.row(row), strict=True) if folder.status == "ok"}
 
 
 def gap_rows(spec: FigureSpec) -> list[tuple[Row, list[Row]]]:
@@ -267,7 +273,8 @@ def gap_rows(spec: FigureSpec) -> list[tuple[Row, list[Row]]]:
     return out
 
 
-def plot_gaps(spec: FigureSpec, runs_dir: Path, axes: list[plt.Axes]) -> None:
+def plot_gaps(spec: FigureSpec, runs_dir: Path | RunFolders, axes: list[plt.Axes]) -> None:
+    runs = folders_of(runs_dir)
     pairs = gap_rows(spec)
     labels = row_labels([r for a, bs in pairs[:1] for r in (a, *bs)])
     x = np.arange(len(pairs))
@@ -277,7 +284,7 @@ def plot_gaps(spec: FigureSpec, runs_dir: Path, axes: list[plt.Axes]) -> None:
             offset = (j - (len(pairs[0][1]) - 1) / 2) * 0.18
             colour, means, lows, highs = palette[j % len(palette)], [], [], []
             for i, (a, bs) in enumerate(pairs):
-                av, bv = seed_values(a, runs_dir, source), seed_values(bs[j], runs_dir, source)
+                av, bv = seed_values(a, runs, source), seed_values(bs[j], runs, source)
                 d = np.asarray([av[s] - bv[s] for s in sorted(set(av) & set(bv))])
                 ax.plot(np.full(len(d), x[i] + offset), d, "o", color=colour, ms=3, alpha=0.45)
                 mean = float(d.mean()) if len(d) else np.nan
@@ -308,7 +315,7 @@ def make_figure(spec: FigureSpec, runs_dir: str | Path, out_pdf: str | Path, out
         if not spec.metrics:
             raise ValueError(f"figure {spec.name}: reading_window needs metrics (metrics.csv columns, one panel each)")
         fig, axes = plt.subplots(1, len(spec.metrics), figsize=(6.0 * len(spec.metrics), 4.8), squeeze=False)
-        KINDS[kind](spec, Path(runs_dir), list(axes[0]))
+        KINDS[kind](spec, RunFolders(runs_dir), list(axes[0]))
         fig.suptitle(spec.title or spec.name, fontsize=10)
     elif kind == "gaps":
         if len(spec.select or []) < 2 or not spec.columns:
@@ -316,12 +323,12 @@ def make_figure(spec: FigureSpec, runs_dir: str | Path, out_pdf: str | Path, out
                              "subtracted) and columns (the statistics, one panel each)")
         fig, axes = plt.subplots(1, len(spec.columns), figsize=(5.2 * len(spec.columns), 4.4),
                                  squeeze=False)
-        KINDS[kind](spec, Path(runs_dir), list(axes[0]))
+        KINDS[kind](spec, RunFolders(runs_dir), list(axes[0]))
         fig.suptitle(spec.title or spec.name, fontsize=10)
     else:
         wide = kind in ("violin", "bars") or len(spec.rows) > 6
         fig, ax = plt.subplots(figsize=(8.0 if wide else 6.4, 4.8))
-        KINDS[kind](spec, Path(runs_dir), ax)
+        KINDS[kind](spec, RunFolders(runs_dir), ax)
         ax.set_title(spec.title or spec.name, fontsize=10)
     fig.tight_layout()
     for out in (out_pdf, out_png):

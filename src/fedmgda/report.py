@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from fedmgda.metrics import STATISTICS, display_scale
-from fedmgda.results import metrics_value, read_summary, run_value, seed_stats
+from fedmgda.results import METRICS, RunFolders, metrics_value, run_value, seed_stats
 
 if TYPE_CHECKING:
     import matplotlib.pyplot as plt
@@ -64,8 +64,9 @@ def experiment_rows(runs_dir: str | Path, runs: Iterable[str]) -> dict[str, list
     (``hparams.`` left out of their names; a field a row lacks not named); with one row, the
     algorithm and its hparams."""
     groups: dict[str, tuple[dict[str, Any], list[str]]] = {}
+    folders = RunFolders(runs_dir)
     for key in runs:
-        config = (read_summary(Path(runs_dir) / key).get("config") or {})
+        config = (folders.open(key).summary.get("config") or {})
         flat = {k: v for k, v in _flat(config).items() if k not in SEED_FIELDS}
         ident = json.dumps(flat, sort_keys=True, default=str)
         groups.setdefault(ident, (flat, []))[1].append(key)
@@ -88,12 +89,13 @@ def curves_figure(runs_dir: str | Path, rows: Mapping[str, list[str]]) -> plt.Fi
     import matplotlib.pyplot as plt  # here: runs-index (fedmgda.workflow_cli) imports this module
 
     fig, axes = plt.subplots(1, len(CURVES), figsize=(5.5 * len(CURVES), 3.6))
+    folders = RunFolders(runs_dir)
     palette = plt.get_cmap("tab10").colors
     for ax, (column, ylabel) in zip(axes, CURVES):
         for i, (label, keys) in enumerate(rows.items()):
             series = {}
             for key in keys:
-                df = pd.read_csv(Path(runs_dir) / key / "metrics.csv")
+                df = folders.open(key).table(METRICS)
                 if column in df.columns:
                     series[key] = df.set_index("round")[column].astype(float) * display_scale(column)
             if not series:
@@ -136,16 +138,17 @@ def statistics_table(runs_dir: str | Path, rows: Mapping[str, list[str]]) -> pd.
     final model's statistics (``SHOWN_STATISTICS``, in %) and of the mean user accuracy over the
     last ``LATE_ROUNDS`` rounds (NaN-free runs only: a diverged run has no final statistics)."""
     records = []
+    folders = RunFolders(runs_dir)
     for label, keys in rows.items():
-        dirs = [Path(runs_dir) / key for key in keys]
-        summaries = [read_summary(d) for d in dirs]
-        statuses = pd.Series([s.get("status") for s in summaries]).value_counts()
+        runs = [folders.open(key) for key in keys]
+        statuses = pd.Series([run.status for run in runs]).value_counts()
         record = {"row": label, "seeds": len(keys), "status": ", ".join(f"{n} {s}" for s, n in statuses.items())}
         for stat in SHOWN_STATISTICS:
-            record[f"final {stat}"] = _pm([run_value(d, s, f"final.{stat}") for d, s in zip(dirs, summaries)],
+            record[f"final {stat}"] = _pm([run_value(run, f"final.{stat}") for run in runs],
                                           STATISTICS[stat].scale)
         record[f"mean_acc, last {LATE_ROUNDS} rounds"] = _pm(
-            [metrics_value(d, "mean_acc", {"last": LATE_ROUNDS}) for d in dirs], display_scale("mean_acc"))
+            [metrics_value(run, "mean_acc", {"last": LATE_ROUNDS}) for run in runs],
+            display_scale("mean_acc"))
         records.append(record)
     return pd.DataFrame.from_records(records).set_index("row")
 

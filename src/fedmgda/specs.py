@@ -35,6 +35,9 @@ class Row:
     runs: list[str]  # run keys, in seed order
     variant: str | None = None  # a sensitivity experiment's row: the variant varied and its reading
     reading: str | None = None
+    # per run, the registry's config hash (``fedmgda.results.config_hash``): what the readers check
+    # each folder against (empty: not checked)
+    config_hashes: list[str] = field(default_factory=list)
 
     @property
     def attacked(self) -> bool:

@@ -37,7 +37,7 @@ import pandas as pd
 
 from fedmgda.metrics import display_scale
 from fedmgda.provenance import footer
-from fedmgda.results import read_summary, run_value, seed_stats
+from fedmgda.results import RunFolders, folders_of, row_runs, run_value, seed_stats
 from fedmgda.specs import Row, TableSpec
 
 NOT_IN_PAPER = "not in paper"
@@ -57,12 +57,14 @@ def verdict(repro_mean: float, paper_mean: float, paper_std: float, n_seeds: int
     return f"{word} (1 seed)" if n_seeds == 1 else word
 
 
-def _row_values(row: Row, columns: dict[str, str], runs_dir: Path, scale: float | None):
+def _row_values(row: Row, columns: dict[str, str], runs: RunFolders, scale: float | None):
     """Each column's values over the row's seeds, x ``scale`` (None: each source's display scale,
-    ``fedmgda.metrics.display_scale``: accuracies in %, var_acc in %^2)."""
-    summaries = [read_summary(runs_dir / r) for r in row.runs]
-    values = {c: [run_value(runs_dir / r, s, src) * (display_scale(src) if scale is None else scale)
-                  for r, s in zip(row.runs, summaries, strict=True) if s.get("status") == "ok"]
+    ``fedmgda.metrics.display_scale``: accuracies in %, var_acc in %^2); each run folder is read
+    and verified once (``fedmgda.results.RunFolders``)."""
+    folders = runs.row(row)
+    summaries = [folder.summary for folder in folders]
+    values = {c: [run_value(folder, src) * (display_scale(src) if scale is None else scale)
+                  for folder in folders if folder.status == "ok"]
               for c, src in columns.items()}
     return summaries, _problem([s.get("status") for s in summaries]), values
 
@@ -88,20 +90,21 @@ def _match(paper_rows: pd.DataFrame, key: str) -> pd.DataFrame:
     return paper_rows[mask]
 
 
-def build_table(spec: TableSpec, runs_dir: str | Path, paper: pd.DataFrame | None = None) -> pd.DataFrame:
+def build_table(spec: TableSpec, runs_dir: str | Path | RunFolders,
+                paper: pd.DataFrame | None = None) -> pd.DataFrame:
     """The reproduced table (one row per registry row, :func:`_row_record`, plus paper rows not
     run, :func:`_paper_only_records`). A table whose columns are bound to experiments
     (``column_experiment``) is built per experiment and joined by row key (:func:`join_parts`)."""
+    runs = folders_of(runs_dir)
     if spec.column_experiment:
-        return join_parts(spec, runs_dir, paper)
-    runs_dir = Path(runs_dir)
+        return join_parts(spec, runs, paper)
     scale = float(spec.scale) if spec.scale is not None else None
     paper_rows = _paper_lookup(paper if paper is not None else (paper_reference() if spec.paper else None),
                                spec.paper)
 
     computed = []
     for row in spec.rows:
-        _, problem, values = _row_values(row, spec.columns, runs_dir, scale)
+        _, problem, values = _row_values(row, spec.columns, runs, scale)
         computed.append((row, problem, {c: seed_stats(v) for c, v in values.items()}))
     if spec.kind == "best_of":
         computed = _best_of(computed, spec.rank_by or next(iter(spec.columns)))
@@ -183,18 +186,20 @@ def _best_of(computed: list[tuple], rank: str) -> list[tuple]:
             for alg, (_, (row, d, s)) in best.items()]
 
 
-def join_parts(spec: TableSpec, runs_dir: str | Path, paper: pd.DataFrame | None = None) -> pd.DataFrame:
+def join_parts(spec: TableSpec, runs_dir: str | Path | RunFolders,
+               paper: pd.DataFrame | None = None) -> pd.DataFrame:
     """A table spanning several experiments: each experiment's columns built from its own rows
     (:func:`build_table`), joined on the row key in order of first appearance. A joined row's
     label lists its parts' distinct labels, its seeds are the fewest of any part, and its status
     is "ok" only when every part is (otherwise each part's status, named by its experiment)."""
     bound = spec.column_experiment
+    runs = folders_of(runs_dir)
     parts = {}
     for exp in dict.fromkeys(bound.values()):
         sub = dataclasses.replace(spec, column_experiment={},
                                   columns={c: s for c, s in spec.columns.items() if bound[c] == exp},
                                   rows=[r for r in spec.rows if r.experiment == exp])
-        parts[exp] = build_table(sub, runs_dir, paper).set_index("row", drop=False)
+        parts[exp] = build_table(sub, runs, paper).set_index("row", drop=False)
     keys = list(dict.fromkeys(k for df in parts.values() for k in df["row"]))
     records = []
     for key in keys:
@@ -265,15 +270,17 @@ def _band_text(spec: TableSpec) -> str:
 
 
 # --------------------------------------------------------------------------- protocol variants
-def build_variants_table(spec: TableSpec, runs_dir: str | Path, paper: pd.DataFrame | None = None) -> pd.DataFrame:
+def build_variants_table(spec: TableSpec, runs_dir: str | Path | RunFolders,
+                         paper: pd.DataFrame | None = None) -> pd.DataFrame:
     """A sensitivity experiment's table: per varied variant, reading and paper row, the
     reproduced columns beside the paper's (one record each, as ``build_table`` makes them),
     with ``chosen`` marking the reading the base experiment uses."""
+    runs = folders_of(runs_dir)
     frames = []
     chosen = spec.chosen
     for (variant, reading), group in _by_reading(spec.rows).items():
         sub = dataclasses.replace(spec, kind="stats", rows=group)
-        df = build_table(sub, runs_dir, paper)
+        df = build_table(sub, runs, paper)
         df = df[df["seeds"] > 0]  # paper rows the experiment does not run are listed once, in the base table
         df.insert(1, "variant", variant)
         df.insert(2, "reading", reading)
@@ -341,21 +348,25 @@ def _num(x: float) -> str:
 
 
 def write_table(spec: TableSpec, runs_dir: str | Path, out_csv: str | Path, out_md: str | Path) -> pd.DataFrame:
+    runs = RunFolders(runs_dir)  # each run folder read and verified once for the whole table
     if spec.kind == "variants":
-        df = build_variants_table(spec, runs_dir)
+        df = build_variants_table(spec, runs)
         markdown = variants_markdown(df, spec)
     else:
-        df = build_table(spec, runs_dir)
+        df = build_table(spec, runs)
         markdown = to_markdown(df, spec)
     Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(out_csv, index=False)
-    Path(out_md).write_text(markdown + environment_footer(spec, runs_dir))
+    Path(out_md).write_text(markdown + environment_footer(spec, runs))
     return df
 
 
-def environment_footer(spec: TableSpec, runs_dir: str | Path) -> str:
+def environment_footer(spec: TableSpec, runs_dir: str | Path | RunFolders) -> str:
     """Where the table's runs were made (``fedmgda.provenance.footer``), after a rule."""
-    runs = dict.fromkeys(run for row in spec.rows for run in row.runs)  # a run in two rows counts once
-    folders = [Path(runs_dir) / run for run in runs if (Path(runs_dir) / run / "summary.json").is_file()]
-    text = footer([read_summary(folder).get("environment") for folder in folders])
+    runs = folders_of(runs_dir)
+    # a run in two rows counts once
+    expected = {key: config for row in spec.rows for key, config in row_runs(row)}
+    stamps = [runs.summary(key, config).get("environment") for key, config in expected.items()
+              if runs.finished(key)]
+    text = footer(stamps)
     return f"\n---\n\n{text}\n" if text else ""

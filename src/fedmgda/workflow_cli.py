@@ -6,6 +6,7 @@
     fedmgda figure     --spec JSON|FILE --runs-dir DIR --pdf OUT.pdf --png OUT.png
     fedmgda runs-index --runs-dir DIR --registry JSON|FILE --out OUT.csv
     fedmgda claims     --spec JSON|FILE --runs-dir DIR --csv OUT.csv --md OUT.md [--profile P]
+    fedmgda seal       DIR [DIR ...]
 
 ``fedmgda.cli`` adds them next to ``train`` through :func:`add_commands`; ``python -m
 fedmgda.workflow_cli ...`` runs them without the main CLI. Both print a bad config, run folder or
@@ -87,15 +88,17 @@ def cmd_figure(args: argparse.Namespace) -> int:
 def cmd_runs_index(args: argparse.Namespace) -> int:
     """One line per run: experiments, status, rounds, runtime, device and pack (the report's run
     times, ``fedmgda.report.run_pack``: empty for a run trained alone) and environment stamp (JSON;
-    empty for a run trained before stamping, ``fedmgda.provenance``)."""
+    empty for a run trained before stamping, ``fedmgda.provenance``). The registry JSON gives per
+    run its experiments, dataset, algorithm, seed and (optional) ``config_hash``."""
     import pandas as pd
 
     from fedmgda.report import run_pack
+    from fedmgda.results import open_run
 
     registry = json.loads(_json_text(args.registry))
     records = []
-    for key, info in registry.items():
-        summary = json.loads((Path(args.runs_dir) / key / "summary.json").read_text())
+    for key, info in registry.items():  # each folder verified against its config hash, when given
+        summary = open_run(Path(args.runs_dir) / key, info.get("config_hash")).summary
         records.append({"run": key, "experiments": " ".join(info["experiments"]),
                         "dataset": info["dataset"], "algorithm": info["algorithm"],
                         "seed": info["seed"], "status": summary.get("status"),
@@ -106,6 +109,17 @@ def cmd_runs_index(args: argparse.Namespace) -> int:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame.from_records(records).to_csv(args.out, index=False)
     print(f"{len(records)} runs -> {args.out}")
+    return 0
+
+
+def cmd_seal(args: argparse.Namespace) -> int:
+    """Give run folders written before the manifest theirs (``fedmgda.results.seal_verified``):
+    each is verified first; the first that fails stops with one line naming it."""
+    from fedmgda.results import seal_verified
+
+    for folder in args.folders:
+        sealed = seal_verified(folder)
+        print(f"{folder}: {'sealed' if sealed else 'has its manifest already'}")
     return 0
 
 
@@ -157,6 +171,12 @@ def add_commands(commands) -> None:
     p.add_argument("--registry", required=True, help="JSON {run: {experiments, dataset, ...}}")
     p.add_argument("--out", required=True)
     p.set_defaults(handler=cmd_runs_index)
+
+    p = commands.add_parser("seal", help="verify run folders written before the manifest and give "
+                                         "them theirs")
+    p.add_argument("folders", nargs="+", metavar="DIR",
+                   help="a run folder (summary.json and its result files)")
+    p.set_defaults(handler=cmd_seal)
 
     p = commands.add_parser("claims", help="the paper's claims checked on the runs (CSV + markdown)")
     p.add_argument("--spec", required=True, help="resolved claims (fedmgda.specs.ClaimSpec list) as JSON text, a file or - (stdin)")

@@ -2,6 +2,8 @@
 notebook is a tracked output) into results/<profile>/report/report.ipynb, then nbconvert -> HTML
 without the code cells (--no-input: the HTML shows results; the executed notebook keeps the code)."""
 
+from fedmgda.config import config_hash
+
 
 localrules:
     registry_json,
@@ -12,7 +14,8 @@ rule registry_json:
         f"{R}/registry.json",
     params:
         runs={k: {"experiments": v.experiments, "dataset": v.dataset, "algorithm": v.config["algorithm"],
-                  "seed": v.config["seed"]} for k, v in REG.runs.items()},
+                  "seed": v.config["seed"], "config_hash": config_hash(v.config)}
+              for k, v in REG.runs.items()},
     log:
         f"{LOGS}/registry.log",
     run:
