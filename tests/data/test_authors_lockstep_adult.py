@@ -103,17 +103,17 @@ def moved_step(aggregate):
 def test_the_check_fails_when_a_rules_server_step_moves_by_1e_8(
     lockstep, real_adult, monkeypatch, capsys
 ):
-    """Each rule's first run (FedAvg, FedMGDA+, AFL, q-FedAvg), its server step w_next - w moved
+    """One run of each rule (FedAvg, FedMGDA+, AFL, q-FedAvg) with its server step w_next - w moved
     by one part in 10^8: some round's model, or the final one, off by more than 1e-10."""
     for rule in (WeightedUpdates, AFL, QFedAvg):  # FedAvg and FedMGDA+ are WeightedUpdates
         monkeypatch.setattr(rule, "aggregate", moved_step(rule.aggregate))
     args = lockstep_args(lockstep, real_adult)
-    first = {rule: lockstep.run_name(rule, bias) for rule, bias in reversed(lockstep.RUNS)}
-    own = package_side(lockstep, args, list(first.values()))
+    one_each = {rule: lockstep.run_name(rule, bias) for rule, bias in reversed(lockstep.RUNS)}
+    own = package_side(lockstep, args, list(one_each.values()))
     theirs, _ = lockstep.read_recording(
         RECORDING, args.seed, args.rounds, lockstep.package_arrays(args.raw_dir)
     )
-    for name in first.values():
+    for name in one_each.values():
         assert largest_difference(lockstep, own[name], theirs[name]) > RTOL, name
     assert lockstep.check_runs(args, lockstep.package_arrays(args.raw_dir), own) == 1
     assert "lockstep: FAILED" in capsys.readouterr().out
