@@ -295,9 +295,11 @@ def batch_orders(
         order = orders[t * len(USERS) + user].tolist()
         return [order[i : i + 10] for i in range(0, len(order), 10)]
 
-    assert len(orders) == rounds * len(USERS), (
-        "the recording's orders are for another number of rounds"
-    )
+    if len(orders) != rounds * len(USERS):
+        raise SystemExit(
+            f"the fed minibatch orders are for {len(orders)} (round, user) pairs, "
+            f"not {rounds * len(USERS)}"
+        )
     return batches
 
 
@@ -315,9 +317,8 @@ def fed_simulation(
         )
     keys = [derived_seed(seed, t, u) for t in range(rounds) for u in USERS]
     orders = dict(zip(keys, (torch.from_numpy(o) for o in unflat(inputs, "order"))))
-    sim.trainer.minibatches.epoch_order = lambda n, generator: orders[
-        generator.initial_seed()
-    ]  # one local epoch
+    # one local epoch: its order is the fed one of the client's seed key
+    sim.trainer.minibatches.epoch_order = lambda n, generator: orders[generator.initial_seed()]
     return sim
 
 
@@ -377,10 +378,8 @@ class TheirRun:
             run.groups = groups
             return train_dataset, test_dataset, groups
 
-        def built_for_user(
-            self, args, dataset, idxs, logger
-        ):  # which user: federated_main passes user_groups[idx]
-            built(self, args, dataset, idxs, logger)
+        def built_for_user(self, args, dataset, idxs, logger):
+            built(self, args, dataset, idxs, logger)  # federated_main passes idxs=user_groups[idx]
             self.user = next(u for u, group in run.groups.items() if group is idxs)
 
         def update_weights(self, model, global_round):
@@ -417,15 +416,11 @@ class TheirRun:
             utils.average_weights,
         )
 
-        def built_then_cast(
-            self, *a, **k
-        ):  # their model, built as released (after their seed), then cast
-            built(self, *a, **k)
+        def built_then_cast(self, *a, **k):
+            built(self, *a, **k)  # their model, built as released (after their seed), then cast
             self.to(run.dtype)
 
-        def forward(
-            self, x
-        ):  # adult/models.py, with x.float() (float32) replaced by the run's dtype
+        def forward(self, x):  # adult/models.py, x.float() (float32) replaced by the run's dtype
             return torch.nn.functional.log_softmax(self.lin(x.to(run.dtype)), dim=1)
 
         def load_recorded(self, state_dict, *a, **k):
