@@ -1,5 +1,7 @@
 """The one harness around the authors' F-MNIST code (watml/Fed-MGDA, its ``main/`` folder), for
-scripts/run_authors_fmnist.py, scripts/lockstep_authors_fmnist.py and scripts/compare_authors_fmnist.py.
+scripts/run_authors_fmnist.py, scripts/lockstep_authors_fmnist.py and scripts/compare_authors_fmnist.py;
+scripts/lockstep_authors_adult.py runs their ``adult/`` folder with :func:`code_on_path`,
+:func:`run_federated_main` and :class:`NullWriter`.
 
 Their code never enters this repository: it is imported from the folder given, on the import path
 and as working directory (:func:`authors_modules`; their data paths, '../data/fmnist/' and
@@ -131,9 +133,18 @@ def authors_modules(authors: Path):
     '../data/fmnist/' and '../logs', are relative to it); their modules forgotten afterwards, so a
     second use imports them afresh. Stops first if their label sort would not be numpy 1.17's."""
     require_authors_sort()
+    with code_on_path(authors, authors):
+        yield
+
+
+@contextlib.contextmanager
+def code_on_path(code: Path, workdir: Path):
+    """A folder of the authors' code (``main/`` or ``adult/``) on the import path and ``workdir``
+    as working directory; their modules (``THEIR_MODULES``, the same names in both folders)
+    forgotten afterwards, so a second use imports them afresh."""
     cwd, path = os.getcwd(), list(sys.path)
-    os.chdir(authors)
-    sys.path.insert(0, str(authors))
+    os.chdir(workdir)
+    sys.path.insert(0, str(code))
     try:
         yield
     finally:
