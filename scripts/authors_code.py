@@ -14,7 +14,8 @@ their imported modules, and named here:
 - :func:`record_run`: every round's per-user accuracies and training loss recorded as computed
   (``run_authors_fmnist.py run``);
 - :func:`authors_rounds`: the lockstep check's inputs from outside (participants, minibatch
-  orders, dropout off, a dtype) and the global model of every round (``lockstep_authors_fmnist.py
+  orders, dropout off, a dtype), their server rule's flags, the round their loop starts from
+  (:func:`rounds_from`) and the global model of every round (``lockstep_authors_fmnist.py
   rounds``); :func:`authors_client`: their ``LocalUpdate`` of every user (``... masks``).
 
 Everything stops first unless this numpy sorts equal labels as the authors' numpy 1.17 did
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import itertools
 import os
 import runpy
 import sys
@@ -217,12 +219,13 @@ def write_train_loss(train_loss: list[float], path: Path) -> None:
 class FedFromOutside:
     """The patches of :func:`authors_rounds` on the authors' modules, and what they record: each
     round's participants and every participant's minibatches given, dropout off (``dropout``
-    False), the model and samples in ``dtype``; the global model of every round and every user's
-    test accuracy after the last."""
+    False), the model and samples in ``dtype``, no evaluation on the global test set (time only);
+    the global model of every round and every user's test accuracy after the last."""
 
     def __init__(self, participants: list[list[int]], batches: Callable[[int, int], list[list[int]]],
-                 dropout: bool, dtype: torch.dtype):
+                 dropout: bool, dtype: torch.dtype, start: int = 0):
         self.participants, self.batches, self.dropout, self.dtype = participants, batches, dropout, dtype
+        self.start = start  # the 0-based round of participants[0]
         self.rounds = len(participants)
         self.round, self.user = -1, 0
         self.global_models: list[torch.Tensor] = []
@@ -239,7 +242,7 @@ class FedFromOutside:
             return loaded
 
         def update_weights(self, model, global_round):
-            user = fed.participants[global_round][fed.user]
+            user = fed.participants[global_round - fed.start][fed.user]
             fed.user += 1
             self.trainloader = DataLoader(self.trainloader.dataset, batch_sampler=fed.batches(global_round, user))
             if not fed.dropout:
@@ -257,6 +260,8 @@ class FedFromOutside:
 
         utils.get_dataset = dataset_then_given_participants
         update.LocalUpdate.update_weights, update.LocalUpdate.inference = update_weights, inference
+        # the global test set (every 10th round and after the last) is not compared: time only
+        update.test_inference = lambda args, model, test_dataset: (float("nan"), float("nan"))
         if not self.dropout:
             their_models.F = FunctionalWithoutDropout()
         built = their_models.CNNMnist.__init__
@@ -275,9 +280,32 @@ class FedFromOutside:
         return np.array(self.participants[self.round])
 
 
-def authors_rounds(authors: Path, participants: list[list[int]], batches: Callable[[int, int], list[list[int]]],
-                   seed: int, dropout: bool, dtype: torch.dtype = torch.float32) -> tuple[list[torch.Tensor], np.ndarray]:
-    """Their ``federated_main.py`` (FedAvg) for ``len(participants)`` rounds with these
+@contextlib.contextmanager
+def rounds_from(start: int):
+    """Their round loop, ``for epoch in tqdm(range(args.epochs))``
+    (``main/federated_main.py:L125``), from the 0-based round ``start`` on: the ``tqdm`` they
+    import skips the rounds before it, so round ``start`` begins from their initial model and
+    their schedule reads ``epoch`` as it is (the server step's decay, ``L198-199``). Nothing is
+    changed for ``start`` 0."""
+    if start == 0:
+        yield
+        return
+    import tqdm
+
+    bar = tqdm.tqdm
+    tqdm.tqdm = lambda rounds, *args, **kwargs: itertools.islice(rounds, start, None)
+    try:
+        yield
+    finally:
+        tqdm.tqdm = bar
+
+
+def authors_rounds(authors: Path, participants: list[list[int]],
+                   batches: Callable[[int, int], list[list[int]]], seed: int, dropout: bool,
+                   dtype: torch.dtype = torch.float32, flags: list[str] = FEDAVG,
+                   start: int = 0) -> tuple[list[torch.Tensor], np.ndarray]:
+    """Their ``federated_main.py`` with their server rule's ``flags`` (default FedAvg) for
+    ``len(participants)`` rounds from the 0-based round ``start`` (:func:`rounds_from`) with these
     participants, the minibatches ``batches(round, user)`` (positions into the user's train
     samples) and, with ``dropout`` False, no dropout (:class:`FedFromOutside`): its global model
     after every round and every user's test accuracy after the last."""
@@ -288,12 +316,14 @@ def authors_rounds(authors: Path, participants: list[list[int]], batches: Callab
         import update
         import utils
 
-        fed = FedFromOutside(participants, batches, dropout, dtype)
+        fed = FedFromOutside(participants, batches, dropout, dtype, start)
         fed.patch(utils, update, their_models, tensorboardX)
         choice = np.random.choice
+        argv = [*FIGURE3_ON_FMNIST, *flags, f"--epochs={start + rounds}", f"--seed={seed}"]
         try:
-            with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
-                run_federated_main(authors, [*FIGURE3_ON_FMNIST, *FEDAVG, f"--epochs={rounds}", f"--seed={seed}"])
+            with (open(os.devnull, "w") as null, contextlib.redirect_stdout(null),
+                  contextlib.redirect_stderr(null), rounds_from(start)):
+                run_federated_main(authors, argv)
         finally:
             np.random.choice = choice
     return fed.global_models, np.array(fed.accuracies)

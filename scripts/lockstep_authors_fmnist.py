@@ -5,11 +5,22 @@
     pip install --target /tmp/authors-site quadprog tensorboardX tqdm  # the authors' imports
     export NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR"  # numpy 2.4 on x86-64: their sort's order (docs/protocol.md §8.19)
     PYTHONPATH=/tmp/authors-site python scripts/lockstep_authors_fmnist.py rounds --authors /tmp/Fed-MGDA/main --seed 1 --rounds 5
+    PYTHONPATH=/tmp/authors-site python scripts/lockstep_authors_fmnist.py rounds \
+        --authors /tmp/Fed-MGDA/main --rule fedmgda_plus --start-round 99   # across the first drop
+    PYTHONPATH=/tmp/authors-site python scripts/lockstep_authors_fmnist.py record \
+        --authors /tmp/Fed-MGDA/main --seed 1 --rounds 5 --out tests/data/authors_lockstep_seed1.pt
     PYTHONPATH=/tmp/authors-site python scripts/lockstep_authors_fmnist.py masks --authors /tmp/Fed-MGDA/main --seed 1 --draws 200
 
-Both codes run FedAvg (the authors' ``--epsilon=0 --normalize=0``) with their Figure 3 F-MNIST
-arguments (``scripts/authors_code.py``, the harness of every script that runs their code) on the authors' partition (the package's
-``sort: quicksort``, index for index the same: ``scripts/compare_authors_fmnist.py``).
+Both codes run one server rule of the authors' code (``--rule``, default FedAvg: the authors'
+``--epsilon=0 --normalize=0``; ``RULES`` maps each rule's flags to the package's algorithm and
+hyper-parameters, docs/protocol.md §4.2) with their Figure 3 F-MNIST arguments
+(``scripts/authors_code.py``, the harness of every script that runs their code) on the authors'
+partition (the package's ``sort: quicksort``, index for index the same:
+``scripts/compare_authors_fmnist.py``). ``--start-round`` starts both codes' run at a later round
+from the initial model, with that round's participants, minibatches and server step (their round
+loop skips the rounds before it: ``authors_code.rounds_from``); their step decays every 100 rounds
+(``main/federated_main.py:L198-199``, no flag sets the period), so ``--start-round 99`` runs
+rounds 99-103 across its first drop.
 
 ``rounds`` runs the authors' ``main/federated_main.py`` as released (``runpy``, in their folder;
 no file of theirs is changed) with three things set from outside, so that both codes get the same
@@ -40,9 +51,14 @@ rounding difference of one client's step occasionally flips a ReLU or a max-pool
 then on that client's update differs by up to 1e-3 of its size; the gap then grows round by round,
 as it does between the package's own two paths. ``--dtype float32`` prints that picture: each round
 also run from the authors' model of the round before (within 1e-5 unless such a flip happens in it),
-and the package's reference and batched paths beside each other. ``--record FILE`` saves the
-authors' float64 models of rounds 1 and the last and their accuracies, ``--recorded FILE`` compares
-with such a recording instead of running their code (tests/data/test_authors_lockstep.py).
+and the package's reference and batched paths beside each other. ``--recorded FILE`` compares
+with a recording instead of running their code (tests/data/test_authors_lockstep.py).
+
+``record`` runs every run of ``RECORDED_RUNS`` (each rule from round 1, and FedMGDA+ with ε = 0.1
+across the first drop) in the authors' code in float64, checks each against the package's
+batched path as ``rounds`` does, and saves the inputs both codes were fed, the authors' models
+after each run's first and last round and their per-user accuracies in one file; ``--rules``
+records some of them, ``--merge`` puts such recordings in one file.
 
 ``masks`` compares what dropout does in each code, from the same start (the initial model of the
 seed) and the same minibatch order of one client: ``--draws`` trainings of that client in each code,
@@ -61,6 +77,7 @@ import copy
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -77,13 +94,66 @@ import authors_code  # noqa: E402  (the harness around the authors' code, beside
 from authors_code import authors_client  # noqa: E402
 
 
-def package_config(seed: int, rounds: int, raw_dir: str, batched: bool, partition_file: str | None = None) -> RunConfig:
-    """The package's run of the authors' FedAvg on F-MNIST (config/fmnist.yaml's
-    ``fmnist_shards_authors_sort`` setting), every user evaluated after the last round only."""
-    return RunConfig(dataset="fmnist", algorithm="fedavg", partition="shards", dataset_options={"sort": "quicksort"},
-                     raw_dir=raw_dir, batch_size=10, local_lr=0.01, momentum=0.5, participation=0.1, rounds=rounds,
-                     seed=seed, eval_every=rounds, per_user_every=rounds, track_improvement=False, batched=batched,
-                     device="cpu", checkpoint_every=0, partition_file=partition_file)
+class Rule(NamedTuple):
+    """A server rule of the authors' ``main/`` code: their flags (beside
+    ``authors_code.FIGURE3_ON_FMNIST``) and the package's algorithm and hyper-parameters that
+    compute it. Flag by flag: docs/protocol.md §4.2, §4.6 (--global_lr is ``eta``,
+    --global_lr_decay ``beta``, the per-100-round factor, not the paper's ``decay``;
+    --prox_weight ``mu``; --qffl ``q``; --Lipschitz_constant ``L``)."""
+
+    flags: tuple[str, ...]
+    algorithm: str
+    hparams: dict[str, float] = {}  # never changed: package_config copies it
+
+
+# Each rule once, with the values of the authors' Figure 3 scripts
+# (main/Figure3/shell_scripts_for_running_exps/batch_size10/*.sh). Their code: lambda
+# main/federated_main.py:L184-192 (QP main/utils.py:L146-172), the server step
+# eta * beta^(epoch // 100) L198-206, q-FFL L207-230, normalisation main/update.py:L145-152,
+# the proximal term main/update.py:L87-93.
+RULES = {
+    "fedavg": Rule(("--normalize=0", "--epsilon=0"), "fedavg"),
+    "fedavg_n": Rule(("--normalize=1", "--epsilon=0", "--global_lr=1.5",
+                      "--global_lr_decay=0.89"),
+                     "fedavg_n", {"eta": 1.5, "beta": 0.89}),
+    "fedprox": Rule(("--normalize=0", "--epsilon=0", "--prox_weight=0.01"),
+                    "fedprox", {"mu": 0.01}),
+    "fedmgda": Rule(("--normalize=0", "--epsilon=1"), "fedmgda", {"epsilon": 1.0}),
+    "fedmgda_plus": Rule(("--normalize=1", "--epsilon=1", "--global_lr=1.5",
+                          "--global_lr_decay=0.89"),
+                         "fedmgda_plus", {"eta": 1.5, "beta": 0.89, "epsilon": 1.0}),
+    # the QP within the box 1/n +- 0.1 (lambda_i <= 0.2): config/fmnist.yaml's ablation row
+    "fedmgda_plus_eps0.1": Rule(("--normalize=1", "--epsilon=0.1", "--global_lr=1.5",
+                                 "--global_lr_decay=0.89"),
+                                "fedmgda_plus", {"eta": 1.5, "beta": 0.89, "epsilon": 0.1}),
+    "mgda_prox": Rule(("--normalize=1", "--epsilon=1", "--prox_weight=0.1", "--global_lr=1",
+                       "--global_lr_decay=0.89"),
+                      "mgda_prox", {"eta": 1.0, "beta": 0.89, "epsilon": 1.0, "mu": 0.1}),
+    "qfedavg": Rule(("--normalize=0", "--epsilon=0", "--qffl=0.5", "--Lipschitz_constant=1"),
+                    "qfedavg", {"q": 0.5, "L": 1.0}),
+}
+# their server step decays first at the 0-based round 100 (epoch // 100, L198-199)
+FIRST_DROP = 100
+# the recording's runs, (rule, 0-based first round): every rule from the start, and FedMGDA+ with
+# epsilon = 0.1 across the first drop of the server step (rounds 99-103, the drop at 101)
+RECORDED_RUNS = [*((rule, 0) for rule in RULES if rule != "fedmgda_plus_eps0.1"),
+                 ("fedmgda_plus_eps0.1", FIRST_DROP - 2)]
+
+
+def package_config(seed: int, rounds: int, raw_dir: str, batched: bool,
+                   partition_file: str | None = None, rule: str = "fedavg",
+                   start: int = 0) -> RunConfig:
+    """The package's run of the authors' ``rule`` on F-MNIST (config/fmnist.yaml's
+    ``fmnist_shards_authors_sort`` setting) for the 0-based rounds ``start`` to
+    ``start + rounds - 1``, every user evaluated after the last round (and round 0) only."""
+    end = start + rounds
+    return RunConfig(dataset="fmnist", algorithm=RULES[rule].algorithm,
+                     hparams=dict(RULES[rule].hparams), partition="shards",
+                     dataset_options={"sort": "quicksort"}, raw_dir=raw_dir, batch_size=10,
+                     local_lr=0.01, momentum=0.5, participation=0.1, rounds=end, seed=seed,
+                     eval_every=end, per_user_every=end, track_improvement=False,
+                     batched=batched, device="cpu", checkpoint_every=0,
+                     partition_file=partition_file)
 
 
 def lockstep_simulation(args, batched: bool) -> Simulation:
@@ -93,28 +163,40 @@ def lockstep_simulation(args, batched: bool) -> Simulation:
     recording's), fed the recorded inputs."""
     inputs = getattr(args, "inputs", None)
     options = {"dtype": args.dtype, "dropout": False}
+    run = {"rule": args.rule, "start": args.start_round}
     if inputs is None:
-        return Simulation(package_config(args.seed, args.rounds, args.raw_dir, batched), **options)
+        cfg = package_config(args.seed, args.rounds, args.raw_dir, batched, **run)
+        return without_global_test(Simulation(cfg, **options))
     with tempfile.TemporaryDirectory() as tmp:
         part_file = save_partition(recorded_partition(inputs, args.seed, args.raw_dir), Path(tmp) / "partition.npz")
-        sim = Simulation(package_config(args.seed, args.rounds, args.raw_dir, batched, str(part_file)), **options)
+        cfg = package_config(args.seed, args.rounds, args.raw_dir, batched, str(part_file), **run)
+        sim = without_global_test(Simulation(cfg, **options))
     return fed(sim, inputs)
+
+
+def without_global_test(sim: Simulation) -> Simulation:
+    """``sim`` without the global test set, which no check compares (time only: the package's
+    last round evaluates its users alone)."""
+    sim.data.global_test = {}
+    return sim
 
 
 # ------------------------------------------------------------------ the inputs a recording carries
 PARTS = ("train", "val", "test")
 
 
-def recorded_inputs(sim: Simulation, partition: Partition) -> dict[str, torch.Tensor]:
+def recorded_inputs(sim: Simulation, partition: Partition,
+                    rounds: list[int]) -> dict[str, torch.Tensor]:
     """What both codes were fed, saved with a recording so that the package can be fed it again on
-    any machine: the partition's index lists, each round's participants and every participant's
-    minibatch order (its positions, all minibatches in a row)."""
-    rounds = sim.cfg.rounds
-    participants = [sim.participants(t) for t in range(rounds)]
+    any machine: the partition's index lists, the participants of each of the 0-based ``rounds``
+    and every participant's minibatch order (its positions, all minibatches in a row)."""
+    participants = [sim.participants(t) for t in rounds]
     inputs = {f"{part}_{what}": torch.from_numpy(values) for part in PARTS
               for what, values in zip(("sizes", "idx"), flat(getattr(partition, part)))}
+    inputs["participant_rounds"] = torch.tensor(rounds)
     inputs["participants"] = torch.tensor(participants)
-    orders = [torch.tensor([i for batch in minibatches(sim, t, u) for i in batch]) for t in range(rounds) for u in participants[t]]
+    orders = [[i for batch in minibatches(sim, t, u) for i in batch]
+              for t, users in zip(rounds, participants) for u in users]
     inputs["order_sizes"], inputs["order_idx"] = (torch.from_numpy(a) for a in flat(orders))
     return inputs
 
@@ -141,8 +223,8 @@ def recorded_partition(inputs: dict[str, torch.Tensor], seed: int, raw_dir: str)
 def fed(sim: Simulation, inputs: dict[str, torch.Tensor]) -> Simulation:
     """``sim`` drawing its participants and minibatch orders from ``inputs`` instead of its seed
     (the orders are looked up by the client's seed, ``derived_seed(seed, round, user)``)."""
-    participants = inputs["participants"].tolist()
-    keys = [derived_seed(sim.cfg.seed, t, u) for t, users in enumerate(participants) for u in users]
+    participants = dict(zip(inputs["participant_rounds"].tolist(), inputs["participants"].tolist()))
+    keys = [derived_seed(sim.cfg.seed, t, u) for t, users in participants.items() for u in users]
     orders = dict(zip(keys, (torch.from_numpy(o) for o in unflat(inputs, "order"))))
     sim.participants = lambda t: participants[t]
     sim.trainer.minibatches.epoch_order = lambda n, generator: orders[generator.initial_seed()]  # one local epoch
@@ -157,25 +239,33 @@ def minibatches(sim: Simulation, t: int, user: int) -> list[list[int]]:
     return [b.tolist() for b in sim.trainer.minibatches.batch_order(n, generator)]
 
 
-def package_rounds(sim: Simulation, starts: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
-    """The package's global model after every round (``run_round``, the rounds of one pack); with
-    ``starts``, round t starts from ``starts[t - 1]`` (the authors' model after round t - 1)
-    instead of the package's own."""
+def package_rounds(sim: Simulation, start: int,
+                   starts: dict[int, torch.Tensor] | None = None) -> dict[int, torch.Tensor]:
+    """{round (1-based): the package's global model after it} for the 0-based rounds ``start`` to
+    ``sim.cfg.rounds - 1`` from the initial model (``run_round``, the rounds of one pack); with
+    ``starts``, each round after the first starts from ``starts[t]`` (the authors' model after
+    the 1-based round t) instead of the package's own."""
     scheduler, w = Scheduler([sim.inputs]), sim.model.initial_vector().to(sim.device)
-    models: list[torch.Tensor] = []
-    for t in range(sim.cfg.rounds):
-        w = run_round(sim, starts[t - 1].clone() if starts is not None and t > 0 else w, t, scheduler).w_next
-        models.append(w.detach().clone())
+    models: dict[int, torch.Tensor] = {}
+    for t in range(start, sim.cfg.rounds):
+        w_start = starts[t].clone() if starts is not None and t > start else w
+        w = run_round(sim, w_start, t, scheduler).w_next
+        models[t + 1] = w.detach().clone()
     return models
 
 
-def authors_rounds(authors: Path, sim: Simulation, dropout: bool, dtype: torch.dtype = torch.float32) -> tuple[list[torch.Tensor], np.ndarray]:
-    """The authors' ``federated_main.py`` for ``sim.cfg.rounds`` rounds with the package's
-    participants and minibatches (and, with ``dropout`` False, no dropout): its global model after
-    every round and every user's test accuracy after the last (``authors_code.authors_rounds``)."""
-    participants = [sim.participants(t) for t in range(sim.cfg.rounds)]
-    return authors_code.authors_rounds(authors, participants, lambda t, user: minibatches(sim, t, user),
-                                       sim.cfg.seed, dropout, dtype)
+def authors_rounds(authors: Path, sim: Simulation, dropout: bool,
+                   dtype: torch.dtype = torch.float32, rule: str = "fedavg",
+                   start: int = 0) -> tuple[dict[int, torch.Tensor], np.ndarray]:
+    """The authors' ``federated_main.py`` with ``rule``'s flags for the 0-based rounds ``start`` to
+    ``sim.cfg.rounds - 1`` with the package's participants and minibatches (and, with ``dropout``
+    False, no dropout): {round (1-based): its global model} and every user's test accuracy after
+    the last (``authors_code.authors_rounds``)."""
+    rounds = range(start, sim.cfg.rounds)
+    models, accuracies = authors_code.authors_rounds(
+        authors, [sim.participants(t) for t in rounds], lambda t, user: minibatches(sim, t, user),
+        sim.cfg.seed, dropout, dtype, flags=list(RULES[rule].flags), start=start)
+    return {t + 1: w for t, w in zip(rounds, models)}, accuracies
 
 
 def relative_difference(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -183,27 +273,85 @@ def relative_difference(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def authors_record(args) -> tuple[dict[int, torch.Tensor], np.ndarray]:
-    """The authors' side of ``rounds``: {round: global model} and the last round's per-user
-    accuracies, run now (``--authors``) or read from a recording (``--recorded``, written by
-    ``--record``, float64 only: rounds 1 and the last; tests/data/authors_lockstep_seed1.pt)."""
+    """The authors' side of ``rounds``: {round (1-based): global model} and the last round's
+    per-user accuracies, run now (``--authors``) or read from a recording (``--recorded``, written
+    by ``record``, float64 only: the first and last round of each of ``RECORDED_RUNS``;
+    tests/data/authors_lockstep_seed1.pt)."""
     if args.recorded is not None:
-        recorded = torch.load(args.recorded, weights_only=True)
-        if (recorded["seed"], recorded["rounds"], recorded["dtype"]) != (args.seed, args.rounds, str(args.dtype)):
-            raise SystemExit(f"{args.recorded}: recorded for seed {recorded['seed']}, {recorded['rounds']} rounds, "
-                             f"{recorded['dtype']}; run with those options")
-        return dict(zip(recorded["rounds_kept"].tolist(), recorded["models"])), recorded["accuracies"].numpy()
+        run = recorded_run(torch.load(args.recorded, weights_only=True), args, args.recorded)
+        return dict(zip(run["rounds_kept"].tolist(), run["models"])), run["accuracies"].numpy()
     sim = lockstep_simulation(args, batched=True)
-    inputs = recorded_inputs(sim, make_partition("fmnist", args.raw_dir, "shards", args.seed, sim.cfg.dataset_options))
-    models, accuracies = authors_rounds(args.authors, sim, dropout=False, dtype=args.dtype)
-    theirs = {t + 1: w for t, w in enumerate(models)}
-    if args.record is not None:
-        if args.dtype != torch.float64:
-            raise SystemExit("--record keeps float64 runs only (--dtype float64)")
-        kept = [1, args.rounds]
-        torch.save({"seed": args.seed, "rounds": args.rounds, "dtype": str(args.dtype), "rounds_kept": torch.tensor(kept),
-                    "models": torch.stack([theirs[t] for t in kept]), "accuracies": torch.from_numpy(accuracies),
-                    "inputs": inputs}, args.record)
-    return theirs, accuracies
+    return authors_rounds(args.authors, sim, dropout=False, dtype=args.dtype, rule=args.rule,
+                          start=args.start_round)
+
+
+def recorded_run(recorded: dict, args, path: Path) -> dict:
+    """The run of ``args.rule`` from ``args.start_round`` in a recording; one error line naming the
+    file and its runs where it holds none such."""
+    wanted = (args.seed, args.rounds, str(args.dtype))
+    if (recorded["seed"], recorded["rounds"], recorded["dtype"]) != wanted:
+        raise SystemExit(f"{path}: recorded for seed {recorded['seed']}, {recorded['rounds']} "
+                         f"rounds, {recorded['dtype']}; run with those options")
+    for run in recorded["runs"]:
+        if (run["rule"], run["start_round"]) == (args.rule, args.start_round):
+            return run
+    held = ", ".join(f"{run['rule']} from round {run['start_round'] + 1}"
+                     for run in recorded["runs"])
+    raise SystemExit(f"{path}: no run of {args.rule} from round {args.start_round + 1} "
+                     f"(it holds {held})")
+
+
+def record(args) -> int:
+    """``record``: every run of ``RECORDED_RUNS`` (``--rules``: those of these rules) in the
+    authors' code, each checked against the package (``check_rounds``, its batched path), saved to
+    ``--out``: the inputs both codes were fed, and of each run the authors' models after its first
+    and last round and every user's test accuracy after the last. Exit status 1 if a check fails.
+    With ``--merge``, the runs of such recordings in one file instead (recorded in parallel)."""
+    if args.merge:
+        return merge_recordings(args.merge, args.out)
+    sim = lockstep_simulation(run_args(args, "fedavg", 0), batched=True)
+    rounds = sorted({start + k for _, start in RECORDED_RUNS for k in range(args.rounds)})
+    partition = make_partition("fmnist", args.raw_dir, "shards", args.seed, sim.cfg.dataset_options)
+    inputs, runs, failed = recorded_inputs(sim, partition, rounds), [], 0
+    chosen = [(rule, start) for rule, start in RECORDED_RUNS
+              if not args.rules or rule in args.rules]
+    for rule, start in chosen:
+        one = run_args(args, rule, start)
+        theirs, accuracies = authors_record(one)
+        print(f"--- {rule} ({' '.join(RULES[rule].flags)}), "
+              f"rounds {start + 1}-{start + args.rounds}")
+        failed |= check_rounds(one, package_paths(one, paths=(True,)), (theirs, accuracies))
+        kept = [start + 1, start + args.rounds]
+        runs.append({"rule": rule, "start_round": start, "rounds_kept": torch.tensor(kept),
+                     "models": torch.stack([theirs[t] for t in kept]),
+                     "accuracies": torch.from_numpy(accuracies)})
+    torch.save({"seed": args.seed, "rounds": args.rounds, "dtype": str(args.dtype),
+                "inputs": inputs, "runs": runs}, args.out)
+    print(f"{len(runs)} runs recorded in {args.out}" + ("; a check FAILED" if failed else ""))
+    return failed
+
+
+def merge_recordings(parts: list[Path], out: Path) -> int:
+    """The runs of the recordings ``parts`` (the same seed, rounds, dtype and inputs) in ``out``, in
+    the order of ``RECORDED_RUNS``."""
+    recordings = [torch.load(part, weights_only=True) for part in parts]
+    first = recordings[0]
+    for part, other in zip(parts, recordings):
+        same = [other[k] == first[k] for k in ("seed", "rounds", "dtype")]
+        same += [torch.equal(other["inputs"][k], v) for k, v in first["inputs"].items()]
+        if not all(same):
+            raise SystemExit(f"{part}: another seed, length, dtype or inputs than {parts[0]}")
+    order = {run: i for i, run in enumerate(RECORDED_RUNS)}
+    runs = sorted((run for recording in recordings for run in recording["runs"]),
+                  key=lambda run: order[run["rule"], run["start_round"]])
+    torch.save({**first, "runs": runs}, out)
+    print(f"{len(runs)} runs recorded in {out}")
+    return 0
+
+
+def run_args(args, rule: str, start: int) -> argparse.Namespace:
+    """``args`` for the run of ``rule`` from the 0-based round ``start``."""
+    return argparse.Namespace(**{**vars(args), "rule": rule, "start_round": start})
 
 
 def recording_inputs(recorded: Path | None) -> dict[str, torch.Tensor] | None:
@@ -214,47 +362,57 @@ def recording_inputs(recorded: Path | None) -> dict[str, torch.Tensor] | None:
 PATHS = {False: "reference", True: "batched"}
 
 
-def package_paths(args, paths: tuple[bool, ...] = (False, True)) -> dict[bool, list[torch.Tensor]]:
-    """The package's global models of every round on its reference path (False) and batched path (True)."""
-    return {batched: package_rounds(lockstep_simulation(args, batched)) for batched in paths}
+def package_paths(args,
+                  paths: tuple[bool, ...] = (False, True)) -> dict[bool, dict[int, torch.Tensor]]:
+    """The package's global models of every round on its reference path (False) and batched
+    path (True)."""
+    return {batched: package_rounds(lockstep_simulation(args, batched), args.start_round)
+            for batched in paths}
 
 
-def check_rounds(args, own: dict[bool, list[torch.Tensor]] | None = None) -> int:
+def check_rounds(args, own: dict[bool, dict[int, torch.Tensor]] | None = None,
+                 theirs_record: tuple[dict[int, torch.Tensor], np.ndarray] | None = None) -> int:
     """Both codes from the same start with the same inputs: in float64 the global models of every
     round must agree to ``--rtol``; in float32, where rounding differences grow round by round,
     each round is also run from the authors' model of the round before, and the package's two
     paths beside each other show how far rounding alone takes them apart. ``own``: the package's
-    ``package_paths``, if already computed (tests: the batched path only)."""
-    theirs, their_acc = authors_record(args)
+    ``package_paths``, if already computed (tests: the batched path only); ``theirs_record``: the
+    authors' side (``authors_record``), if already computed."""
+    theirs, their_acc = theirs_record if theirs_record is not None else authors_record(args)
     own = own if own is not None else package_paths(args)
     one = {}
     if args.dtype == torch.float32 and len(theirs) == args.rounds:
-        starts = [theirs[t] for t in range(1, args.rounds + 1)]
-        one = {batched: package_rounds(lockstep_simulation(args, batched), starts=starts) for batched in own}
+        one = {batched: package_rounds(lockstep_simulation(args, batched), args.start_round,
+                                       starts=theirs)
+               for batched in own}
     failed = False
     names = ", ".join(PATHS[b] for b in own)
-    print(f"seed {args.seed}, {str(args.dtype)[6:]}, dropout off, the same participants and minibatches in both codes; "
-          "largest |difference| / largest |weight| of the global models:")
+    print(f"seed {args.seed}, {args.rule}, {str(args.dtype)[6:]}, dropout off, the same "
+          "participants and minibatches in both codes; largest |difference| / largest |weight| "
+          "of the global models:")
     print(f"round | package vs authors ({names})" + (" | reference vs batched" if len(own) == 2 else "")
           + (f" | one round from the authors' model ({names})" if one else ""))
     for t, authors in sorted(theirs.items()):
-        whole = [relative_difference(models[t - 1].to(authors.dtype), authors) for models in own.values()]
+        whole = [relative_difference(models[t].to(authors.dtype), authors)
+                 for models in own.values()]
         line = f"{t:5d} | " + ", ".join(f"{d:.1e}" for d in whole)
         if len(own) == 2:
-            line += f" | {relative_difference(own[False][t - 1], own[True][t - 1]):.1e}"
+            line += f" | {relative_difference(own[False][t], own[True][t]):.1e}"
         if one:
-            single = [relative_difference(models[t - 1], authors) for models in one.values()]
+            single = [relative_difference(models[t], authors) for models in one.values()]
             failed |= max(single) > args.rtol
             line += " | " + ", ".join(f"{d:.1e}" for d in single)
         else:
             failed |= max(whole) > args.rtol
         print(line)
+    last = args.start_round + args.rounds
     sim = lockstep_simulation(args, batched=True)
-    acc, _ = sim.inputs.evaluate_users(theirs[args.rounds].to(sim.device, sim.data.x.dtype))
+    acc, _ = sim.inputs.evaluate_users(theirs[last].to(sim.device, sim.data.x.dtype))
     differ = int((np.abs(acc - their_acc) > 0).sum())
     failed |= differ > 0
-    print(f"round {args.rounds}: the authors' model evaluated by both codes: users whose test accuracy differs {differ}/{len(acc)} "
-          f"(mean: package {100 * acc.mean():.3f} %, authors {100 * their_acc.mean():.3f} %)")
+    print(f"round {last}: the authors' model evaluated by both codes: users whose test accuracy "
+          f"differs {differ}/{len(acc)} (mean: package {100 * acc.mean():.3f} %, "
+          f"authors {100 * their_acc.mean():.3f} %)")
     within = "from the same model, each round" if one else "every round"
     print("lockstep: " + ("FAILED" if failed else f"passed ({within} within {args.rtol:g}; the evaluations identical)"))
     return 1 if failed else 0
@@ -309,28 +467,54 @@ def check_masks(args) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("rounds", "masks"):
+    for name in ("rounds", "record", "masks"):
         p = sub.add_parser(name)
         p.add_argument("--authors", type=Path, help="the main/ folder of a watml/Fed-MGDA checkout")
         p.add_argument("--raw-dir", default="resources/raw", help="resources/raw, with the four F-MNIST files in fmnist/")
         p.add_argument("--seed", type=int, default=1)
-    sub.choices["rounds"].add_argument("--rounds", type=int, default=5)
-    sub.choices["rounds"].add_argument("--dtype", choices=("float64", "float32"), default="float64",
-                                       help="both codes compute in this precision (default float64: no rounding to amplify)")
-    sub.choices["rounds"].add_argument("--rtol", type=float, help="largest relative difference allowed (default 1e-10 in float64, 1e-5 in float32)")
-    sub.choices["rounds"].add_argument("--record", type=Path, help="also save the authors' models and accuracies here")
-    sub.choices["rounds"].add_argument("--recorded", type=Path, help="compare with this recording instead of running the authors' code")
+    for name in ("rounds", "record"):
+        sub.choices[name].add_argument("--rounds", type=int, default=5,
+                                       help="rounds of each run (default 5)")
+    rounds = sub.choices["rounds"]
+    rounds.add_argument("--rule", choices=sorted(RULES), default="fedavg",
+                        help="the authors' server rule (RULES; default fedavg)")
+    rounds.add_argument("--start-round", type=int, default=1,
+                        help=f"the run's first round, 1-based (default 1; {FIRST_DROP - 1}: "
+                             "the server step's first drop in the third of 5 rounds)")
+    rounds.add_argument("--dtype", choices=("float64", "float32"), default="float64",
+                        help="both codes compute in this precision (default float64: no rounding)")
+    rounds.add_argument("--rtol", type=float,
+                        help="largest relative difference allowed (default 1e-10 in float64, "
+                             "1e-5 in float32)")
+    rounds.add_argument("--recorded", type=Path,
+                        help="compare with this recording instead of running the authors' code")
+    record_options = sub.choices["record"]
+    record_options.add_argument("--out", type=Path, required=True,
+                                help="the recording to write (tests/data/...)")
+    record_options.add_argument("--rules", nargs="+", choices=sorted(RULES),
+                                help="record the runs of these rules only (default: every run)")
+    record_options.add_argument("--merge", nargs="+", type=Path,
+                                help="write the runs of these recordings to --out instead")
     sub.choices["masks"].add_argument("--draws", type=int, default=200)
     args = parser.parse_args()
-    if args.authors is None and getattr(args, "recorded", None) is None:
+    given = args.authors or getattr(args, "recorded", None) or getattr(args, "merge", None)
+    if not given:
         parser.error("--authors is required (or, for rounds, --recorded)")
     args.authors = args.authors.resolve() if args.authors is not None else None
     args.raw_dir = str(Path(args.raw_dir).resolve())
-    if args.command == "rounds":
-        args.inputs = recording_inputs(args.recorded)
-        args.dtype = getattr(torch, args.dtype)
-        args.rtol = args.rtol if args.rtol is not None else (1e-10 if args.dtype == torch.float64 else 1e-5)
-    sys.exit(check_rounds(args) if args.command == "rounds" else check_masks(args))
+    if args.command == "masks":
+        sys.exit(check_masks(args))
+    if args.command == "record":
+        args.recorded, args.inputs, args.dtype, args.rtol = None, None, torch.float64, 1e-10
+        sys.exit(record(args))
+    if args.start_round < 1:
+        parser.error("--start-round is 1-based: 1 or more")
+    args.start_round -= 1
+    args.inputs = recording_inputs(args.recorded)
+    args.dtype = getattr(torch, args.dtype)
+    if args.rtol is None:
+        args.rtol = 1e-10 if args.dtype == torch.float64 else 1e-5
+    sys.exit(check_rounds(args))
 
 
 if __name__ == "__main__":

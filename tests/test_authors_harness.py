@@ -111,11 +111,16 @@ class SummaryWriter:
     def add_scalar(self, *args, **kwargs):
         pass
 """,
+    "tqdm.py": """
+def tqdm(iterable, *args, **kwargs):
+    return iterable
+""",
     "federated_main.py": """
 import copy
 import numpy as np
 import torch
 from tensorboardX import SummaryWriter
+from tqdm import tqdm
 from models import CNNMnist
 from options import args_parser
 from update import LocalUpdate
@@ -129,7 +134,7 @@ if __name__ == "__main__":
     train_dataset, test_dataset, user_groups = get_dataset(args)
     global_model = CNNMnist(args)
     train_loss = []
-    for epoch in range(args.epochs):
+    for epoch in tqdm(range(args.epochs)):
         states, losses = [], []
         for idx in np.random.choice(range(args.num_users), 2, replace=False):
             w, loss = LocalUpdate(args, train_dataset, user_groups[idx], logger).update_weights(copy.deepcopy(global_model), epoch)
@@ -155,6 +160,7 @@ def stand_in(tmp_path, harness, monkeypatch):
     threads = torch.get_num_threads()  # record_run runs their code on one thread
     yield main
     sys.modules.pop("tensorboardX", None)
+    sys.modules.pop("tqdm", None)
     torch.set_num_threads(threads)
 
 
@@ -192,6 +198,18 @@ def test_authors_rounds_trains_the_given_participants_on_the_given_minibatches(h
     (stand_in / "trained.txt").unlink()
     again, _ = harness.authors_rounds(stand_in, participants, lambda t, user: positions, seed=5, dropout=True)
     assert "Dropout" in (stand_in / "trained.txt").read_text() and again[0].dtype == torch.float32
+
+
+def test_authors_rounds_from_a_later_round_run_those_rounds_only(harness, stand_in):
+    """``start``: their loop begins at that round (its index as their code reads it) from their
+    initial model, with the given participants; their rule's flags are passed on."""
+    participants = [[4, 1], [0, 9]]
+    models, _ = harness.authors_rounds(stand_in, participants, lambda t, user: [[0, 1]], seed=5,
+                                       dropout=False, dtype=torch.float64,
+                                       flags=["--epsilon=1"], start=98)
+    assert len(models) == 2
+    rounds = [line.split()[0] for line in (stand_in / "trained.txt").read_text().splitlines()]
+    assert rounds == ["98", "98", "99", "99"]
 
 
 def test_authors_client_gives_every_users_local_update(harness, stand_in):
