@@ -8,7 +8,7 @@ with N / 2 seeds, hence N runs; its table, figures and claims stay. ``packed``: 
 12 per job (``resources.default.pack: 12``, as config/quick.yaml); ``single``: ``pack: 1``, one
 train job per run. Each case runs ``snakemake -n --quiet rules`` in a scratch copy of the
 workflow (no results/ of the checkout is read or written) and prints its wall and CPU seconds,
-the load average before it, and per mode the growth ratio of the largest N to the smallest
+the load average before it, the jobs planned, and per mode the growth ratio of the largest N to the smallest
 (10 for N = 2 000 and 20 000 if planning is linear in the runs).
 """
 
@@ -54,7 +54,7 @@ def scratch_workflow(wd: Path) -> Path:
 
 
 def time_dry_run(runs: int, mode: str, timeout: float) -> tuple[float, float, str]:
-    """(wall s, CPU s, the dry run's last output line) of planning ``runs`` runs in ``mode``."""
+    """(wall s, CPU s, the number of jobs planned) of planning ``runs`` runs in ``mode``."""
     with tempfile.TemporaryDirectory(prefix="bench_planning_") as tmp:
         wd = scratch_workflow(Path(tmp))
         configfile = wd / "config" / "planning.yaml"
@@ -72,8 +72,8 @@ def time_dry_run(runs: int, mode: str, timeout: float) -> tuple[float, float, st
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
         raise SystemExit(f"dry run of {runs} runs ({mode}) failed: {tail[0]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    lines = proc.stdout.strip().splitlines()
-    return wall, cpu, lines[-1] if lines else ""
+    totals = [line.split()[-1] for line in proc.stdout.splitlines() if line.startswith("total ")]
+    return wall, cpu, f"{totals[-1]} jobs" if totals else "no job count printed"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -89,10 +89,10 @@ def main(argv: list[str] | None = None) -> None:
         cpu_by_size = {}
         for runs in sizes:
             load = os.getloadavg()[0]
-            wall, cpu, last = time_dry_run(runs, mode, args.timeout)
+            wall, cpu, jobs = time_dry_run(runs, mode, args.timeout)
             cpu_by_size[runs] = cpu
             print(f"{mode:<7} {runs:>7} {wall:>8.1f} {cpu:>8.1f} {1000 * cpu / runs:>7.2f} "
-                  f"{load:>12.2f}   ({last.strip()})", flush=True)
+                  f"{load:>12.2f}   ({jobs})", flush=True)
         if len(sizes) > 1:
             small, large = sizes[0], sizes[-1]
             print(f"{mode}: CPU growth {large} / {small} runs: "
