@@ -2,6 +2,7 @@
 
 import json
 import re
+import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -11,7 +12,8 @@ from fedmgda.catalog import DATASETS, OFFLINE_DATASETS, RAW_FOLDERS
 from fedmgda.devices import job_gpu
 from fedmgda.experiments import RegistryError, item_spec, validate_runs
 from fedmgda.experiments import expand as expand_registry
-from fedmgda.packs import RUN_FILES, assign_packs, pack_resources, pack_rule_name, run_yaml_text, trained_runs
+from fedmgda.packs import RUN_FILES, assign_packs, exact_keys_regex, pack_resources, pack_rule_name
+from fedmgda.packs import run_yaml_text, trained_runs
 from fedmgda.report import bare_experiments
 from fedmgda.specs import spec_to_json
 
@@ -21,6 +23,20 @@ try:
     CLAIMS = parse_claims(config, REG)  # claims checked before any job starts
 except (RegistryError, ValueError) as err:
     raise WorkflowError(f"invalid experiment registry: {err}") from None
+
+# a larger registry is refused: planning takes about 10 ms of CPU and 45 kB of memory a run
+# (benchmarks/bench_planning.py), so 50 000 runs ask for minutes and GBs; split the grid.
+# From PLANNING_NOTICE_RUNS runs on, a line says planning has begun
+MAX_PLANNED_RUNS = 50_000
+PLANNING_NOTICE_RUNS = 2_000
+
+if len(REG.runs) > MAX_PLANNED_RUNS:
+    raise WorkflowError(
+        f"the registry asks for {len(REG.runs)} runs, more than the {MAX_PLANNED_RUNS} one "
+        "Snakemake call plans: split the grid, e.g. `--config only=[<experiment>]` per experiment "
+        "or `--config seeds=[...]` in batches of seeds")
+if len(REG.runs) >= PLANNING_NOTICE_RUNS:
+    print(f"planning {len(REG.runs)} runs ...", file=sys.stderr, flush=True)
 
 PROFILE = REG.profile
 R = f"results/{PROFILE}"
@@ -103,13 +119,17 @@ def train_inputs(wildcards):
     return run_inputs(wildcards.run)
 
 
+# each run's run.yaml text, made once: the trained-run check, the pack rules and the train jobs
+RUN_CONFIG_TEXTS = {k: run_yaml_text(spec, f"{R}/partitions") for k, spec in REG.runs.items()}
+
+
 def run_config_text(key):
-    return run_yaml_text(REG.runs[key], f"{R}/partitions")
+    return RUN_CONFIG_TEXTS[key]
 
 
 # runs already trained with today's config: no job makes their files, since a pack job would
 # retrain its finished members (fedmgda.packs.trained_runs); delete a run's folder to retrain it
-TRAINED = trained_runs(RUNS_DIR, {k: run_config_text(k) for k in REG.runs})
+TRAINED = trained_runs(RUNS_DIR, RUN_CONFIG_TEXTS)
 try:
     # runs trained together, one job per pack (resources.<dataset>.pack; fedmgda.packs)
     PACKS = assign_packs(REG.runs, trained=TRAINED)
