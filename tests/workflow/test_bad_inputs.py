@@ -99,7 +99,7 @@ PROBES = {
                                                                   dataset_options={"shards_per_user": 1000}),
     "clients_per_round 1000 (more than digits' 20 users)": run_option(
         "clients_per_round = 1000 but digits has 20 users", clients_per_round=1000),
-    "partition digits does not offer": run_option("partition: digits: unknown partition 'domain'; valid: ['shards', 'iid']",
+    "partition digits does not offer": run_option("partition: digits: unknown partition 'domain'; valid: ['shards', 'iid', 'dirichlet']",
                                                   partition="domain"),
     "attack value NaN": attack(math.nan),
     "attack value inf": attack(math.inf),
