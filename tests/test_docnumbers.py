@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from fedmgda.claims import VERDICT_BLOCK_RE
 from fedmgda.docnumbers import (
     MARKER_RE,
     PAGES,
     TABLE_BLOCK_RE,
+    VERDICT_BLOCK_RE,
     DocNumberError,
     Spec,
     check,
@@ -232,7 +232,7 @@ def test_cells_of_csv_markdown_and_json(tmp_path):
 
 def test_a_claims_csv_gives_its_interval(tmp_path):
     """ci95_low / ci95_high / ci95_half: the verdict tables' 95 % t interval of a claims row."""
-    from fedmgda.claims import paired_interval
+    from fedmgda.metrics import paired_interval
 
     (tmp_path / "c.csv").write_text("claim,diff_mean,diff_std,n_seeds\n\"c1@seeds=1,2,3\",2.78,2.72,8\n")
     low, high = paired_interval(2.78, 2.72, 8)

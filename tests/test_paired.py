@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedmgda.claims import paired_interval
+from fedmgda.metrics import paired_interval
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import paired  # noqa: E402  (beside the scripts that publish the comparisons)

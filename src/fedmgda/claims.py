@@ -32,7 +32,7 @@ Verdict. Each judged unit (a seed when paired, the means otherwise) gets a score
 whether the claim holds there (at_least: s = A - B - margin; close / identical: s = tolerance -
 |A - B|; monotone: the smallest step in the claimed direction + tolerance, or the total change -
 margin if smaller, margin defaulting to a hair above 0). A score within the float resolution of the
-statistics it compares, |s| <= 1e-5 x their size + 1e-9 (:data:`FLOAT_RTOL`, :func:`tie`), is a
+statistics it compares, |s| <= 1e-5 x their size + 1e-9 (:data:`FLOAT_RTOL`, :func:`settle_tie`), is a
 tie, exactly 0: another machine may put it on either side. A tie holds (A - B >= margin, |A - B| <=
 tolerance, a monotone step) except for a monotone total change without a margin, which must be
 positive: a flat series is no trend. Paired, over n seeds with mean m and sample std sd (ddof 1) of s:
@@ -71,7 +71,7 @@ from fedmgda.experiments import (
     to_number,
     unrecorded,
 )
-from fedmgda.metrics import display_scale, paired_interval
+from fedmgda.metrics import display_scale
 from fedmgda.results import (
     RunFolder,
     RunFolders,
@@ -89,9 +89,9 @@ SERIES_KINDS = ("identical", "monotone")
 KINDS = ("identical", "at_least", "close", "monotone")
 SOURCE_RE = re.compile(r"^(final|protocol)\.[A-Za-z0-9_]+$|^final_(user|others)\.[0-9]+$|^metrics\.[A-Za-z0-9_]+$")
 VERDICTS = ("holds", "fails", "inconclusive", "not run")
-FLAT = 1e-9  # a hair above 0: a monotone total change without a margin must exceed it (and tie's floor)
+FLAT = 1e-9  # a hair above 0: a monotone total change without a margin must exceed it (and settle_tie's floor)
 # The float resolution of a compared statistic, relative to its size (plus FLAT, for statistics
-# near 0): a score within it is a tie, exactly 0 (:func:`tie`). Runs train in float32 (machine
+# near 0): a score within it is a tie, exactly 0 (:func:`settle_tie`). Runs train in float32 (machine
 # epsilon 1.2e-7), and a run's statistics move from one CPU to another: the committed quick
 # claims.csv against a rerun on another machine, a 3-seed mean train loss by 8e-7 relative, and the
 # FedMGDA runs at epsilon 0.5 and 1 on iid users (equal in exact arithmetic: the bound is inactive)
@@ -383,7 +383,7 @@ def row_values(row: Row, claim: ClaimSpec,
     return values, missing
 
 
-def tie(score: float, *values: float) -> float:
+def settle_tie(score: float, *values: float) -> float:
     """``score``, a comparison of the statistics ``values`` (s >= 0 on the claimed side), or exactly
     0.0 -- a tie -- when |score| <= FLOAT_RTOL * max |values| + FLAT: within the float resolution
     of those statistics, where another machine may land on either side. Every score is settled by
@@ -396,24 +396,24 @@ def tie(score: float, *values: float) -> float:
 def _score_pair(a: float, b: float, claim: ClaimSpec) -> float:
     d = a - b
     if claim.compare == "at_least":
-        return tie(d - (claim.margin or 0.0), a, b)
-    return tie(claim.tolerance - abs(d), a, b)
+        return settle_tie(d - (claim.margin or 0.0), a, b)
+    return settle_tie(claim.tolerance - abs(d), a, b)
 
 
 def _score_series(vals: list[float], claim: ClaimSpec) -> float:
     if claim.compare == "identical":
-        return tie(claim.tolerance - (max(vals) - min(vals)), *vals)
+        return settle_tie(claim.tolerance - (max(vals) - min(vals)), *vals)
     sign = 1.0 if claim.direction == "increasing" else -1.0
-    steps = [tie(sign * (b - a) + claim.tolerance, a, b) for a, b in zip(vals, vals[1:], strict=False)]
+    steps = [settle_tie(sign * (b - a) + claim.tolerance, a, b) for a, b in zip(vals, vals[1:], strict=False)]
     total = sign * (vals[-1] - vals[0])
     if claim.margin is not None:
-        return min(min(steps), tie(total - claim.margin, vals[0], vals[-1]))
+        return min(min(steps), settle_tie(total - claim.margin, vals[0], vals[-1]))
     # a flat series is not a trend: the total change, a tie counting as 0, must be positive
-    return min(min(steps), tie(total, vals[0], vals[-1]) - FLAT)
+    return min(min(steps), settle_tie(total, vals[0], vals[-1]) - FLAT)
 
 
 def decide(scores: list[float], kind: str, spread: float | None = None) -> tuple[str, str]:
-    """Verdict and a note from the judged units' scores, ties already settled by :func:`tie`
+    """Verdict and a note from the judged units' scores, ties already settled by :func:`settle_tie`
     (see the module docstring)."""
     s = np.asarray(scores, dtype=float)
     n = len(s)
@@ -438,25 +438,16 @@ def decide(scores: list[float], kind: str, spread: float | None = None) -> tuple
 def judge_differences(differences: list[float], margin: float = 0.0, size: float = 0.0) -> dict[str, Any]:
     """The one rule (:func:`decide`) applied to paired differences A - B, one per seed, for a
     comparison that no claim runs (e.g. a script's package-against-authors gap): "A - B >= margin".
-    ``size``: the magnitude of A and B, for the float resolution (:func:`tie`). Returns n, mean,
+    ``size``: the magnitude of A and B, for the float resolution (:func:`settle_tie`). Returns n, mean,
     sd (ddof 1), the interval mean ± sd, the seeds on the claimed side, the verdict and its note."""
     d = np.asarray([x for x in differences if not math.isnan(x)], dtype=float)
-    scores = np.asarray([tie(x - margin, size) for x in d], dtype=float)
+    scores = np.asarray([settle_tie(x - margin, size) for x in d], dtype=float)
     verdict, note = decide(list(scores), "at_least")
     n = len(d)
     mean = float(d.mean()) if n else math.nan
     sd = float(d.std(ddof=1)) if n > 1 else 0.0
     return {"n": n, "mean": mean, "sd": sd, "low": mean - sd, "high": mean + sd,
             "on_side": int((scores >= 0).sum()), "verdict": verdict, "note": note}
-
-
-def judgement_text(j: dict[str, Any], unit: str = "", digits: int = 2) -> str:
-    """One line for :func:`judge_differences`' result, as scripts print it."""
-    note = f" ({j['note']})" if j["note"] else ""
-    f = f".{digits}f"
-    return (f"A - B = {j['mean']:+{f}} ± {j['sd']:{f}}{unit} over {j['n']} seeds (mean ± sd, interval "
-            f"{j['low']:+{f}} to {j['high']:+{f}}), {j['on_side']}/{j['n']} on the claimed side: "
-            f"{j['verdict']}{note} (the claims' rule, docs/workflow.md)")
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -573,7 +564,7 @@ def _judge_pair(c: ClaimSpec, per_row: list[dict[int, float]], complete: list[in
     b_text = f"threshold {bm:g}" if c.threshold is not None else f"B {bm:.2f}±{bsd:.2f}"
     measured = f"A {am:.2f}±{asd:.2f}, {b_text}"
     if diffs and c.compare == "at_least" and all(
-            tie(per_row[0][s] - per_row[1][s], per_row[0][s], per_row[1][s]) == 0 for s in complete):
+            settle_tie(per_row[0][s] - per_row[1][s], per_row[0][s], per_row[1][s]) == 0 for s in complete):
         notes.append("A equals B at every seed (a tie)")
     if c.seeds == "mean":
         scores = [_score_pair(am, bm, c)] if not (math.isnan(am) or math.isnan(bm)) else []
@@ -639,16 +630,7 @@ def table_verdicts(csv_path: str | Path) -> dict[str, int]:
     return {k: int(v) for k, v in words.value_counts().items()}
 
 
-# --------------------------------------------------------------------------- verdicts stated in docs
-# A page states verdicts in blocks generated from a committed claims.csv:
-#   <!-- verdicts: docs/results/fmnist/claims_fedmdfg.csv fmnist_fedmdfg_* -->
-#   (the table verdict_table writes)
-#   <!-- /verdicts -->
-# the path relative to the repository root, then an optional fnmatch pattern on the claim ids.
-VERDICT_BLOCK_RE = re.compile(r"<!-- verdicts: (?P<path>\S+)(?: (?P<pattern>\S+))? -->\n(?P<body>.*?)<!-- /verdicts -->",
-                              re.S)
-
-
+# --------------------------------------------------------------------------- claims files
 def read_claims(path: str | Path) -> pd.DataFrame:
     """A committed claims file: claims.csv, or claims.md as :func:`to_markdown` writes it (its
     claim, expected, measured, verdict and note; the other columns empty)."""
@@ -695,40 +677,3 @@ def id_conflicts(paths: list[str | Path]) -> list[str]:
             seen.setdefault(str(row["claim"]), {}).setdefault(claim_meaning(row), str(path))
     return [f"{cid}: " + "; ".join(f"{where}: {exp} (n={n})" for (exp, n), where in meanings.items())
             for cid, meanings in seen.items() if len(meanings) > 1]
-
-
-def verdict_table(df: pd.DataFrame, pattern: str | None = None) -> str:
-    """The claims of a claims.csv (those matching ``pattern``) as a short markdown table: the claim,
-    what it expects, the paired A - B over seeds (mean ± sd, min to max, and its 95 % t interval,
-    :func:`paired_interval`; the measured values for a series) and the verdict with its note."""
-    rows = df if pattern is None else df[[fnmatch.fnmatchcase(str(c), pattern) for c in df["claim"]]]
-    if not len(rows):
-        raise ClaimError(f"no claim matches {pattern!r}")
-    lines = ["| claim | expected | measured: A − B per seed, mean ± sd (min to max); 95 % interval of the mean | verdict |",
-             "|---|---|---|---|"]
-    for _, r in rows.iterrows():
-        if r["diff_mean"] != "":
-            mean, sd, n = float(r["diff_mean"]), float(r["diff_std"]), int(r["n_seeds"])
-            low_seed, high_seed = float(r["diff_min"]), float(r["diff_max"])
-            d = 2 if max(abs(mean), sd, abs(low_seed), abs(high_seed)) >= 0.1 else 4  # a loss gap of 0.006 stays visible
-            measured = f"{mean:+.{d}f} ± {sd:.{d}f} ({low_seed:+.{d}f} to {high_seed:+.{d}f}), n = {n}"
-            if n > 1:
-                low, high = paired_interval(mean, sd, n)
-                measured += f"; [{low:+.{d}f}, {high:+.{d}f}]"
-        else:
-            measured = str(r["measured"])
-        verdict = f"*{r['verdict']}*" + (f" ({r['note']})" if r["note"] else "")
-        cells = [f"`{r['claim']}`", str(r["expected"]), measured, verdict]
-        lines.append("| " + " | ".join(c.replace("|", "/").replace("\n", " ") for c in cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def render_verdict_blocks(text: str, root: str | Path) -> str:
-    """``text`` with every verdicts block's table regenerated from its claims.csv (under ``root``)."""
-    def table(m: re.Match) -> str:
-        path = Path(root) / m["path"]
-        if not path.exists():
-            raise ClaimError(f"{m['path']}: no such claims file, named by a verdicts block; fix the path")
-        pattern = f" {m['pattern']}" if m["pattern"] else ""
-        return f"<!-- verdicts: {m['path']}{pattern} -->\n{verdict_table(read_claims(path), m['pattern'])}<!-- /verdicts -->"
-    return VERDICT_BLOCK_RE.sub(table, text)

@@ -22,7 +22,7 @@ from fedmgda.claims import (
     evaluate,
     judge_differences,
     parse_claims,
-    tie,
+    settle_tie,
     to_markdown,
     write_claims,
 )
@@ -245,7 +245,7 @@ def test_epsilon_interpolates_loss_iid_does_not_flip_on_float_noise(tmp_path, d,
 def test_judge_differences_settles_ties():
     assert judge_differences([-3.7e-10] * 3, size=0.5)["verdict"] == judge_differences([0.0] * 3)["verdict"] == "holds"
     assert judge_differences([-1e-3] * 3, size=0.5)["verdict"] == "fails"
-    assert tie(-3.7e-10, 0.5) == 0.0 and tie(-1e-3, 0.5) == -1e-3
+    assert settle_tie(-3.7e-10, 0.5) == 0.0 and settle_tie(-1e-3, 0.5) == -1e-3
 
 
 def perturb(runs: Path, rng: np.random.Generator, rel: float = 1e-9) -> None:
