@@ -63,7 +63,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
-PAGES = ("README.md", "docs/results.md", "docs/fmnist-fairness.md", "docs/performance.md", "docs/running.md",
+PAGES = ("README.md", "docs/results.md", "docs/fmnist-fairness.md", "docs/performance.md",
+         "docs/running.md",
          "docs/workflow.md", "docs/protocol-variants.md", "profiles/README.md",
          "docs/protocol-choices.md")
 # a value holds no comment: a marker that lost its <!-- /n --> never borrows the next marker's
@@ -147,9 +148,11 @@ def cell(spec: Spec, root: str | Path) -> str:
         raise DocNumberError(f"{spec.path}: no such file, named by a number marker")
     col = spec.col.split("#")[0]
     if not col:  # ROW is a phrase: the rest of the one line that holds it
-        lines = [line.split(spec.row, 1)[1] for line in path.read_text().splitlines() if spec.row in line]
+        lines = [line.split(spec.row, 1)[1] for line in path.read_text().splitlines()
+                 if spec.row in line]
         if len(lines) != 1:
-            raise DocNumberError(f"{spec.path}: {len(lines)} lines hold {spec.row!r}; a marker must name one")
+            raise DocNumberError(f"{spec.path}: {len(lines)} lines hold {spec.row!r}; a marker "
+                                 "must name one")
         return lines[0]
     data = _read(path, path.stat().st_mtime)
     if path.suffix == ".json":
@@ -171,9 +174,11 @@ def cell(spec: Spec, root: str | Path) -> str:
             found += [rows[-1][j]] if rows and j < len(rows[-1]) else []
             continue
         keys = spec.row.split("::")
-        found += [r[j] for r in rows if [c.strip("`") for c in r[:len(keys)]] == keys and j < len(r)]
+        found += [r[j] for r in rows if [c.strip("`") for c in r[:len(keys)]] == keys
+                  and j < len(r)]
     if len(found) != 1:
-        raise DocNumberError(f"{spec.path}: {len(found)} cells in row {spec.row!r}, column {col!r}; "
+        raise DocNumberError(f"{spec.path}: {len(found)} cells in row {spec.row!r}, column "
+                             f"{col!r}; "
                              "a marker must name exactly one")
     return found[0]
 
@@ -187,10 +192,13 @@ def _interval(spec: Spec, table: tuple[list[str], list[list[str]]]) -> str:
     header, rows = table
     hits = [dict(zip(header, r, strict=False)) for r in rows if r and r[0] == spec.row]
     if len(hits) != 1 or not {"diff_mean", "diff_std", "n_seeds"} <= set(header):
-        raise DocNumberError(f"{spec.path}: {len(hits)} claims rows {spec.row!r} with diff_mean, diff_std, n_seeds")
+        raise DocNumberError(f"{spec.path}: {len(hits)} claims rows {spec.row!r} with diff_mean, "
+                             "diff_std, n_seeds")
     row = hits[0]
-    low, high = paired_interval(float(row["diff_mean"]), float(row["diff_std"]), int(float(row["n_seeds"])))
-    return repr({"ci95_low": low, "ci95_high": high, "ci95_half": (high - low) / 2}[spec.col.split("#")[0]])
+    low, high = paired_interval(float(row["diff_mean"]), float(row["diff_std"]),
+                                int(float(row["n_seeds"])))
+    return repr({"ci95_low": low, "ci95_high": high,
+                 "ci95_half": (high - low) / 2}[spec.col.split("#")[0]])
 
 
 def value(spec: Spec, root: str | Path) -> str:
@@ -202,7 +210,8 @@ def value(spec: Spec, root: str | Path) -> str:
     numbers = NUMBER_RE.findall(text)
     index = int(k) - 1 if k else 0
     if index >= len(numbers):
-        raise DocNumberError(f"{spec.path}: row {spec.row!r}, column {spec.col!r}: no number {index + 1} "
+        raise DocNumberError(f"{spec.path}: row {spec.row!r}, column {spec.col!r}: no number "
+                             f"{index + 1} "
                              f"in {text!r}")
     number = numbers[index].replace("−", "-")
     if spec.fmt is None:
@@ -226,9 +235,11 @@ def csv_table(path: str, columns: str | None, root: str | Path) -> str:
     missing = [c for c in names if c not in header]
     if missing:
         raise DocNumberError(f"{path}: no column {', '.join(missing)} (it has {', '.join(header)})")
-    picked = [[row[header.index(c)] if header.index(c) < len(row) else "" for c in names] for row in rows]
+    picked = [[row[header.index(c)] if header.index(c) < len(row) else "" for c in names]
+              for row in rows]
     lines = [names, ["---"] * len(names)] + picked
-    return "".join("| " + " | ".join(c.replace("|", "\\|") for c in line) + " |\n" for line in lines)
+    return "".join("| " + " | ".join(c.replace("|", "\\|") for c in line) + " |\n"
+                   for line in lines)
 
 
 def _md_table_lines(file: Path, path: str, columns: str | None) -> str:
@@ -267,7 +278,8 @@ def malformed(text: str) -> list[str]:
         return text.count("\n", 0, at) + 1
 
     lines = text.splitlines()
-    wrong = [f"line {n}: starts with a marker, which Markdown reads as an HTML block; put a word before it"
+    wrong = [f"line {n}: starts with a marker, which Markdown reads as an HTML block; put a word "
+             "before it"
              for n, line in enumerate(lines, 1) if re.match(r"\s*<!-- n ", line)]
     markers = list(MARKER_RE.finditer(text))
     starts, ends = {m.start() for m in markers}, {m.end() for m in markers}
@@ -323,7 +335,8 @@ def visible(text: str) -> str:
     return MARKER_RE.sub(lambda m: m["value"], text)
 
 
-# --------------------------------------------------------------------------- verdicts stated in docs
+# --------------------------------------------------------------------------- verdicts stated in
+# docs
 def verdict_table(df: pd.DataFrame, pattern: str | None = None) -> str:
     """The claims of a claims.csv (those matching ``pattern``) as a short markdown table: the claim,
     what it expects, the paired A - B over seeds (mean ± sd, min to max, and its 95 % t interval,
@@ -332,7 +345,8 @@ def verdict_table(df: pd.DataFrame, pattern: str | None = None) -> str:
     from fedmgda.claims import ClaimError
     from fedmgda.metrics import paired_interval
 
-    rows = df if pattern is None else df[[fnmatch.fnmatchcase(str(c), pattern) for c in df["claim"]]]
+    rows = (df if pattern is None
+            else df[[fnmatch.fnmatchcase(str(c), pattern) for c in df["claim"]]])
     if not len(rows):
         raise ClaimError(f"no claim matches {pattern!r}")
     lines = ["| claim | expected | measured: A − B per seed, mean ± sd (min to max); "
@@ -353,7 +367,8 @@ def verdict_table(df: pd.DataFrame, pattern: str | None = None) -> str:
             measured = str(r["measured"])
         verdict = f"*{r['verdict']}*" + (f" ({r['note']})" if r["note"] else "")
         cells = [f"`{r['claim']}`", str(r["expected"]), measured, verdict]
-        lines.append("| " + " | ".join(c.replace("|", "/").replace("\n", " ") for c in cells) + " |")
+        lines.append("| " + " | ".join(c.replace("|", "/").replace("\n", " ")
+                                       for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -378,7 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("pages", nargs="*", type=Path)
     parser.add_argument("--root", type=Path, default=Path("."))
-    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a page differs")
+    parser.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 if a page differs")
     args = parser.parse_args(argv)
     pages = args.pages or [args.root / p for p in PAGES]
     status = 0
