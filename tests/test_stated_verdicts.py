@@ -26,11 +26,13 @@ VERDICT_WORD = re.compile(r"\*(holds|fails|inconclusive|not run)\*")
 # docs/results/ (their verdict words are claims tables'), but the one there written by hand
 PAGES = [p for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")),
                      REPO / "docs" / "results" / "fmnist" / "before_after_h200.md"]
-         if p.name != "workflow.md" and (VERDICT_BLOCK_RE.search(p.read_text()) or VERDICT_WORD.search(p.read_text()))]
-# every committed claims file: ids are unique (tests/test_claim_ids.py), so a claim id in prose names
-# one claim wherever the page is; a section's own verdicts tables come first
+         if p.name != "workflow.md"
+         and (VERDICT_BLOCK_RE.search(p.read_text()) or VERDICT_WORD.search(p.read_text()))]
+# every committed claims file: ids are unique (tests/test_claim_ids.py), so a claim id in prose
+# names one claim wherever the page is; a section's own verdicts tables come first
 CLAIMS_FILES = sorted((REPO / "docs" / "results").rglob("*claims*.csv")) + sorted(
-    p for p in (REPO / "docs" / "results").rglob("*claims*.md") if not p.with_suffix(".csv").exists()) + sorted(
+    p for p in (REPO / "docs" / "results").rglob("*claims*.md")
+    if not p.with_suffix(".csv").exists()) + sorted(
     (REPO / "benchmarks" / "measurements").rglob("claims.csv"))
 
 
@@ -58,7 +60,8 @@ def test_verdict_tables_are_the_claims_files(page):
         f"run python scripts/verdict_tables.py {page.relative_to(REPO)}")
 
 
-def prose_verdicts(text: str, root: Path = REPO) -> list[tuple[str, str | None, str, dict[str, set[str]]]]:
+def prose_verdicts(text: str,
+                   root: Path = REPO) -> list[tuple[str, str | None, str, dict[str, set[str]]]]:
     """(verdict word, the claim id before it in its paragraph or None, the paragraph's start, the
     verdicts {claim: {verdict}} it is checked against), outside the tables. A paragraph is checked
     against the claims file of the closest table above it in its section (``## ``), or of the first
@@ -70,14 +73,16 @@ def prose_verdicts(text: str, root: Path = REPO) -> list[tuple[str, str | None, 
         files = []
         for m in blocks:
             df = read_claims(root / m["path"])
-            files.append({str(c): {str(v)} for c, v in zip(df["claim"], df["verdict"], strict=True)})
+            files.append({str(c): {str(v)}
+                          for c, v in zip(df["claim"], df["verdict"], strict=True)})
         starts = [0] + [m.end() for m in blocks]
         ends = [m.start() for m in blocks] + [len(section)]
         for k, (start, end) in enumerate(zip(starts, ends, strict=True)):
             known = {**everywhere, **(files[k - 1] if k > 0 else (files[0] if files else {}))}
             for paragraph in section[start:end].split("\n\n"):
                 for m in VERDICT_WORD.finditer(paragraph):
-                    ids = [i for i in re.findall(r"`([A-Za-z0-9_@=;,.]+)`", paragraph[:m.start()]) if i in known]
+                    ids = [i for i in re.findall(r"`([A-Za-z0-9_@=;,.]+)`", paragraph[:m.start()])
+                           if i in known]
                     found.append((m[1], ids[-1] if ids else None, paragraph[:60], known))
     return found
 
@@ -85,15 +90,20 @@ def prose_verdicts(text: str, root: Path = REPO) -> list[tuple[str, str | None, 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
 def test_prose_verdicts_name_their_claim_and_agree(page):
     for verdict, claim, where, known in prose_verdicts(page.read_text()):
-        assert claim is not None, (f"{page.relative_to(REPO)}: *{verdict}* in the paragraph {where!r}... names "
-                                   "no claim of its section's verdicts tables; write the `claim_id` before it")
-        assert known[claim] == {verdict}, (f"{page.relative_to(REPO)}: `{claim}` is stated *{verdict}*, its "
+        assert claim is not None, (f"{page.relative_to(REPO)}: *{verdict}* in the paragraph "
+                                   f"{where!r}... names "
+                                   "no claim of its section's verdicts tables; write the "
+                                   "`claim_id` before it")
+        assert known[claim] == {verdict}, (f"{page.relative_to(REPO)}: `{claim}` is stated "
+                                           f"*{verdict}*, its "
                                            f"claims file says {sorted(known[claim])}")
 
 
 def write_claims_csv(path: Path, verdicts: dict[str, str]) -> None:
-    rows = [{"claim": c, "expected": "A >= B", "measured": "m", "verdict": v, "note": "", "n_seeds": 3,
-             "diff_mean": 1.0, "diff_std": 0.5, "diff_min": 0.5, "diff_max": 1.5} for c, v in verdicts.items()]
+    rows = [{"claim": c, "expected": "A >= B", "measured": "m", "verdict": v, "note": "",
+             "n_seeds": 3,
+             "diff_mean": 1.0, "diff_std": 0.5, "diff_min": 0.5, "diff_max": 1.5}
+            for c, v in verdicts.items()]
     pd.DataFrame.from_records(rows).to_csv(path, index=False)
 
 
@@ -143,7 +153,8 @@ def test_a_loss_sized_gap_keeps_its_digits(tmp_path):
     """A training-loss difference of 0.006 shows as +0.0060, not +0.01 ± 0.00."""
     from fedmgda.docnumbers import verdict_table
 
-    rows = [{"claim": "c_loss", "expected": "A >= B", "measured": "m", "verdict": "holds", "note": "", "n_seeds": 3,
+    rows = [{"claim": "c_loss", "expected": "A >= B", "measured": "m", "verdict": "holds",
+             "note": "", "n_seeds": 3,
              "diff_mean": 0.00596, "diff_std": 0.0015, "diff_min": 0.00503, "diff_max": 0.0078}]
     pd.DataFrame.from_records(rows).to_csv(tmp_path / "c.csv", index=False)
     assert "+0.0060 ± 0.0015 (+0.0050 to +0.0078), n = 3" in verdict_table(read_claims(tmp_path / "c.csv"))
