@@ -41,8 +41,10 @@ from fedmgda.simulator import Simulation
 
 
 def configs(runs: int, rounds: int, raw_dir: str, batched: bool = True) -> list[RunConfig]:
-    base = dict(dataset="fmnist", algorithm="fedavg", partition="shards", raw_dir=raw_dir, batch_size=10,
-                local_lr=0.01, momentum=0.5, participation=0.1, rounds=rounds, device="cpu", batched=batched,
+    base = dict(dataset="fmnist", algorithm="fedavg", partition="shards", raw_dir=raw_dir,
+                batch_size=10,
+                local_lr=0.01, momentum=0.5, participation=0.1, rounds=rounds, device="cpu",
+                batched=batched,
                 eval_every=10**6, per_user_every=10**6, track_improvement=False, checkpoint_every=0)
     return [RunConfig.from_dict({**base, "seed": seed}) for seed in range(1, runs + 1)]
 
@@ -61,7 +63,8 @@ def plain_round(model: nn.Module, sim: Simulation, t: int, generator: torch.Gene
             nn.functional.nll_loss(model(sim.data.x[batch]), sim.data.y[batch]).backward()
             optimizer.step()
         updates.append({k: v.detach() - global_state[k] for k, v in model.state_dict().items()})
-    model.load_state_dict({k: global_state[k] + torch.stack([u[k] for u in updates]).mean(0) for k in global_state})
+    model.load_state_dict({k: global_state[k] + torch.stack([u[k] for u in updates]).mean(0)
+                           for k in global_state})
 
 
 class EvaluationClock:
@@ -72,7 +75,8 @@ class EvaluationClock:
         self.wall = self.cpu = 0.0
 
     def __enter__(self):
-        self.originals = {(cls, name): getattr(cls, name) for cls, name in ((Scheduler, "evaluate"), (Simulation, "model_stats"))}
+        self.originals = {(cls, name): getattr(cls, name)
+                          for cls, name in ((Scheduler, "evaluate"), (Simulation, "model_stats"))}
         for (cls, name), original in self.originals.items():
             setattr(cls, name, self._timed(original))
         return self
@@ -121,12 +125,15 @@ def warm_up(raw_dir: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=6, help="FedAvg runs (seeds 1..RUNS), packed in one job")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=6,
+                        help="FedAvg runs (seeds 1..RUNS), packed in one job")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--raw-dir", default="resources/raw")
-    parser.add_argument("--repeat", type=int, default=1, help="time the three paths in turn this many times; "
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="time the three paths in turn this many times; "
                         "then also print the median of each repeat's ratio to the plain loop")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -146,12 +153,14 @@ def main() -> None:
     }
     warm_up(args.raw_dir)
     times: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in paths}
-    for _ in range(args.repeat):  # the paths in turn, so that a busy spell of the machine hits them alike
+    # the paths in turn, so that a busy spell of the machine hits them alike
+    for _ in range(args.repeat):
         for name, (work, make) in paths.items():
             times[name].append(timed(work, make()))
-    print(f"F-MNIST CNN, real files, {args.runs} FedAvg runs x {args.rounds} rounds, {args.threads} thread(s), "
-          f"torch {torch.__version__}, training and aggregation only (the package's evaluations timed apart), "
-          "after one untimed round of each path")
+    print(f"F-MNIST CNN, real files, {args.runs} FedAvg runs x {args.rounds} rounds, "
+          f"{args.threads} thread(s), "
+          f"torch {torch.__version__}, training and aggregation only (the package's evaluations "
+          "timed apart), after one untimed round of each path")
     run_rounds = args.runs * args.rounds
     for i in range(args.repeat):
         if args.repeat > 1:
@@ -159,14 +168,18 @@ def main() -> None:
         plain_wall, plain_cpu, _, _ = next(iter(times.values()))[i]
         for name, measured in times.items():
             wall, cpu, eval_wall, eval_cpu = measured[i]
-            evaluation = f"; evaluations apart: {eval_cpu:.1f} CPU s ({eval_wall:.1f} s)" if eval_cpu else ""
-            print(f"{name:66s} {run_rounds / wall:7.3f} run-rounds/s ({wall:6.1f} s, {plain_wall / wall:.2f}x plain); "
-                  f"per CPU second {run_rounds / cpu:7.3f} ({cpu:6.1f} s, {plain_cpu / cpu:.2f}x plain){evaluation}")
+            evaluation = (f"; evaluations apart: {eval_cpu:.1f} CPU s ({eval_wall:.1f} s)"
+                          if eval_cpu else "")
+            print(f"{name:66s} {run_rounds / wall:7.3f} run-rounds/s ({wall:6.1f} s, "
+                  f"{plain_wall / wall:.2f}x plain); "
+                  f"per CPU second {run_rounds / cpu:7.3f} ({cpu:6.1f} s, {plain_cpu / cpu:.2f}x "
+                  f"plain){evaluation}")
     if args.repeat > 1:
         plain = next(iter(times.values()))
         for name, measured in list(times.items())[1:]:
             ratios = [p[1] / m[1] for p, m in zip(plain, measured)]
-            print(f"median paired ratio to the plain loop per CPU second, {name}: {statistics.median(ratios):.2f}x "
+            print(f"median paired ratio to the plain loop per CPU second, {name}: "
+                  f"{statistics.median(ratios):.2f}x "
                   f"(min {min(ratios):.2f}, max {max(ratios):.2f}, {args.repeat} repeats)")
 
 if __name__ == "__main__":

@@ -93,8 +93,10 @@ class WavefrontLSTM(torch.autograd.Function):
         layers = w_block.shape[0] // hidden
         iterations = steps + layers - 1
         # each iteration's addend: layer 0's projection (zero once it is done), the upper biases
-        addend = torch.movedim(torch.cat([F.pad(gates_x, (0, 0, 0, layers - 1)), upper_bias.expand(batch, iterations, -1)], -1), 1, 0)
-        h = c = gates_x.new_zeros(batch, 0, hidden)  # the states of the layers that ran last, from layer ran
+        addend = torch.movedim(torch.cat([F.pad(gates_x, (0, 0, 0, layers - 1)),
+                                          upper_bias.expand(batch, iterations, -1)], -1), 1, 0)
+        # the states of the layers that ran last, from layer ran
+        h = c = gates_x.new_zeros(batch, 0, hidden)
         ran = 0
         saved = []
         for k in range(iterations):
@@ -113,9 +115,11 @@ class WavefrontLSTM(torch.autograd.Function):
             tanh_c = torch.tanh(c)
             h = gate[..., 3 * hidden:] * tanh_c
             pad = (0, 0, low, layers - 1 - high)
-            saved.append([F.pad(t, pad) if pad[2] or pad[3] else t for t in (h, gate, g, c, tanh_c)])
+            saved.append([F.pad(t, pad) if pad[2] or pad[3] else t
+                          for t in (h, gate, g, c, tanh_c)])
             ran = low
-        hs, gates, gs, cs, tanh_cs = (torch.stack(column) for column in zip(*saved))  # (iterations, batch, layers, ...)
+        # (iterations, batch, layers, ...)
+        hs, gates, gs, cs, tanh_cs = (torch.stack(column) for column in zip(*saved))
         return torch.movedim(hs[layers - 1:, :, -1], 0, 1), hs, gates, gs, cs, tanh_cs
 
     @staticmethod
@@ -130,10 +134,13 @@ class WavefrontLSTM(torch.autograd.Function):
         iterations, batch, layers, hidden = hs.shape
         steps = iterations - layers + 1
         i, f, o = gates[..., :hidden], gates[..., hidden:2 * hidden], gates[..., 3 * hidden:]
-        c_prev = torch.cat([torch.zeros_like(c[:1]), c[:-1]])  # a layer's previous time is the previous iteration
-        partials = torch.cat([g * i * (1 - i), c_prev * f * (1 - f), i * (1 - g * g), tanh_c * o * (1 - o)], dim=-1)
+        # a layer's previous time is the previous iteration
+        c_prev = torch.cat([torch.zeros_like(c[:1]), c[:-1]])
+        partials = torch.cat([g * i * (1 - i), c_prev * f * (1 - f), i * (1 - g * g),
+                              tanh_c * o * (1 - o)], dim=-1)
         dc_dh = o * (1 - tanh_c * tanh_c)
-        grad_h = F.pad(torch.movedim(grad_top, 1, 0)[:, :, None], (0, 0, layers - 1, 0, 0, 0, layers - 1, 0))
+        grad_h = F.pad(torch.movedim(grad_top, 1, 0)[:, :, None],
+                       (0, 0, layers - 1, 0, 0, 0, layers - 1, 0))
         dh = grad_h[-1]
         dc = dh * dc_dh[-1]
         dzs = []
@@ -146,7 +153,8 @@ class WavefrontLSTM(torch.autograd.Function):
         dz = torch.stack(dzs[::-1])  # (iterations, batch, layers, 4 hidden)
         h_prev = torch.cat([torch.zeros_like(hs[:1]), hs[:-1]])
         grad_w_block = h_prev.flatten(2).flatten(0, 1).T @ dz.flatten(2).flatten(0, 1)
-        return torch.movedim(dz[:steps, :, 0], 0, 1), grad_w_block, dz[:, :, 1:].sum((0, 1)).flatten()
+        return (torch.movedim(dz[:steps, :, 0], 0, 1), grad_w_block,
+                dz[:, :, 1:].sum((0, 1)).flatten())
 
 
 def wavefront_weights(w_ih: list, w_hh: list) -> torch.Tensor:
@@ -154,7 +162,8 @@ def wavefront_weights(w_ih: list, w_hh: list) -> torch.Tensor:
     (l - 1, l) is w_ih[l]^T (layer l - 1's state is layer l's input), the rest zero."""
     layers, hidden = len(w_hh), w_hh[0].shape[1]
     zero = w_hh[0].new_zeros(hidden, 4 * hidden)
-    rows = [[w_hh[row].T if col == row else w_ih[col].T if col == row + 1 else zero for col in range(layers)] for row in range(layers)]
+    rows = [[w_hh[row].T if col == row else w_ih[col].T if col == row + 1 else zero
+             for col in range(layers)] for row in range(layers)]
     return torch.cat([torch.cat(blocks, dim=1) for blocks in rows])
 
 
@@ -167,7 +176,8 @@ def wavefront_forward(model: ShakespeareLSTM):
         bias = [params[f"lstm.bias_ih_l{k}"] + params[f"lstm.bias_hh_l{k}"] for k in range(layers)]
         gates_x = F.embedding(x, params["embed.weight"]) @ weight[0].T + bias[0]
         w_block = wavefront_weights(weight, [params[f"lstm.weight_hh_l{k}"] for k in range(layers)])
-        h = WavefrontLSTM.apply(gates_x, w_block, torch.cat(bias[1:]) if layers > 1 else bias[0][:0])[0]
+        h = WavefrontLSTM.apply(gates_x, w_block,
+                                torch.cat(bias[1:]) if layers > 1 else bias[0][:0])[0]
         return F.log_softmax(F.linear(h[:, -1], params["fc.weight"], params["fc.bias"]), dim=1)
     return forward
 
@@ -217,7 +227,8 @@ def time_step(step, args, device: str, repeat: int) -> float:
 
 def step_inputs(model: ShakespeareLSTM, clients: int, batch: int, device: str):
     """Every client's weights (the model's), sequences and next characters."""
-    params = {name: p.detach().expand(clients, *p.shape).clone() for name, p in model.named_parameters()}
+    params = {name: p.detach().expand(clients, *p.shape).clone()
+              for name, p in model.named_parameters()}
     x = torch.randint(0, 80, (clients, batch, 80), device=device)
     return params, x, torch.randint(0, 80, (clients, batch), device=device)
 
@@ -226,7 +237,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--clients", type=int, nargs="+", default=[4],
-                        help="clients of the step; more than one: the others timed too, one line each")
+                        help="clients of the step; more than one: the others timed too, one line "
+                        "each")
     parser.add_argument("--batch", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
@@ -238,26 +250,34 @@ def main(argv: list[str] | None = None) -> None:
                 "bound": partial(one_model_step, model)}
     clients, *more = args.clients
     inputs = step_inputs(model, clients, args.batch, args.device)
-    print(f"device {args.device} ({torch.cuda.get_device_name() if args.device == 'cuda' else torch.get_num_threads()} "
-          f"{'' if args.device == 'cuda' else 'threads'}), torch {torch.__version__}; {clients} clients x "
-          f"{args.batch} sequences of 80 characters, one vmap-ed training step")
+    print(f"device {args.device} "
+          f"({torch.cuda.get_device_name() if args.device == 'cuda' else torch.get_num_threads()} "
+          f"{'' if args.device == 'cuda' else 'threads'}), torch {torch.__version__}; {clients} "
+          f"clients x {args.batch} sequences of 80 characters, one vmap-ed training step")
     grads = {name: versions[name](*inputs) for name in ("autograd", "written-out", "wavefront")}
     for name in ("written-out", "wavefront"):
-        difference = max((grads["autograd"][k] - grads[name][k]).abs().max().item() for k in grads[name])
+        difference = max((grads["autograd"][k] - grads[name][k]).abs().max().item()
+                         for k in grads[name])
         print(f"largest gradient difference, {name} vs autograd: {difference:.2e}")
     seconds = {}
     print(f"{'version':<12} {'ms a step':>10} {'operations':>11} {'CUDA kernels':>13}")
     for name, step in versions.items():
         ops, kernels = count_operations(step, inputs, args.device)
         seconds[name] = time_step(step, inputs, args.device, args.repeat)
-        print(f"{name:<12} {1000 * seconds[name]:>10.2f} {ops:>11d} {'-' if kernels is None else kernels:>13}")
-    print(f"speed-up of the written-out backward: {seconds['autograd'] / seconds['written-out']:.2f}x")
-    print(f"speed-up of the wavefront over the written-out: {seconds['written-out'] / seconds['wavefront']:.2f}x")
+        print(f"{name:<12} {1000 * seconds[name]:>10.2f} {ops:>11d} "
+              f"{'-' if kernels is None else kernels:>13}")
+    print("speed-up of the written-out backward: "
+          f"{seconds['autograd'] / seconds['written-out']:.2f}x")
+    print("speed-up of the wavefront over the written-out: "
+          f"{seconds['written-out'] / seconds['wavefront']:.2f}x")
     print(f"written-out step / bound: {seconds['written-out'] / seconds['bound']:.2f}x")
-    for width in more:  # launch-bound steps cost the same at any width, compute-bound ones grow with it
+    # launch-bound steps cost the same at any width, compute-bound ones grow with it
+    for width in more:
         inputs = step_inputs(model, width, args.batch, args.device)
-        ms = {name: 1000 * time_step(versions[name], inputs, args.device, args.repeat) for name in ("written-out", "wavefront", "bound")}
-        print(f"{width} clients: " + ", ".join(f"{name} {value:.2f} ms" for name, value in ms.items())
+        ms = {name: 1000 * time_step(versions[name], inputs, args.device, args.repeat)
+              for name in ("written-out", "wavefront", "bound")}
+        print(f"{width} clients: "
+              + ", ".join(f"{name} {value:.2f} ms" for name, value in ms.items())
               + f"; wavefront speed-up {ms['written-out'] / ms['wavefront']:.2f}x")
 
 

@@ -32,7 +32,8 @@ class SampleFlops:
 
 
 @functools.cache
-def per_sample(model_name: str, input_shape: tuple[int, ...], num_classes: int, symbols: int = 0) -> SampleFlops:
+def per_sample(model_name: str, input_shape: tuple[int, ...], num_classes: int,
+               symbols: int = 0) -> SampleFlops:
     """The model's counted FLOPs per sample (see the module): one forward and backward on a batch
     of 4 random inputs of ``input_shape`` (``symbols`` > 0: integer inputs below it, e.g. the
     Shakespeare LSTM's characters), divided by 4."""
@@ -42,7 +43,8 @@ def per_sample(model_name: str, input_shape: tuple[int, ...], num_classes: int, 
 
     model = build_model(model_name, input_shape, num_classes)
     g = torch.Generator().manual_seed(0)
-    x = torch.randint(0, symbols, (4, *input_shape), generator=g) if symbols else torch.randn(4, *input_shape, generator=g)
+    x = (torch.randint(0, symbols, (4, *input_shape), generator=g) if symbols
+         else torch.randn(4, *input_shape, generator=g))
     counted = []
     for backward in (True, False):
         counter = FlopCounterMode(display=False)
@@ -68,10 +70,12 @@ class RunWork:
 def evaluation_rounds(rounds: int, eval_every: int, per_user_every: int) -> int:
     """How many of a run's rounds evaluate its model (``fedmgda.simulator.evaluate_round``: every
     ``eval_every`` and every ``per_user_every`` rounds from round 0, and the last)."""
-    return sum(1 for t in range(rounds) if t % eval_every == 0 or t % per_user_every == 0 or t == rounds - 1)
+    return sum(1 for t in range(rounds) if t % eval_every == 0 or t % per_user_every == 0
+               or t == rounds - 1)
 
 
-def run_work(flops: SampleFlops, cfg: dict, round_samples: float, test_samples: int, pre_round_losses: bool) -> RunWork:
+def run_work(flops: SampleFlops, cfg: dict, round_samples: float, test_samples: int,
+             pre_round_losses: bool) -> RunWork:
     """The FLOPs of one run of config ``cfg`` (a registry run's config: rounds, local_epochs,
     eval_every, per_user_every, track_improvement), whose rounds train ``round_samples`` samples in
     all (the round's clients', on average) and whose users hold ``test_samples`` test samples.
@@ -84,7 +88,8 @@ def run_work(flops: SampleFlops, cfg: dict, round_samples: float, test_samples: 
                    evaluation=evaluations * test_samples * flops.forward)
 
 
-def matmul_rate(device: torch.device, size: int = 4096, reps: int = 10, tf32: bool = False) -> float:
+def matmul_rate(device: torch.device, size: int = 4096, reps: int = 10,
+                tf32: bool = False) -> float:
     """Measured FLOP/s of square float32 matrix products of ``size`` on ``device`` (median of
     ``reps``; ``tf32``: CUDA's TF32 tensor cores allowed, as ``tf32: true`` allows them)."""
     a, b = (torch.randn(size, size, device=device) for _ in range(2))

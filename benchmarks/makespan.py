@@ -47,7 +47,8 @@ def schedule(jobs: Sequence[Job], cores: int, gpus: int = 1) -> Schedule:
         raise ValueError("job names must be unique")
     for j in jobs:
         if j.threads > cores or (j.device != "cpu" and gpus < 1):
-            raise ValueError(f"job {j.name} needs {j.threads} cores{' and a GPU' if j.device != 'cpu' else ''}; "
+            raise ValueError(f"job {j.name} needs {j.threads} "
+                             f"cores{' and a GPU' if j.device != 'cpu' else ''}; "
                              f"the machine has {cores} cores and {gpus} GPUs")
     waiting = sorted(jobs, key=lambda j: (-j.seconds, j.name))
     free_cores, free_gpus, now = cores, gpus, 0.0
@@ -78,7 +79,8 @@ def schedule(jobs: Sequence[Job], cores: int, gpus: int = 1) -> Schedule:
 
 def makespan_by_dataset(jobs: Sequence[Job], cores: int, gpus: int = 1) -> dict[str, float]:
     """The makespan of each dataset's jobs alone on the machine, and ``"all"``: of every job together."""
-    result = {d: schedule([j for j in jobs if j.dataset == d], cores, gpus).makespan for d in sorted({j.dataset for j in jobs})}
+    result = {d: schedule([j for j in jobs if j.dataset == d], cores, gpus).makespan
+              for d in sorted({j.dataset for j in jobs})}
     result["all"] = schedule(jobs, cores, gpus).makespan
     return result
 

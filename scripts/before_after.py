@@ -25,7 +25,8 @@ CELL = re.compile(r"^\s*(-?[0-9.]+) ± ([0-9.]+)\s*$")
 def window_table(path: Path) -> tuple[list[str], dict[str, dict[str, tuple[float, float, int]]]]:
     """The stats named by the table header and {row: {stat: (mean, std, seeds)}}."""
     stats: list[str] = []  # the current table's
-    every: list[str] = []  # every table's, in order (a file may hold several, e.g. --last 50 and --last 200)
+    # every table's, in order (a file may hold several, e.g. --last 50 and --last 200)
+    every: list[str] = []
     rows: dict[str, dict[str, tuple[float, float, int]]] = {}
     for line in path.read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -47,10 +48,12 @@ def window_table(path: Path) -> tuple[list[str], dict[str, dict[str, tuple[float
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("before", type=Path)
     parser.add_argument("after", type=Path)
-    parser.add_argument("--rows", nargs="+", default=["*"], help="fnmatch patterns on the row paths")
+    parser.add_argument("--rows", nargs="+", default=["*"],
+                        help="fnmatch patterns on the row paths")
     args = parser.parse_args()
     stats, before = window_table(args.before)
     _, after = window_table(args.after)
@@ -67,7 +70,8 @@ def main() -> None:
             change, spread, ok = rerun_change((bm, bs), (am, as_))
             within += ok
             total += 1
-            print(f"| {row} | {stat} | {bm:.2f} ± {bs:.2f} ({bn}) | {am:.2f} ± {as_:.2f} ({an}) | {change:+.2f} | "
+            print(f"| {row} | {stat} | {bm:.2f} ± {bs:.2f} ({bn}) | {am:.2f} ± {as_:.2f} ({an}) | "
+                  f"{change:+.2f} | "
                   f"{'yes' if ok else 'no'} (larger std {spread:.2f}) |")
     print(f"\n{within} of {total} changes within the seed spread.")
 

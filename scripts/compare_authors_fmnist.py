@@ -41,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from authors_code import authors_modules  # noqa: E402  (the harness around the authors' code, beside this script)
 
 
-def authors_partition(sampling, labels: np.ndarray, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+def authors_partition(sampling, labels: np.ndarray,
+                      seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
     torch.manual_seed(seed)
     np.random.seed(seed)
     groups = sampling.noniid(SimpleNamespace(targets=torch.from_numpy(labels)), 100, 300, 200)
@@ -55,10 +56,14 @@ def authors_partition(sampling, labels: np.ndarray, seed: int) -> list[tuple[np.
 def compare_partition(sampling, raw_dir: Path, labels: np.ndarray, seed: int) -> None:
     theirs = authors_partition(sampling, labels, seed)
     for sort in ("quicksort", "stable"):
-        ours = load_federated("fmnist", raw_dir, partition="shards", seed=seed, options={"sort": sort})
-        same_train = sum(np.array_equal(t[0], ours.train_idx[u].numpy()) for u, t in enumerate(theirs))
-        same_test = sum(np.array_equal(t[1], ours.test_idx[u].numpy()) for u, t in enumerate(theirs))
-        same_class = sum(labels[t[1][0]] == int(ours.y[ours.test_idx[u][0]]) for u, t in enumerate(theirs))
+        ours = load_federated("fmnist", raw_dir, partition="shards", seed=seed,
+                              options={"sort": sort})
+        same_train = sum(np.array_equal(t[0], ours.train_idx[u].numpy())
+                         for u, t in enumerate(theirs))
+        same_test = sum(np.array_equal(t[1], ours.test_idx[u].numpy())
+                        for u, t in enumerate(theirs))
+        same_class = sum(labels[t[1][0]] == int(ours.y[ours.test_idx[u][0]])
+                         for u, t in enumerate(theirs))
         print(f"seed {seed}, sort {sort:9s}: identical train lists {same_train}/100, test lists "
               f"{same_test}/100, same test class {same_class}/100")
 
@@ -68,9 +73,11 @@ def compare_pixels(raw_dir: Path, images: np.ndarray) -> None:
     from torchvision import transforms
 
     ours = load_federated("fmnist", raw_dir, partition="iid", seed=1)
-    transform = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.1307,), (0.3081,))])
+    transform = transforms.Compose([transforms.ToTensor(),
+                                    transforms.Normalize((0.1307,), (0.3081,))])
     picks = np.random.default_rng(0).choice(len(images), 500, replace=False)
-    diff = max(float((transform(Image.fromarray(images[i], mode="L")) - ours.x[i]).abs().max()) for i in picks)
+    diff = max(float((transform(Image.fromarray(images[i], mode="L")) - ours.x[i]).abs().max())
+               for i in picks)
     print(f"pixels: largest |torchvision - package| over 500 images: {diff:g}")
 
 
@@ -79,14 +86,18 @@ def compare_init(models, seed: int) -> None:
     theirs = models.CNNMnist(SimpleNamespace(num_channels=1, num_classes=10))
     torch.manual_seed(seed)
     ours = CNNFashion(10)
-    same = all(torch.equal(a, b) for a, b in zip(theirs.parameters(), ours.parameters(), strict=True))
+    same = all(torch.equal(a, b)
+               for a, b in zip(theirs.parameters(), ours.parameters(), strict=True))
     print(f"seed {seed}: initial CNN identical: {same}")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--authors", required=True, help="the main/ folder of a watml/Fed-MGDA checkout")
-    parser.add_argument("--raw-dir", default="resources/raw", help="resources/raw, with the four files in fmnist/")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--authors", required=True,
+                        help="the main/ folder of a watml/Fed-MGDA checkout")
+    parser.add_argument("--raw-dir", default="resources/raw",
+                        help="resources/raw, with the four files in fmnist/")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 5000, 6000])
     args = parser.parse_args()
     raw_dir = Path(args.raw_dir).resolve()  # the authors' folder becomes the working directory

@@ -99,7 +99,8 @@ def differences(locked: dict[str, str], found: dict[str, str], exact: bool) -> l
            for name, version in sorted(locked.items()) if found.get(name) != version]
     if exact:
         out += [f"{name} {version}: installed, not in the lock"
-                for name, version in sorted(found.items()) if name not in locked and name not in NOT_LOCKED]
+                for name, version in sorted(found.items()) if name not in locked
+                and name not in NOT_LOCKED]
     return out
 
 
@@ -109,14 +110,16 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[:1] == ["check"]:
         if recorded_digest(LOCK.read_text()) != input_digest():
-            print(f"warning: {LOCK.relative_to(REPO)} is older than pyproject.toml's requirements or "
-                  "the constraints: `make lock` (tests/test_dependencies.py fails until then)", file=sys.stderr)
+            print(f"warning: {LOCK.relative_to(REPO)} is older than pyproject.toml's requirements "
+                  "or the constraints: `make lock` (tests/test_dependencies.py fails until then)",
+                  file=sys.stderr)
         problems = differences(pins(LOCK.read_text()), installed(), exact="--exact" in argv)
         if problems:
             print(f"{sys.prefix} is not {LOCK.relative_to(REPO)}:\n  " + "\n  ".join(problems)
                   + "\n(a .venv from before? `rm -rf .venv && make setup`)", file=sys.stderr)
             return 1
-        print(f"{sys.prefix}: the {len(pins(LOCK.read_text()))} packages of {LOCK.relative_to(REPO)}, "
+        print(f"{sys.prefix}: the {len(pins(LOCK.read_text()))} packages of "
+              f"{LOCK.relative_to(REPO)}, "
               "at their locked versions")
         return 0
     print(__doc__, file=sys.stderr)

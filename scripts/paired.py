@@ -52,13 +52,15 @@ def window_standard_error(series: pd.Series) -> float:
     sqrt((1 + r) / (1 - r)) for the lag-1 autocorrelation r of the series (an AR(1) reading of
     neighbouring rounds' dependence; r < 0 is read as 0, r above 0.95 as 0.95)."""
     x = series.to_numpy(dtype=float)
-    r = float(np.corrcoef(x[:-1], x[1:])[0, 1]) if len(x) > 2 and x[:-1].std() > 0 and x[1:].std() > 0 else 0.0
+    r = (float(np.corrcoef(x[:-1], x[1:])[0, 1]) if len(x) > 2 and x[:-1].std() > 0
+         and x[1:].std() > 0 else 0.0)
     r = min(max(r, 0.0), 0.95)  # a constant series: no correlation to read
     return float(x.std(ddof=1) / np.sqrt(len(x)) * np.sqrt((1 + r) / (1 - r)))
 
 
 # ----------------------------------------------------------------- two codes, paired by seed
-def seed_pairs(authors_runs: Path, package_runs: Path) -> tuple[list[tuple[str, Path, Path]], list[tuple[str, Path]]]:
+def seed_pairs(authors_runs: Path,
+               package_runs: Path) -> tuple[list[tuple[str, Path, Path]], list[tuple[str, Path]]]:
     """The authors' runs (``<authors_runs>/seed<S>.csv``, by seed) with the package's run of the
     same seed (``<package_runs>/seed<S>/per_user.csv``): ([(seed<S>, theirs, ours)], and the
     seeds whose package run is missing, [(seed<S>, the path looked for)])."""
@@ -75,7 +77,8 @@ def seed_pairs(authors_runs: Path, package_runs: Path) -> tuple[list[tuple[str, 
 def paired_row(seed: str, theirs: Path, ours: Path, first: int, last: int) -> dict:
     """One seed's row of :func:`paired_rows`; the training losses where the authors' run has
     ``seed<S>_train_loss.csv`` (the package's from the run's metrics.csv)."""
-    a, p = round_means(pd.read_csv(theirs), first, last), round_means(pd.read_csv(ours), first, last)
+    a, p = (round_means(pd.read_csv(theirs), first, last),
+            round_means(pd.read_csv(ours), first, last))
     row = {"seed": int(seed[4:]), "rounds": f"{len(a)}/{len(p)}",
            "authors": a.mean(), "se_authors": window_standard_error(a),
            "package": p.mean(), "se_package": window_standard_error(p)}
@@ -84,7 +87,8 @@ def paired_row(seed: str, theirs: Path, ours: Path, first: int, last: int) -> di
     their_loss = theirs.with_name(f"{seed}_train_loss.csv")
     if their_loss.exists():
         row["authors_loss"] = mean_train_loss(pd.read_csv(their_loss), first, last)
-        row["package_loss"] = mean_train_loss(pd.read_csv(ours.with_name("metrics.csv")), first, last)
+        row["package_loss"] = mean_train_loss(pd.read_csv(ours.with_name("metrics.csv")), first,
+                                              last)
         row["diff_loss"] = row["package_loss"] - row["authors_loss"]
     return row
 
@@ -94,7 +98,8 @@ def paired_rows(authors_runs: Path, package_runs: Path, first: int, last: int) -
     user accuracy, its standard error from its own rounds (:func:`window_standard_error`), the
     difference package - authors and the mean training losses over the window. ValueError when no
     seed has both."""
-    rows = [paired_row(seed, theirs, ours, first, last) for seed, theirs, ours in seed_pairs(authors_runs, package_runs)[0]]
+    rows = [paired_row(seed, theirs, ours, first, last)
+            for seed, theirs, ours in seed_pairs(authors_runs, package_runs)[0]]
     if not rows:
         raise ValueError("no seed has both codes' results")
     return pd.DataFrame(rows)
@@ -120,7 +125,8 @@ def interval_verdict(result: dict[str, float]) -> str:
     return f"the interval excludes 0: the package is {'above' if result['mean'] > 0 else 'below'} the authors' code"
 
 
-# ----------------------------------------------------------------- two rows, paired by seed and round
+# ----------------------------------------------------------------- two rows, paired by seed and
+# round
 def evaluations(row_dir: Path, columns: list[str]) -> pd.DataFrame:
     """A row's ``columns`` of metrics.csv (fractions) in %, evaluated rounds x (seed<S>, column);
     ValueError when the folder has no ``seed*/metrics.csv``."""
@@ -136,18 +142,22 @@ def seed_mean_range(frame: pd.DataFrame, column: str, seeds: list[str]) -> dict[
     """The mean over ``seeds`` of ``column`` at each evaluation of ``frame`` (:func:`evaluations`):
     its lowest and highest value, the number of evaluations and their first and last round."""
     m = frame.xs(column, axis=1, level=1)[seeds].mean(axis=1)
-    return {"low": m.min(), "high": m.max(), "evaluations": len(m), "first": m.index.min(), "last": m.index.max()}
+    return {"low": m.min(), "high": m.max(), "evaluations": len(m), "first": m.index.min(),
+            "last": m.index.max()}
 
 
-def seed_rounds_better(a: pd.DataFrame, b: pd.DataFrame, column: str, seeds: list[str], higher: bool = True) -> int:
+def seed_rounds_better(a: pd.DataFrame, b: pd.DataFrame, column: str, seeds: list[str],
+                       higher: bool = True) -> int:
     """In how many (evaluation of A, seed) B's ``column`` is higher than A's (``higher`` False: lower)."""
     if higher:
-        return sum(int(b.loc[r, (s, column)] > a.loc[r, (s, column)]) for r in a.index for s in seeds)
+        return sum(int(b.loc[r, (s, column)] > a.loc[r, (s, column)]) for r in a.index
+                   for s in seeds)
     return sum(int(b.loc[r, (s, column)] < a.loc[r, (s, column)]) for r in a.index for s in seeds)
 
 
 # ----------------------------------------------------------------- one row before and after a rerun
-def rerun_change(before: tuple[float, float], after: tuple[float, float]) -> tuple[float, float, bool]:
+def rerun_change(before: tuple[float, float],
+                 after: tuple[float, float]) -> tuple[float, float, bool]:
     """A statistic's (mean, std) over seeds before and after a rerun: the change of the mean, the
     larger of the two stds and whether the change is within it."""
     (bm, bs), (am, as_) = before, after

@@ -27,7 +27,8 @@ from fedmgda.experiments import row_key  # noqa: E402
 DEFAULT_CSV = REPO / "src/fedmgda/reference/paper_tables.csv"
 DEFAULT_QFFL_MD = REPO / "src/fedmgda/reference/qffl_tables.md"
 
-NAMES = {"FedMGDA": "fedmgda", "FedMGDA+": "fedmgda_plus", "MGDA-Prox": "mgda_prox", "FedAvg": "fedavg",
+NAMES = {"FedMGDA": "fedmgda", "FedMGDA+": "fedmgda_plus", "MGDA-Prox": "mgda_prox",
+         "FedAvg": "fedavg",
          "FedAvg-n": "fedavg_n", "FedProx": "fedprox", "q-FedAvg": "qfedavg", "AFL": "afl"}
 COLUMNS = {
     "table6": ["Average", "Std"],
@@ -35,7 +36,8 @@ COLUMNS = {
     "table14": ["Avg (client)", "Avg (data)", "Std", "Worst 5", "Best 5"],
 }
 STATS4 = ["Average", "Std", "Worst 5%", "Best 5%"]
-# Table 7 settings stated in the appendix text (paper_tables.md "Figure 2 settings"/docs/protocol.md §5.1)
+# Table 7 settings stated in the appendix text (paper_tables.md "Figure 2 settings"/docs/protocol.md
+# §5.1)
 AFL_HP = {"gamma_lambda": 0.5, "gamma_w": 0.01}
 FEDMGDA_PLUS_ADULT = {"eta": 1.0, "decay": "1/3"}
 FIELDS = ["table", "row", "label", "column", "mean", "std", "note"]
@@ -88,7 +90,8 @@ def _table7_row(head: list[str], line: str) -> tuple[str, str, str]:
     if not m:
         raise ValueError(f"table7: cannot parse {line!r}")
     if m.group(1) == "Baseline_PhD":
-        return "baseline_phd", "Baseline_PhD (train on PhD data only)", "not in the authors' code (docs/protocol.md §5.1)"
+        return ("baseline_phd", "Baseline_PhD (train on PhD data only)",
+                "not in the authors' code (docs/protocol.md §5.1)")
     bias = m.group(3)
     if m.group(1) == "AFL":
         alg, hp = "afl", dict(AFL_HP)
@@ -98,11 +101,13 @@ def _table7_row(head: list[str], line: str) -> tuple[str, str, str]:
         alg, hp = "fedmgda_plus", dict(FEDMGDA_PLUS_ADULT)
     value = "*" if bias == "Arbitrary" else bias
     key = row_key(alg, hp, {}, {"kind": "bias", "value": 0})
-    key = key.rsplit(" bias=", 1)[0] + f" bias={value if value == '*' else format(float(value), 'g')}"
+    key = (key.rsplit(" bias=", 1)[0]
+           + f" bias={value if value == '*' else format(float(value), 'g')}")
     return key, f"{m.group(1)} [bias {bias}]", ""
 
 
-def _grid_hparams(table: str, alg: str, header: list[str], args: list[str], line: str) -> tuple[dict, dict]:
+def _grid_hparams(table: str, alg: str, header: list[str], args: list[str],
+                  line: str) -> tuple[dict, dict]:
     """(hyper-parameters, run settings) a row of Tables 8-14 names under its header."""
     if len(args) != len(header):
         raise ValueError(f"{table}: {line!r} does not match header {header}")
@@ -119,7 +124,8 @@ def _grid_hparams(table: str, alg: str, header: list[str], args: list[str], line
     raise ValueError(f"{table}: unknown header {header}")
 
 
-def _grid_row(table: str, head: list[str], header: list[str], seen: set[str], line: str) -> tuple[str, str, str]:
+def _grid_row(table: str, head: list[str], header: list[str], seen: set[str],
+              line: str) -> tuple[str, str, str]:
     """(key, label, note) of a row of Tables 8-14: an algorithm with the values of its header."""
     alg, args = NAMES[head[0]], head[1:]
     hp, run = _grid_hparams(table, alg, header, args, line) if args else ({}, {})
@@ -130,7 +136,8 @@ def _grid_row(table: str, head: list[str], header: list[str], seen: set[str], li
         note = "printed as '1.0 1/2' (twice); read as decay 1/5 (docs/protocol.md §8.16)"
     if table == "table9" and alg == "mgda_prox" and not args:
         note = "printed without hyper-parameters; equals FedProx mu=0.1 (docs/protocol.md §8.16); not matched"
-    label = " ".join([head[0]] + [f"{h}={a}" for h, a in zip(header, args, strict=False)] if args else [head[0]])
+    label = " ".join([head[0]] + [f"{h}={a}" for h, a in zip(header, args, strict=False)] if args
+                     else [head[0]])
     return key, label, note
 
 
@@ -151,7 +158,8 @@ def parse_qffl(md_path: str | Path) -> list[dict]:
             row, label = cells[:2]
             if " " in row:  # "algorithm k=v ...": the key the registry gives that grid entry
                 alg, *args = row.split()
-                row = row_key(alg, {k: float(v) for k, v in (a.split("=") for a in args)}, None, None)
+                row = row_key(alg, {k: float(v) for k, v in (a.split("=") for a in args)}, None,
+                              None)
             for col, tok in zip(header[2:], cells[2:], strict=True):
                 mean, std = _pm(tok)
                 out.append({"table": table, "row": row, "label": label, "column": col,
@@ -178,8 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("markdown", type=Path, help="the transcription of the paper's Tables 6-14")
     ap.add_argument("--qffl", type=Path, default=DEFAULT_QFFL_MD,
-                    help=f"the transcription of the q-FFL paper's Tables 2 and 11 (default: {DEFAULT_QFFL_MD})")
-    ap.add_argument("--out", type=Path, default=DEFAULT_CSV, help=f"the CSV to write (default: {DEFAULT_CSV})")
+                    help="the transcription of the q-FFL paper's Tables 2 and 11 (default: "
+                    f"{DEFAULT_QFFL_MD})")
+    ap.add_argument("--out", type=Path, default=DEFAULT_CSV,
+                    help=f"the CSV to write (default: {DEFAULT_CSV})")
     args = ap.parse_args(argv)
     if not args.markdown.is_file():
         print(f"paper_reference: {args.markdown} not found. It is the transcription of the paper's "

@@ -33,26 +33,34 @@ def series(row_dir: Path):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", type=Path, help="a profile's runs folder, e.g. results/fmnist/runs")
-    parser.add_argument("a", help="row A: a row folder under the runs folder (setting/algorithm/hparams/attack)")
+    parser.add_argument("a",
+                        help="row A: a row folder under the runs folder "
+                        "(setting/algorithm/hparams/attack)")
     parser.add_argument("b", help="row B, as A")
-    parser.add_argument("--after", type=int, default=100, help="only the evaluations after this round")
+    parser.add_argument("--after", type=int, default=100,
+                        help="only the evaluations after this round")
     args = parser.parse_args()
     a, b = series(args.runs / args.a), series(args.runs / args.b)
-    seeds = sorted(set(a.columns.get_level_values(0)) & set(b.columns.get_level_values(0)), key=lambda s: int(s[4:]))
+    seeds = sorted(set(a.columns.get_level_values(0)) & set(b.columns.get_level_values(0)),
+                   key=lambda s: int(s[4:]))
     a, b = a[a.index > args.after], b[b.index > args.after]
-    print(f"A = {args.a}\nB = {args.b}\nper-user statistics at each evaluation after round {args.after}, %\n")
+    print(f"A = {args.a}\nB = {args.b}\nper-user statistics at each evaluation after round "
+          f"{args.after}, %\n")
     head = " | ".join(f"{s} {STATS[k]} A / B" for s in seeds for k in STATS)
     print(f"| round | {head} |\n|---" + "|---" * (len(seeds) * len(STATS)) + "|")
     for rnd in a.index:
-        cells = " | ".join(f"{a.loc[rnd, (s, k)]:.2f} / {b.loc[rnd, (s, k)]:.2f}" for s in seeds for k in STATS)
+        cells = " | ".join(f"{a.loc[rnd, (s, k)]:.2f} / {b.loc[rnd, (s, k)]:.2f}" for s in seeds
+                           for k in STATS)
         print(f"| {rnd} | {cells} |")
     print()
     for name, df in (("A", a), ("B", b)):
         for k in STATS:
             m = seed_mean_range(df, k, seeds)
-            print(f"{name} {STATS[k]}, mean over {len(seeds)} seeds: {m['low']:.2f} to {m['high']:.2f} over "
+            print(f"{name} {STATS[k]}, mean over {len(seeds)} seeds: {m['low']:.2f} to "
+                  f"{m['high']:.2f} over "
                   f"{m['evaluations']} evaluations (rounds {m['first']}-{m['last']})")
     n = len(a.index) * len(seeds)
     higher = seed_rounds_better(a, b, "mean_acc", seeds)

@@ -48,7 +48,8 @@ from authors_code import record_run  # noqa: E402  (the harness around the autho
 from paired import difference_interval, interval_verdict, paired_rows, seed_pairs  # noqa: E402
 
 
-def compare(authors_runs: Path, package_runs: Path, first: int = 101, last: int = 200, markdown: Path | None = None) -> None:
+def compare(authors_runs: Path, package_runs: Path, first: int = 101, last: int = 200,
+            markdown: Path | None = None) -> None:
     """The comparison's table and interval (scripts/paired.py), printed and, with ``markdown``, written there."""
     for seed, ours in seed_pairs(authors_runs, package_runs)[1]:
         print(f"{seed}: no package run at {ours}; skipped")
@@ -60,31 +61,41 @@ def compare(authors_runs: Path, package_runs: Path, first: int = 101, last: int 
     shown = table.copy()
     for column in shown.columns:
         if column not in ("seed", "rounds"):
-            shown[column] = shown[column].map(lambda v, c=column: f"{v:.3f}" if "loss" in c else f"{v:.2f}")
-    summary = (f"Rounds {first}-{last}, {result['n']} seeds: package - authors = {result['mean']:+.2f} pp, "
-               f"95 % interval from the seeds' spread [{result['low']:+.2f}, {result['high']:+.2f}] ({interval_verdict(result)}); "
-               f"from the runs' own window standard errors [{result['low_runs']:+.2f}, {result['high_runs']:+.2f}].")
+            shown[column] = shown[column].map(lambda v, c=column: f"{v:.3f}" if "loss" in c
+                                              else f"{v:.2f}")
+    summary = (f"Rounds {first}-{last}, {result['n']} seeds: package - authors = "
+               f"{result['mean']:+.2f} pp, "
+               f"95 % interval from the seeds' spread [{result['low']:+.2f}, "
+               f"{result['high']:+.2f}] ({interval_verdict(result)}); "
+               f"from the runs' own window standard errors [{result['low_runs']:+.2f}, "
+               f"{result['high_runs']:+.2f}].")
     print(shown.to_string(index=False))
     print(summary)
     if markdown is not None:
         markdown.write_text(
             "# The package beside the authors' code: FedAvg on F-MNIST, every round evaluated\n\n"
-            f"Mean user test accuracy (%) averaged over rounds {first}-{last} per run; `se_*`: the window "
-            "mean's standard error from the run's own rounds (lag-1 autocorrelation included); `diff` = "
-            "package - authors, paired by seed (the same partition and initial model; the random streams "
-            "differ); losses: the participants' mean minibatch loss over the same rounds.\n\n"
-            + shown.to_markdown(index=False) + "\n\n" + summary + "\n\nMade by `python scripts/run_authors_fmnist.py compare "
-            f"--authors-runs {authors_runs} --package-runs {package_runs} --first {first} --last {last} --markdown {markdown}`.\n")
+            f"Mean user test accuracy (%) averaged over rounds {first}-{last} per run; `se_*`: the "
+            "window mean's standard error from the run's own rounds (lag-1 autocorrelation "
+            "included); `diff` = package - authors, paired by seed (the same partition and initial "
+            "model; the random streams differ); losses: the participants' mean minibatch loss over "
+            "the same rounds.\n\n"
+            + shown.to_markdown(index=False) + "\n\n" + summary
+            + "\n\nMade by `python scripts/run_authors_fmnist.py compare "
+            f"--authors-runs {authors_runs} --package-runs {package_runs} --first {first} --last "
+            f"{last} --markdown {markdown}`.\n")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run")
     r.add_argument("--authors", type=Path, required=True, help="the authors' main/ folder")
     r.add_argument("--seed", type=int, required=True)
     r.add_argument("--out", type=Path, required=True)
-    r.add_argument("--exact", action="store_true", help="without speed_up: the datasets transformed at every access, event files written")
+    r.add_argument("--exact", action="store_true",
+                   help="without speed_up: the datasets transformed at every access, event files "
+                   "written")
     r.add_argument("extra", nargs="*", help="more arguments for federated_main.py, after --")
     c = sub.add_parser("compare")
     c.add_argument("--authors-runs", type=Path, required=True)

@@ -21,7 +21,8 @@ from fedmgda.simulator import Simulation
 
 ALGORITHMS = {"fedmgda_plus": {"eta": 1.0, "decay": 0.1}, "fedavg": {}}
 SETTING = dict(dataset="digits", partition="shards", batch_size=10, local_lr=0.05, momentum=0.5,
-               local_epochs=1, participation=1.0, device="cpu", raw_dir="resources/raw", per_user_every=5)
+               local_epochs=1, participation=1.0, device="cpu", raw_dir="resources/raw",
+               per_user_every=5)
 
 
 def run_config(algorithm: str, value: float, seed: int, rounds: int) -> RunConfig:
@@ -35,14 +36,17 @@ def cell(results) -> tuple[str, str, int]:
     accs = [100 * r.summary["final"]["mean_acc"] for r in results if r.summary["final"]]
     mean, std = seed_stats(accs)  # the tables' mean ± population std over seeds
     acc = f"{mean:.1f} ± {std:.1f}" if accs else "-"
-    status = ", ".join(r.summary["status"] + (f" at round {r.summary['diverged_round']}" if r.summary["diverged_round"] else "")
+    status = ", ".join(r.summary["status"]
+                       + (f" at round {r.summary['diverged_round']}"
+                          if r.summary["diverged_round"] else "")
                        for r in results)
     return acc, status, sum(int(r.metrics["dropped"].sum()) for r in results)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--values", default="0,10,1e6,1e12,1e20,1e30", help="scaling factors; 0 = no attack")
+    parser.add_argument("--values", default="0,10,1e6,1e12,1e20,1e30",
+                        help="scaling factors; 0 = no attack")
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--rounds", type=int, default=20)
     args = parser.parse_args()
@@ -50,9 +54,11 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     keys = [(a, v, s) for a in ALGORITHMS for v in values for s in seeds]
     start = time.perf_counter()
-    results = run_packed([Simulation(run_config(a, v, s, args.rounds)) for a, v, s in keys], [None] * len(keys))
+    results = run_packed([Simulation(run_config(a, v, s, args.rounds)) for a, v, s in keys],
+                         [None] * len(keys))
     by_key = dict(zip(keys, results))
-    print(f"| algorithm | scaling | mean user accuracy (%, {len(seeds)} seeds) | status per seed | participants left out |")
+    print(f"| algorithm | scaling | mean user accuracy (%, {len(seeds)} seeds) | status per seed | "
+          "participants left out |")
     print("|---|---|---|---|---|")
     for a in ALGORITHMS:
         for v in values:

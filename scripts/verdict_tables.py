@@ -3,7 +3,8 @@
     python scripts/verdict_tables.py docs/fmnist-fairness.md [more pages ...]
 
 A page marks each table with ``<!-- verdicts: <claims.csv> [claim-id pattern] -->`` ...
-``<!-- /verdicts -->``; this rewrites what is between the markers (fedmgda.claims.render_verdict_blocks).
+``<!-- /verdicts -->``; this rewrites what is between the markers
+(fedmgda.docnumbers.render_verdict_blocks).
 tests/test_stated_verdicts.py fails when a page's tables differ from what this writes.
 """
 
@@ -13,7 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from fedmgda.claims import ClaimError, render_verdict_blocks
+from fedmgda.claims import ClaimError
+from fedmgda.docnumbers import render_verdict_blocks
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -41,11 +41,14 @@ def mean_std(values: list[float], digits: int) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", type=Path, help="a profile's runs folder, e.g. results/fmnist/runs")
-    parser.add_argument("--last", type=int, default=50, help="the window: the evaluations of the last N rounds")
+    parser.add_argument("--last", type=int, default=50,
+                        help="the window: the evaluations of the last N rounds")
     parser.add_argument("--per-seed", action="store_true", help="also print every seed's values")
-    parser.add_argument("--stats", nargs="+", default=list(DEFAULT_STATS), help="metrics.csv columns to average")
+    parser.add_argument("--stats", nargs="+", default=list(DEFAULT_STATS),
+                        help="metrics.csv columns to average")
     parser.add_argument("--rows", nargs="+", default=["*"], metavar="PATTERN",
                         help="fnmatch patterns on the row paths (default: every row)")
     args = parser.parse_args()
@@ -59,8 +62,10 @@ def main() -> None:
         for stat in stats:
             rows[row][stat].append(scale(stat) * metrics_value(run, stat, {"last": args.last}))
         if args.per_seed:
-            print(f"{row} {run.name}: " + ", ".join(f"{s} {rows[row][s][-1]:.{digits(s)}f}" for s in stats))
-    print(f"\nmean ± std over seeds of the evaluations of the last {args.last} rounds (accuracies and shares in %)")
+            print(f"{row} {run.name}: "
+                  + ", ".join(f"{s} {rows[row][s][-1]:.{digits(s)}f}" for s in stats))
+    print(f"\nmean ± std over seeds of the evaluations of the last {args.last} rounds (accuracies "
+          "and shares in %)")
     print("| row | seeds | " + " | ".join(stats) + " |\n|---|---|" + "---|" * len(stats))
     for row, values in rows.items():
         cells = " | ".join(mean_std(values[s], digits(s)) for s in stats)

@@ -18,6 +18,8 @@ import pytest
 LONGEST = "test_table7_real.py"
 
 
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
     # stable: the rest keep their order
-    items.sort(key=lambda item: (item.get_closest_marker("slurm") is not None, item.path.name != LONGEST))
+    items.sort(key=lambda item: (item.get_closest_marker("slurm") is not None,
+                                 item.path.name != LONGEST))

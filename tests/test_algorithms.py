@@ -28,11 +28,13 @@ EXAMPLES = sorted((REPO / "examples").glob("*.py"))
 @pytest.mark.parametrize("cls", BUILTIN_CLASSES, ids=lambda c: c.name)
 def test_each_builtin_is_one_module_with_one_algorithm_that_cites_its_sources(cls):
     module = importlib.import_module(cls.__module__)
-    assert module.__name__ == f"fedmgda.algorithms.{cls.name}"  # the module is named as the algorithm
+    # the module is named as the algorithm
+    assert module.__name__ == f"fedmgda.algorithms.{cls.name}"
     declared = [c for c in vars(module).values() if isinstance(c, type) and issubclass(c, Algorithm)
                 and c.__module__ == module.__name__]
     assert declared == [cls]
-    assert "docs/protocol.md §" in module.__doc__ and "<-" in module.__doc__  # its update rule and its source
+    # its update rule and its source
+    assert "docs/protocol.md §" in module.__doc__ and "<-" in module.__doc__
     assert BUILTIN_ALGORITHMS[cls.name] == describe(cls)  # read as a plug-in is read
 
 

@@ -8,14 +8,16 @@ from fedmgda.simulator import Simulation
 
 
 def one_round(algorithm, attack, hparams=None, **overrides):
-    cfg = toy_config(algorithm=algorithm, hparams=hparams or {}, rounds=1, attack=attack, **overrides)
+    cfg = toy_config(algorithm=algorithm, hparams=hparams or {}, rounds=1, attack=attack,
+                     **overrides)
     return run(cfg, data=make_toy_federated(), model_name="logreg").final_weights
 
 
 def test_attacker_joins_every_round_and_the_round_size_is_unchanged():
     assert force_attacker([4, 2, 7], 2) == [4, 7, 2]
     assert force_attacker([4, 2, 7], 5) == [4, 2, 5]
-    sim = Simulation(toy_config(attack={"kind": "bias", "user": 6, "value": 1.0}), data=make_toy_federated(), model_name="logreg")
+    sim = Simulation(toy_config(attack={"kind": "bias", "user": 6, "value": 1.0}),
+                     data=make_toy_federated(), model_name="logreg")
     for t in range(10):
         users = sim.participants(t)
         assert users[-1] == 6 and len(users) == 4 and len(set(users)) == 4
@@ -38,11 +40,13 @@ def test_bias_leaves_fedmgda_plus_unchanged_but_moves_qfedavg():
 
 
 def test_bias_moves_afls_lambda():
-    cfg = dict(algorithm="afl", hparams={"gamma_w": 1.0, "gamma_lambda": 0.1}, rounds=1, participation=1.0)
+    cfg = dict(algorithm="afl", hparams={"gamma_w": 1.0, "gamma_lambda": 0.1}, rounds=1,
+               participation=1.0)
     data = make_toy_federated()
     sims = {}
     for value in (0.0, 1.0):
-        sims[value] = Simulation(toy_config(attack={"kind": "bias", "user": 0, "value": value}, **cfg), data=data, model_name="logreg")
+        sims[value] = Simulation(toy_config(attack={"kind": "bias", "user": 0, "value": value},
+                                            **cfg), data=data, model_name="logreg")
         run_packed([sims[value]], [None])
     lam_honest, lam_biased = sims[0.0].algorithm.lam, sims[1.0].algorithm.lam
     assert lam_biased[0] > lam_honest[0] + 0.05  # the attacker's weight grows
@@ -56,4 +60,5 @@ def test_scaling_cancels_for_normalised_fedmgda_plus_with_one_full_batch_step():
     a = one_round("fedmgda_plus", honest, hp, **full)
     b = one_round("fedmgda_plus", scaled, hp, **full)
     assert torch.allclose(a, b, atol=1e-6)
-    assert not torch.allclose(one_round("fedavg", honest, **full), one_round("fedavg", scaled, **full), atol=1e-3)
+    assert not torch.allclose(one_round("fedavg", honest, **full),
+                              one_round("fedavg", scaled, **full), atol=1e-3)

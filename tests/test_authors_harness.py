@@ -36,7 +36,8 @@ def script():
 # ----------------------------------------------------------------- a stand-in of the authors' main/
 # their modules' names and the calls the harness relies on: get_dataset draws the partition with
 # np.random.choice, the round loop draws its participants with it, LocalUpdate.update_weights
-# trains on self.trainloader, LocalUpdate.inference evaluates, CNNMnist with conv2_drop and F.dropout
+# trains on self.trainloader, LocalUpdate.inference evaluates, CNNMnist with conv2_drop and
+# F.dropout
 STAND_IN = {
     "options.py": """
 import argparse
@@ -168,8 +169,10 @@ def test_record_run_writes_every_rounds_per_user_accuracies(harness, stand_in, t
     """``run``: per-user accuracies of every round and the training loss; ``speed_up`` changes no
     number (``exact`` gives the same files) and leaves out the event files."""
     harness.record_run(stand_in, 3, tmp_path / "fast", ["--epochs=2"])
-    assert not (stand_in / "events.txt").exists() and "utils" not in sys.modules  # their modules forgotten
-    sys.modules.pop("tensorboardX")  # speed_up's writer stays on the module, as in a script's one run
+    # their modules forgotten
+    assert not (stand_in / "events.txt").exists() and "utils" not in sys.modules
+    # speed_up's writer stays on the module, as in a script's one run
+    sys.modules.pop("tensorboardX")
     harness.record_run(stand_in, 3, tmp_path / "exact", ["--epochs=2"], exact=True)
     assert (stand_in / "events.txt").exists()
     accuracies = pd.read_csv(tmp_path / "fast" / "seed3.csv")
@@ -183,7 +186,8 @@ def test_authors_rounds_trains_the_given_participants_on_the_given_minibatches(h
     participants = [[7, 2], [3, 90], [2, 5]]
     positions = [[1, 0], [2, 3, 4], [7, 6, 5]]
     choice = np.random.choice
-    models, accuracies = harness.authors_rounds(stand_in, participants, lambda t, user: positions, seed=5,
+    models, accuracies = harness.authors_rounds(stand_in, participants,
+                                                lambda t, user: positions, seed=5,
                                                 dropout=False, dtype=torch.float64)
     assert np.random.choice is choice  # restored
     assert len(models) == 3 and all(w.dtype == torch.float64 and w.shape == (4,) for w in models)
@@ -193,10 +197,12 @@ def test_authors_rounds_trains_the_given_participants_on_the_given_minibatches(h
     lines = (stand_in / "trained.txt").read_text().splitlines()
     expected = [f"{t} Identity {[[int(order[10 * u + p]) for p in batch] for batch in positions]}"
                 for t, users in enumerate(participants) for u in users]
-    assert lines == expected  # the participants in order, each on the given minibatches, dropout off
+    # the participants in order, each on the given minibatches, dropout off
+    assert lines == expected
 
     (stand_in / "trained.txt").unlink()
-    again, _ = harness.authors_rounds(stand_in, participants, lambda t, user: positions, seed=5, dropout=True)
+    again, _ = harness.authors_rounds(stand_in, participants,
+                                      lambda t, user: positions, seed=5, dropout=True)
     assert "Dropout" in (stand_in / "trained.txt").read_text() and again[0].dtype == torch.float32
 
 
@@ -234,7 +240,8 @@ def test_transformed_dataset_gives_the_same_samples(harness):
 
     source = Counting()
     once = harness.Transformed(source)
-    assert [(x.tolist(), y) for x, y in (once[0], once[1], once[1])] == [([0.0] * 3, 3), ([1.0] * 3, 1), ([1.0] * 3, 1)]
+    assert ([(x.tolist(), y) for x, y in (once[0], once[1], once[1])]
+            == [([0.0] * 3, 3), ([1.0] * 3, 1), ([1.0] * 3, 1)])
     assert source.calls == 2 and once.targets == [3, 1]
     cast = harness.Cast(once, torch.float64)
     assert len(cast) == 2 and cast.targets == [3, 1]
@@ -265,7 +272,8 @@ def test_the_scripts_use_the_one_harness():
         assert "import runpy" not in text and "os.chdir" not in text and "def require_authors_sort" not in text, name
 
 
-# ----------------------------------------------------------------- compare: the published comparison
+# ----------------------------------------------------------------- compare: the published
+# comparison
 def per_user(accuracy_of_round, rounds=range(101, 201)) -> pd.DataFrame:
     rows = [(r, u, accuracy_of_round(r, u)) for r in rounds for u in range(4)]
     return pd.DataFrame(rows, columns=["round", "user", "accuracy"])
@@ -279,7 +287,8 @@ def test_compare_pairs_seeds_and_states_the_interval(script, tmp_path, capsys):
         per_user(lambda r, u: 0.7 + wobble(r)).to_csv(authors / f"seed{seed}.csv", index=False)
         (package / f"seed{seed}").mkdir(parents=True)
         per_user(lambda r, u, g=gap: 0.7 - g + wobble(r)).to_csv(package / f"seed{seed}" / "per_user.csv", index=False)
-    per_user(lambda r, u: 0.5).to_csv(authors / "seed9000.csv", index=False)  # no package run: skipped
+    # no package run: skipped
+    per_user(lambda r, u: 0.5).to_csv(authors / "seed9000.csv", index=False)
     markdown = tmp_path / "paired.md"
     script.compare(authors, package, 101, 200, markdown)
     out = capsys.readouterr().out
@@ -302,23 +311,37 @@ def synthetic_runs(root: Path) -> None:
     for seed in (1, 2, 3, 4):
         base = 0.7 + 0.01 * seed
         rounds = np.arange(90, 201)
-        rows = [(r, u, round(float(base + 0.05 * np.sin(r / 5) + rng.normal(0, 0.02)), 4)) for r in rounds for u in range(4)]
-        pd.DataFrame(rows, columns=["round", "user", "accuracy"]).to_csv(authors / f"seed{seed}.csv", index=False)
+        rows = [(r, u, round(float(base + 0.05 * np.sin(r / 5) + rng.normal(0, 0.02)), 4))
+                for r in rounds for u in range(4)]
+        pd.DataFrame(rows,
+                     columns=["round", "user",
+                              "accuracy"]).to_csv(authors / f"seed{seed}.csv", index=False)
         if seed == 4:
             continue
         kept = rounds[rounds % 7 != 0] if seed == 3 else rounds
-        rows = [(r, u, round(float(base - 0.004 * seed + 0.05 * np.sin(r / 5) + rng.normal(0, 0.02)), 4), 60)
+        rows = [(r, u,
+                 round(float(base - 0.004 * seed + 0.05 * np.sin(r / 5) + rng.normal(0, 0.02)), 4),
+                 60)
                 for r in kept for u in range(4)]
         (package / f"seed{seed}").mkdir(parents=True)
-        pd.DataFrame(rows, columns=["round", "user", "accuracy", "n_test"]).to_csv(package / f"seed{seed}" / "per_user.csv", index=False)
+        pd.DataFrame(rows,
+                     columns=["round", "user", "accuracy",
+                              "n_test"]).to_csv(package / f"seed{seed}" / "per_user.csv",
+                                                index=False)
         if seed < 3:
-            loss = [round(float(0.3 + 0.1 * np.exp(-r / 50) + rng.normal(0, 0.01)), 5) for r in range(1, 201)]
-            pd.DataFrame({"round": range(1, 201), "train_loss": loss}).to_csv(authors / f"seed{seed}_train_loss.csv", index=False)
+            loss = [round(float(0.3 + 0.1 * np.exp(-r / 50) + rng.normal(0, 0.01)), 5)
+                    for r in range(1, 201)]
+            pd.DataFrame({"round": range(1, 201),
+                          "train_loss": loss}).to_csv(authors / f"seed{seed}_train_loss.csv",
+                                                      index=False)
             loss = [round(v + float(rng.normal(0, 0.005)), 5) for v in loss]
-            pd.DataFrame({"round": range(1, 201), "train_loss": loss}).to_csv(package / f"seed{seed}" / "metrics.csv", index=False)
+            pd.DataFrame({"round": range(1, 201),
+                          "train_loss": loss}).to_csv(package / f"seed{seed}" / "metrics.csv",
+                                                      index=False)
 
 
-# what the script wrote when it computed its statistics itself (now scripts/paired.py's), on synthetic_runs
+# what the script wrote when it computed its statistics itself (now scripts/paired.py's), on
+# synthetic_runs
 BEFORE_STDOUT = """\
 seed4: no package run at package/seed4/per_user.csv; skipped
  seed  rounds authors se_authors package se_package  diff se_diff authors_loss package_loss diff_loss
@@ -366,8 +389,10 @@ def test_compare_writes_what_it_wrote_before_its_statistics_moved(tmp_path):
     synthetic_runs(tmp_path)
 
     def compare(first: int, last: int, markdown: str) -> str:
-        return subprocess.run([sys.executable, str(SCRIPTS / "run_authors_fmnist.py"), "compare", "--authors-runs", "authors",
-                               "--package-runs", "package", "--first", str(first), "--last", str(last), "--markdown", markdown],
+        return subprocess.run([sys.executable, str(SCRIPTS / "run_authors_fmnist.py"), "compare",
+                               "--authors-runs", "authors",
+                               "--package-runs", "package", "--first", str(first), "--last",
+                               str(last), "--markdown", markdown],
                               cwd=tmp_path, capture_output=True, text=True, check=True).stdout
 
     assert compare(101, 200, "paired.md") == BEFORE_STDOUT

@@ -37,7 +37,9 @@ def test_batched_dropout_masks_differ_per_client():
     w0 = flat.initial_vector()
 
     def train(trainer):
-        plan = trainer.minibatches.plan(same, [torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)])
+        plan = trainer.minibatches.plan(same,
+                                        [torch.Generator().manual_seed(1),
+                                         torch.Generator().manual_seed(1)])
         return VmapSteps(trainer).train(plan, w0, x, y, torch.ones(2))
 
     with_dropout = train(LocalTrainer(flat, LocalHParams(batch_size=4, lr=0.1)))
@@ -60,7 +62,8 @@ def test_batched_simulation_with_unequal_clients_matches_the_sequential_one():
     data = make_toy_federated(num_users=6)
     data.train_idx[0] = data.train_idx[0][:5]  # very unequal sizes: several size groups
     data.train_idx[1] = data.train_idx[1][:13]
-    common = dict(algorithm="qfedavg", hparams={"q": 0.5}, rounds=4, participation=1.0, batch_size=4)
+    common = dict(algorithm="qfedavg", hparams={"q": 0.5}, rounds=4, participation=1.0,
+                  batch_size=4)
     seq = run(toy_config(batched=False, **common), data=data, model_name="logreg")
     bat = run(toy_config(batched=True, **common), data=data, model_name="logreg")
     assert torch.allclose(seq.final_weights, bat.final_weights, atol=1e-5)
@@ -76,17 +79,21 @@ def test_batched_simulation_matches_the_sequential_one():
 
 def test_batched_fedmgda_plus_with_fedmdfgs_mlp_matches_the_sequential_one():
     """FedMDFG's MLP (mlp_fmnist) through whole rounds: the vmap-ed path = the reference path."""
-    common = dict(algorithm="fedmgda_plus", hparams={"eta": 0.1, "decay": 0, "epsilon": 0.1}, rounds=3,
+    common = dict(algorithm="fedmgda_plus", hparams={"eta": 0.1, "decay": 0, "epsilon": 0.1},
+                  rounds=3,
                   participation=0.5, batch_size=5, local_lr=0.1, momentum=0.0)
-    seq = run(toy_config(batched=False, **common), data=make_toy_federated(), model_name="mlp_fmnist")
-    bat = run(toy_config(batched=True, **common), data=make_toy_federated(), model_name="mlp_fmnist")
+    seq = run(toy_config(batched=False, **common), data=make_toy_federated(),
+              model_name="mlp_fmnist")
+    bat = run(toy_config(batched=True, **common), data=make_toy_federated(),
+              model_name="mlp_fmnist")
     assert torch.allclose(seq.final_weights, bat.final_weights, atol=1e-5)
     assert np.allclose(seq.metrics["train_loss"], bat.metrics["train_loss"], atol=1e-5)
 
 
 def needs_cuda(test):
     """A CUDA test: marked ``cuda`` (make test-cuda), skipped where torch sees no CUDA device."""
-    return pytest.mark.cuda(pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")(test))
+    return pytest.mark.cuda(pytest.mark.skipif(not torch.cuda.is_available(),
+                                               reason="no CUDA device")(test))
 
 
 @needs_cuda
@@ -125,7 +132,8 @@ def test_cuda_graph_spans_give_the_eager_updates(monkeypatch):
     import fedmgda.client as client
 
     monkeypatch.setattr(client, "GRAPH_STEPS", 3)
-    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)  # conv backward without atomics, as runs set it
+    # conv backward without atomics, as runs set it
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
     torch.manual_seed(0)
     flat = FlatModel(build_model("cnn_fmnist", (1, 28, 28), 10).cuda())
     x, y, idx = pooled_clients((1, 28, 28), 10, [200, 30, 160], token_input=False)
@@ -147,10 +155,12 @@ def test_cuda_graph_spans_give_the_eager_updates(monkeypatch):
 
 @needs_cuda
 def test_cuda_batched_runs_are_deterministic_with_and_without_graphs():
-    common = dict(algorithm="fedmgda_plus", hparams={"eta": 1.0, "decay": 0.1}, rounds=5, participation=1.0, batched=True, device="cuda")
+    common = dict(algorithm="fedmgda_plus", hparams={"eta": 1.0, "decay": 0.1}, rounds=5,
+                  participation=1.0, batched=True, device="cuda")
     a = run(toy_config(**common), data=make_toy_federated(), model_name="logreg")
     b = run(toy_config(**common), data=make_toy_federated(), model_name="logreg")
-    eager = run(toy_config(cuda_graphs=False, **common), data=make_toy_federated(), model_name="logreg")
+    eager = run(toy_config(cuda_graphs=False, **common), data=make_toy_federated(),
+                model_name="logreg")
     pd.testing.assert_frame_equal(a.metrics, b.metrics)
     assert torch.equal(a.final_weights, b.final_weights)
     assert torch.equal(a.final_weights, eager.final_weights)
@@ -166,8 +176,11 @@ def test_cuda_cnn_runs_are_reproducible(batched):
     x = torch.randn(users * (n_train + n_test), 3, 32, 32, generator=g)
     y = torch.randint(0, 10, (len(x),), generator=g)
     starts = [u * (n_train + n_test) for u in range(users)]
-    data = FederatedDataset("images", x, y, [torch.arange(s, s + n_train) for s in starts], [torch.arange(s + n_train, s + n_train + n_test) for s in starts], 10)
-    cfg = toy_config(algorithm="fedmgda_plus", hparams={"eta": 1.0, "decay": 0.1}, rounds=4, participation=1.0, batch_size=10, local_lr=0.05, batched=batched, device="cuda")
+    data = FederatedDataset("images", x, y, [torch.arange(s, s + n_train) for s in starts],
+                            [torch.arange(s + n_train, s + n_train + n_test) for s in starts], 10)
+    cfg = toy_config(algorithm="fedmgda_plus", hparams={"eta": 1.0, "decay": 0.1}, rounds=4,
+                     participation=1.0, batch_size=10, local_lr=0.05, batched=batched,
+                     device="cuda")
     a, b = (run(cfg, data=data, model_name="cnn_cifar") for _ in range(2))
     pd.testing.assert_frame_equal(a.metrics, b.metrics)
     assert torch.equal(a.final_weights, b.final_weights)
@@ -209,18 +222,21 @@ def test_graphs_replay_long_clients_in_recurring_spans(monkeypatch):
 
     torch.manual_seed(0)
     flat = FlatModel(build_model("cnn_fmnist", (1, 28, 28), 10).double())
-    x, y, idx = pooled_clients((1, 28, 28), 10, [200, 30, 160], token_input=False)  # 20, 3 and 16 steps of 10
+    # 20, 3 and 16 steps of 10
+    x, y, idx = pooled_clients((1, 28, 28), 10, [200, 30, 160], token_input=False)
     trainer = LocalTrainer(flat, LocalHParams(batch_size=10, lr=0.05, momentum=0.5))
     w0 = flat.initial_vector()
 
     def train(graphs):
         torch.manual_seed(7)  # the same dropout masks each time
         plan = trainer.minibatches.plan(idx, [torch.Generator().manual_seed(k) for k in range(3)])
-        return VmapSteps(trainer, graphs).train(plan, w0, x, y, torch.tensor([1.0, 0.5, 2.0], dtype=torch.float64))
+        return VmapSteps(trainer, graphs).train(plan, w0, x, y,
+                                                torch.tensor([1.0, 0.5, 2.0], dtype=torch.float64))
 
     one_loop = train(None)
     graphs, captured = graphs_on_cpu(monkeypatch, capacity=16)
-    for _ in range(2):  # first round: keys seen once run eagerly, recurring ones are captured; second: replays
+    # first round: keys seen once run eagerly, recurring ones are captured; second: replays
+    for _ in range(2):
         spans = train(graphs)
         for a, b in zip(one_loop, spans):
             assert torch.equal(a.update, b.update) and torch.equal(a.train_loss, b.train_loss)
@@ -246,7 +262,8 @@ def test_cuda_graphs_capture_a_key_at_most_once(monkeypatch):
             x = torch.full((2,), float(round_))
             assert torch.equal(graphs(key, fn, (x,))[0], x * 2)
     assert len(captured) == 3  # a, b and c once each (without the guard: 3 more every round)
-    assert graphs.evicted == {"a"} and list(graphs.graphs) == ["b", "c"]  # b and c replayed, a eager
+    # b and c replayed, a eager
+    assert graphs.evicted == {"a"} and list(graphs.graphs) == ["b", "c"]
 
 
 def test_the_size_groups_padding_changes_the_groups_not_the_numbers(monkeypatch):
@@ -260,8 +277,11 @@ def test_the_size_groups_padding_changes_the_groups_not_the_numbers(monkeypatch)
         data.train_idx[user] = data.train_idx[user][:2]
     groups = []
     real_size_groups = scheduler_module.size_groups
-    monkeypatch.setattr(scheduler_module, "size_groups", lambda sizes, padding: groups.append(real_size_groups(sizes, padding)) or groups[-1])
-    cfg = toy_config(algorithm="fedmgda_plus", hparams={"eta": 1.0, "decay": 0.1}, rounds=3, participation=1.0)
+    monkeypatch.setattr(scheduler_module, "size_groups",
+                        lambda sizes, padding: groups.append(real_size_groups(sizes, padding))
+                        or groups[-1])
+    cfg = toy_config(algorithm="fedmgda_plus", hparams={"eta": 1.0, "decay": 0.1}, rounds=3,
+                     participation=1.0)
     by_size = run(cfg, data=data, model_name="mlp_digits")
     assert {len(g) for g in groups} == {2}  # the 24-sample clients apart from the 2-sample ones
     groups.clear()
@@ -322,7 +342,8 @@ def round_keys(sizes: list[int], batch: int = 10) -> list[tuple]:
     for group in size_groups(sizes):
         steps = sorted((math.ceil(sizes[i] / batch) for i in group), reverse=True)
         active = tuple(sum(s > t for s in steps) for t in range(steps[0]))
-        keys += [(len(group), active[first:first + GRAPH_STEPS], first == 0) for first in range(0, len(active), GRAPH_STEPS)]
+        keys += [(len(group), active[first:first + GRAPH_STEPS], first == 0)
+                 for first in range(0, len(active), GRAPH_STEPS)]
     return keys
 
 
@@ -334,7 +355,8 @@ def test_every_recurring_key_of_a_shakespeare_round_is_replayed(monkeypatch):
     import importlib.util
     from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location("bench_rounds", Path(__file__).resolve().parents[1] / "benchmarks" / "bench_rounds.py")
+    spec = importlib.util.spec_from_file_location("bench_rounds",
+                                                  Path(__file__).resolve().parents[1] / "benchmarks" / "bench_rounds.py")
     bench = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "bench_rounds", bench)  # its dataclasses look their module up
     spec.loader.exec_module(bench)
@@ -353,4 +375,5 @@ def test_every_recurring_key_of_a_shakespeare_round_is_replayed(monkeypatch):
         return replays
 
     assert replays_in_third_round(*graphs_on_cpu(monkeypatch)) == 97
-    assert replays_in_third_round(*graphs_on_cpu(monkeypatch, capacity=4)) < 97  # 60: the rest eager or captured again
+    # 60: the rest eager or captured again
+    assert replays_in_third_round(*graphs_on_cpu(monkeypatch, capacity=4)) < 97

@@ -50,10 +50,12 @@ def test_dataset_registry_is_the_catalog():
     assert list(DATASET_SPECS) == list(DATASETS)
     for name, spec in DATASET_SPECS.items():
         info = DATASETS[name]
-        assert (spec.model, spec.default_partition, spec.partitions) == (info.model, info.default_partition, info.partitions)
+        assert (spec.model, spec.default_partition,
+                spec.partitions) == (info.model, info.default_partition, info.partitions)
         assert info.default_partition in info.partitions and set(info.partitions) <= set(PARTITIONERS)
         assert info.offline == (spec.raw_files == ()), name  # offline = nothing to download
-        assert {rf.dataset for rf in spec.raw_files} <= {info.raw_folder}, name  # the folder the workflow downloads
+        # the folder the workflow downloads
+        assert {rf.dataset for rf in spec.raw_files} <= {info.raw_folder}, name
 
 
 def test_partitions_are_the_partitioners_registry():
@@ -74,7 +76,8 @@ def test_partitions_are_the_partitioners_registry():
 def test_every_builtin_builds_and_its_flags_match_its_hparams(name):
     info = BUILTIN_ALGORITHMS[name]
     assert issubclass(info.cls, Algorithm) and info.cls.name == name
-    assert isinstance(make_algorithm(name, {}, rounds=100, num_users=4), info.cls)  # the declared defaults are valid
+    # the declared defaults are valid
+    assert isinstance(make_algorithm(name, {}, rounds=100, num_users=4), info.cls)
     assert info.proximal == ("mu" in info.hparams)
     assert info.min_norm_qp == ("epsilon" in info.hparams)
     assert set(info.implied) <= set(info.hparams) and info.display and info.summary
@@ -84,7 +87,8 @@ def test_name_lists_are_written_once():
     """No source file but the catalog writes three or more algorithm (or dataset) names on one
     line: a list kept by hand elsewhere would drift from the catalog. The schema's dataset enum is
     the one copy, checked equal above."""
-    sources = [*REPO.glob("src/fedmgda/**/*.py"), *REPO.glob("workflow/**/*.smk"), REPO / "Snakefile",
+    sources = [*REPO.glob("src/fedmgda/**/*.py"), *REPO.glob("workflow/**/*.smk"),
+               REPO / "Snakefile",
                *REPO.glob("workflow/scripts/*.py"), SCHEMA_PATH]
     offenders = []
     for path in sources:
@@ -94,7 +98,8 @@ def test_name_lists_are_written_once():
         word = r"""["']{}["']""" if path.suffix != ".yaml" else r"\b{}\b"
         for i, line in enumerate(path.read_text().splitlines(), 1):
             for names in (BUILTIN_ALGORITHMS, DATASETS):
-                if names is DATASETS and path.suffix == ".yaml" and line.strip().startswith("enum:"):
+                if (names is DATASETS and path.suffix == ".yaml"
+                    and line.strip().startswith("enum:")):
                     continue  # the schema's dataset enum
                 found = sorted(n for n in names if re.search(word.format(n), line))
                 if len(found) >= 3:

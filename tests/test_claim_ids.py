@@ -23,7 +23,8 @@ def claims_files(root: Path = REPO) -> list[Path]:
     found = []
     for base in (root / "docs" / "results", root / "benchmarks" / "measurements"):
         csvs = sorted(base.rglob("*claims*.csv"))
-        found += csvs + [p for p in sorted(base.rglob("*claims*.md")) if not p.with_suffix(".csv").exists()]
+        found += csvs + [p for p in sorted(base.rglob("*claims*.md"))
+                         if not p.with_suffix(".csv").exists()]
     return found
 
 
@@ -42,8 +43,10 @@ def test_profiles_define_each_id_once():
 
 
 def _row(claim: str, expected: str, n: int, verdict: str = "holds") -> dict:
-    return {"claim": claim, "source": "§6", "paper": "p", "expected": expected, "measured": f"A 1±0 (n={n} seeds)",
-            "verdict": verdict, "note": "", "compare": "at_least", "seeds_mode": "paired", "n_seeds": n}
+    return {"claim": claim, "source": "§6", "paper": "p", "expected": expected,
+            "measured": f"A 1±0 (n={n} seeds)",
+            "verdict": verdict, "note": "", "compare": "at_least", "seeds_mode": "paired",
+            "n_seeds": n}
 
 
 def test_one_id_for_two_seed_sets_is_caught(tmp_path):
@@ -51,7 +54,8 @@ def test_one_id_for_two_seed_sets_is_caught(tmp_path):
     in another (inconclusive) under one id."""
     pd.DataFrame([_row("fmnist_fairness_average", "protocol.mean_acc: A - B >= -1 pp", 3)]).to_csv(
         tmp_path / "claims.csv", index=False)
-    eight = pd.DataFrame([_row("fmnist_fairness_average", "protocol.mean_acc: A - B >= -1 pp", 8, "inconclusive")])
+    eight = pd.DataFrame([_row("fmnist_fairness_average", "protocol.mean_acc: A - B >= -1 pp", 8,
+                               "inconclusive")])
     (tmp_path / "claims_core.md").write_text(to_markdown(eight, "fmnist"))
     conflicts = id_conflicts([tmp_path / "claims.csv", tmp_path / "claims_core.md"])
     assert len(conflicts) == 1 and conflicts[0].startswith("fmnist_fairness_average: ")
@@ -78,7 +82,8 @@ def test_the_registry_runs_keep_the_bare_id(fmnist):
 def test_other_seeds_or_rounds_are_in_the_id(fmnist):
     three = {**fmnist, "seeds": [1, 5000, 6000]}
     assert ids(three)["fmnist_fairness_average"] == "fmnist_fairness_average@seeds=1,5000,6000"
-    assert ids(three)["fmnist_improved_vs_fedmgda"] == "fmnist_improved_vs_fedmgda"  # fmnist_table8's own seeds
+    # fmnist_table8's own seeds
+    assert ids(three)["fmnist_improved_vs_fedmgda"] == "fmnist_improved_vs_fedmgda"
     long = {**fmnist, "seeds": [1, 5000, 6000, 9000], "rounds": 2000}
     assert ids(long)["fmnist_fairness_std_late"] == "fmnist_fairness_std_late@T=2000;seeds=1,5000,6000,9000"
     over = {**fmnist, "experiment_overrides": {"fmnist_core": {"seeds": [1, 5000]}}}

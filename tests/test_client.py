@@ -53,11 +53,15 @@ def test_proximal_term_has_no_half():
     _, flat, x, y = setup()
     w0 = flat.initial_vector()
     gen = lambda: torch.Generator().manual_seed(1)  # noqa: E731
-    plain = LocalTrainer(flat, LocalHParams(epochs=1, batch_size=None, lr=0.1, momentum=0.0)).train(w0, x, y, gen())
+    plain = LocalTrainer(flat,
+                         LocalHParams(epochs=1, batch_size=None, lr=0.1,
+                                      momentum=0.0)).train(w0, x, y, gen())
     # one step from w0: the prox gradient is zero at w_t, so two steps are needed to see it
     hp = LocalHParams(epochs=2, batch_size=None, lr=0.1, momentum=0.0, mu=0.5)
     prox = LocalTrainer(flat, hp).train(w0, x, y, gen())
-    no_prox = LocalTrainer(flat, LocalHParams(epochs=2, batch_size=None, lr=0.1, momentum=0.0)).train(w0, x, y, gen())
+    no_prox = LocalTrainer(flat,
+                           LocalHParams(epochs=2, batch_size=None, lr=0.1,
+                                        momentum=0.0)).train(w0, x, y, gen())
     w1 = w0 + plain.update
     module_grad = (no_prox.update - plain.update) / -0.1  # gradient of the data loss at w1
     expected_second_step = -0.1 * (module_grad + 2 * 0.5 * (w1 - w0))
@@ -100,7 +104,8 @@ def test_evaluate_linear_evaluates_several_models_as_evaluate_samples_each(class
     """One matrix product for several linear + log_softmax models; a model of equal logits (zero
     weights: every class ties) predicts class 0, as argmax does."""
     _, flat, x, y = setup("logreg", (10,), classes, n=31)
-    ws = torch.stack([flat.initial_vector() + 0.5 * torch.randn(flat.num_params) for _ in range(4)] + [torch.zeros(flat.num_params)])
+    ws = torch.stack([flat.initial_vector() + 0.5 * torch.randn(flat.num_params)
+                      for _ in range(4)] + [torch.zeros(flat.num_params)])
     per_sample, correct = evaluate_linear(flat, ws, x, y)
     assert per_sample.shape == correct.shape == (31, 5)
     for r, w in enumerate(ws):

@@ -28,9 +28,11 @@ def images(users: int = 8, n_train: int = 30, n_test: int = 10) -> FederatedData
                             [torch.arange(s + n_train, s + n_train + n_test) for s in starts], 10)
 
 
-COMMON = dict(rounds=6, participation=0.5, batch_size=10, local_lr=0.05, per_user_every=1, checkpoint_every=2)
+COMMON = dict(rounds=6, participation=0.5, batch_size=10, local_lr=0.05, per_user_every=1,
+              checkpoint_every=2)
 ME = dict(algorithm="fedavg", seed=3, **COMMON)
-PARTNERS = [  # another algorithm and seed; another seed with every user each round (another group size)
+# another algorithm and seed; another seed with every user each round (another group size)
+PARTNERS = [
     dict(algorithm="fedmgda_plus", hparams={"eta": 1.0, "decay": 0.1}, seed=4, **COMMON),
     dict(algorithm="fedavg", seed=9, **{**COMMON, "participation": 1.0}),
 ]
@@ -38,7 +40,8 @@ PARTNERS = [  # another algorithm and seed; another seed with every user each ro
 
 def train(cfgs: list[dict], outs: list) -> None:
     data = images()
-    run_packed([Simulation(toy_config(**cfg), data=data, model_name="cnn_fmnist") for cfg in cfgs], outs)
+    run_packed([Simulation(toy_config(**cfg), data=data, model_name="cnn_fmnist") for cfg in cfgs],
+               outs)
 
 
 def outputs(out) -> dict[str, str]:
@@ -54,7 +57,9 @@ def test_a_dropout_run_does_not_depend_on_its_pack_partners_or_on_resuming(tmp_p
         train([partner, ME], [tmp_path / f"partner{i}", tmp_path / f"packed{i}"])
         assert outputs(tmp_path / f"packed{i}") == alone, f"packed with partner {i}"
     killed_at(lambda: train([ME], [tmp_path / "resumed"]), tmp_path / "resumed", monkeypatch, 2)
-    killed_at(lambda: train([PARTNERS[0]], [tmp_path / "partner_resumed"]), tmp_path / "partner_resumed", monkeypatch, 4)
+    killed_at(lambda: train([PARTNERS[0]],
+                            [tmp_path / "partner_resumed"]), tmp_path / "partner_resumed",
+              monkeypatch, 4)
     train([PARTNERS[0], ME], [tmp_path / "partner_resumed", tmp_path / "resumed"])
     assert outputs(tmp_path / "resumed") == alone
     assert outputs(tmp_path / "partner_resumed") == outputs(tmp_path / "partner0")
@@ -69,20 +74,26 @@ def test_dropout_masks_are_the_authors_dropout():
     scaled by 2; independently for every sample, step and client (each client's own generator)."""
     model = build_model("cnn_fmnist", (1, 28, 28), 10).train()
     trainer = LocalTrainer(FlatModel(model), LocalHParams())
-    channels, units = trainer.minibatches.dropout_masks(6, 10, dropout_generator((1, 0, 0), torch.device("cpu")), torch.device("cpu"))
+    channels, units = trainer.minibatches.dropout_masks(6, 10,
+                                                        dropout_generator((1, 0, 0), torch.device("cpu")), torch.device("cpu"))
     assert channels.shape == (6, 10, 20, 1, 1) and units.shape == (6, 10, 50)
     conv = dropout(torch.ones(10, 20, 8, 8), model, 0, (channels[0], units[0]))
     per_channel = conv.flatten(2)
-    assert torch.equal(per_channel.amin(-1), per_channel.amax(-1))  # a channel is kept or dropped whole
+    # a channel is kept or dropped whole
+    assert torch.equal(per_channel.amin(-1), per_channel.amax(-1))
     assert set(conv.unique().tolist()) == {0.0, 2.0}
-    assert set(dropout(torch.ones(10, 50), model, 1, (channels[0], units[0])).unique().tolist()) == {0.0, 2.0}
+    assert set(dropout(torch.ones(10, 50), model, 1,
+                       (channels[0], units[0])).unique().tolist()) == {0.0, 2.0}
     for site in (channels, units):
         kept = site.double().mean().item()
         assert abs(kept - 0.5) < 0.06
-    assert not torch.equal(channels[0, 0], channels[0, 1]) and not torch.equal(channels[0], channels[1])
-    other_user = trainer.minibatches.dropout_masks(6, 10, dropout_generator((1, 0, 1), torch.device("cpu")), torch.device("cpu"))
+    assert not torch.equal(channels[0, 0],
+                           channels[0, 1]) and not torch.equal(channels[0], channels[1])
+    other_user = trainer.minibatches.dropout_masks(6, 10,
+                                                   dropout_generator((1, 0, 1), torch.device("cpu")), torch.device("cpu"))
     assert not torch.equal(other_user[1], units)
-    assert derived_seed(1, 0, 0, DROPOUT_STREAM) != derived_seed(1, 0, 0)  # not the minibatch order's stream
+    # not the minibatch order's stream
+    assert derived_seed(1, 0, 0, DROPOUT_STREAM) != derived_seed(1, 0, 0)
 
 
 def test_no_random_draw_happens_inside_the_batched_step():
@@ -90,9 +101,11 @@ def test_no_random_draw_happens_inside_the_batched_step():
     term's noise) could not be per client, so it raises (and a term then takes the reference path)."""
     flat = FlatModel(build_model("cnn_fmnist", (1, 28, 28), 10))
     trainer = LocalTrainer(flat, LocalHParams(batch_size=5))
-    trainer.minibatches.sites = ()  # the masks withheld: the module falls back to F.dropout's own draws
+    # the masks withheld: the module falls back to F.dropout's own draws
+    trainer.minibatches.sites = ()
     x, y = torch.randn(10, 1, 28, 28), torch.randint(0, 10, (10,))
-    plan = trainer.minibatches.plan([torch.arange(5), torch.arange(5, 10)], [torch.Generator().manual_seed(k) for k in range(2)])
+    plan = trainer.minibatches.plan([torch.arange(5), torch.arange(5, 10)],
+                                    [torch.Generator().manual_seed(k) for k in range(2)])
     with pytest.raises(RuntimeError, match="random"):
         VmapSteps(trainer).train(plan, flat.initial_vector(), x, y, torch.ones(2))
 
@@ -105,7 +118,8 @@ def test_a_pack_and_a_run_alone_draw_the_same_masks(monkeypatch):
 
     def spy(self, steps, width, generator, device):
         masks = original(self, steps, width, generator, device)
-        drawn.setdefault(generator.initial_seed(), []).append(torch.cat([m.flatten() for m in masks]))
+        drawn.setdefault(generator.initial_seed(),
+                         []).append(torch.cat([m.flatten() for m in masks]))
         return masks
 
     monkeypatch.setattr(Minibatches, "dropout_masks", spy)
@@ -115,4 +129,5 @@ def test_a_pack_and_a_run_alone_draw_the_same_masks(monkeypatch):
     train([{**PARTNERS[1], "rounds": 2}, {**ME, "rounds": 2}], [None, None])
     assert set(alone) <= set(drawn)
     assert all(torch.equal(alone[seed], masks[0]) for seed, masks in drawn.items() if seed in alone)
-    assert pd.Series([len(masks) for masks in drawn.values()]).max() == 1  # one draw per client and round
+    # one draw per client and round
+    assert pd.Series([len(masks) for masks in drawn.values()]).max() == 1

@@ -29,7 +29,8 @@ def oversized(path: Path, root: Path = ROOT) -> list[str]:
             continue
         lines = node.end_lineno - node.lineno + 1
         if lines > limit:
-            found.append(f"{path.relative_to(root)}:{node.lineno} {node.name} ({lines} lines > {limit})")
+            found.append(f"{path.relative_to(root)}:{node.lineno} {node.name} ({lines} lines > "
+                         f"{limit})")
     return found
 
 
@@ -43,9 +44,12 @@ def test_the_rule_sees_a_long_function_and_class(tmp_path):
     body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
     (tmp_path / "long.py").write_text(f"def long():\n{body}\n", encoding="utf-8")
     (tmp_path / "short.py").write_text("def short():\n    return 1\n", encoding="utf-8")
-    methods = "\n".join(f"    def m{i}(self):\n        return {i}\n" for i in range(MAX_CLASS_LINES // 3 + 1))
+    methods = "\n".join(f"    def m{i}(self):\n        return {i}\n"
+                        for i in range(MAX_CLASS_LINES // 3 + 1))
     (tmp_path / "big.py").write_text(f"class Big:\n{methods}", encoding="utf-8")
-    assert oversized(tmp_path / "long.py", tmp_path) == [f"long.py:1 long ({MAX_FUNCTION_LINES + 1} lines > {MAX_FUNCTION_LINES})"]
+    assert oversized(tmp_path / "long.py",
+                     tmp_path) == [f"long.py:1 long ({MAX_FUNCTION_LINES + 1} lines > "
+                                   f"{MAX_FUNCTION_LINES})"]
     assert oversized(tmp_path / "short.py", tmp_path) == []
     [big] = oversized(tmp_path / "big.py", tmp_path)
     assert big.startswith("big.py:1 Big (")

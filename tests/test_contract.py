@@ -75,13 +75,21 @@ class Overflows(Base):          # a FloatingPointError: numbers not finite, the 
 '''
 
 CASES = {
-    "Unreduced": ("aggregate", r"returned as its model a tensor of shape \(\d+, \d+\).*expected the next global model: a flat tensor of shape \(\d+,\)"),
-    "NoPair": ("aggregate", r"returned a tensor of shape .*; expected a pair \(the next global model, a dict"),
-    "Double": ("aggregate", r"returned as its model a tensor of shape \(\d+,\), dtype torch.float64.*expected .*dtype torch.float32"),
+    "Unreduced": ("aggregate",
+                  r"returned as its model a tensor of shape \(\d+, \d+\).*expected the next global "
+                  r"model: a flat tensor of shape \(\d+,\)"),
+    "NoPair": ("aggregate",
+               r"returned a tensor of shape .*; expected a pair \(the next global model, a dict"),
+    "Double": ("aggregate",
+               r"returned as its model a tensor of shape \(\d+,\), dtype torch.float64.*expected "
+               r".*dtype torch.float32"),
     "NoDict": ("aggregate", r"returned as its log float 1.0; expected a dict"),
-    "OneValue": ("after_training", r"returned a tensor of shape \(\), dtype torch.float32, on cpu; expected a pair \(new state, report\)"),
+    "OneValue": ("after_training",
+                 r"returned a tensor of shape \(\), dtype torch.float32, on cpu; expected a pair "
+                 r"\(new state, report\)"),
     "OddState": ("client_state", r"returned object .*expected a client state"),
-    "FloatTerm": ("local_term", r"returned float 0.0; expected a one-element floating-point tensor"),
+    "FloatTerm": ("local_term",
+                  r"returned float 0.0; expected a one-element floating-point tensor"),
     "Raises": ("after_training", r"raised KeyError: 'c_i'"),
     "Buggy": ("aggregate", r"raised ValueError: a plain bug in the rule$"),
 }
@@ -103,7 +111,8 @@ def _sims(data, configs):
     return [Simulation(cfg, data=data, model_name="logreg") for cfg in configs]
 
 
-GOOD = [dict(algorithm="fedavg"), dict(algorithm="fedmgda_plus", hparams={"eta": 1.0, "decay": 0.1})]
+GOOD = [dict(algorithm="fedavg"),
+        dict(algorithm="fedmgda_plus", hparams={"eta": 1.0, "decay": 0.1})]
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +125,8 @@ def alone(data):
 def test_a_broken_hook_fails_its_run_alone_and_the_pack_finishes(cls, plugin_file, data, alone, tmp_path):
     hook, problem = CASES[cls]
     spec = f"{plugin_file}:{cls}"
-    configs = [toy_config(**GOOD[0]), toy_config(algorithm=cls.lower(), plugin=spec), toy_config(**GOOD[1])]
+    configs = [toy_config(**GOOD[0]), toy_config(algorithm=cls.lower(), plugin=spec),
+               toy_config(**GOOD[1])]
     outs = [tmp_path / name for name in ("fedavg", "broken", "fedmgda_plus")]
     results = run_packed(_sims(data, configs), outs)
 
@@ -147,20 +157,27 @@ def test_a_builtin_is_checked_too_but_its_own_errors_are_not_wrapped(data):
     w = torch.zeros(5)
     real = CheckedHooks(_sims(data, [toy_config(algorithm="fedavg")])[0].algorithm, "fedavg", None)
     assert real.client_state(0, w) is None and real.after_training(SimpleNamespace(state=None)) == (None, None)
-    with pytest.raises(AttributeError):  # a built-in's own error is a bug to see, not a plug-in's failure
+    # a built-in's own error is a bug to see, not a plug-in's failure
+    with pytest.raises(AttributeError):
         real.aggregate(w, torch.zeros(2, 3), None)
-    fake = CheckedHooks(SimpleNamespace(aggregate=lambda w, updates, ctx: (torch.zeros(3), {})), "fedavg", None)
-    with pytest.raises(PluginError, match=r"^algorithm 'fedavg', hook aggregate: returned as its model a tensor of shape \(3,\)"):
+    fake = CheckedHooks(SimpleNamespace(aggregate=lambda w, updates, ctx: (torch.zeros(3), {})),
+                        "fedavg", None)
+    with pytest.raises(PluginError,
+                       match=r"^algorithm 'fedavg', hook aggregate: returned as its model a tensor "
+                       r"of shape \(3,\)"):
         fake.aggregate(w, torch.zeros(2, 5), None)
 
 
 def test_client_states_are_what_checkpoints_keep():
-    assert all(is_state(v) for v in (None, 1, 2.5, "x", torch.ones(3), [torch.ones(1), {"a": (1, None)}]))
+    assert all(is_state(v)
+               for v in (None, 1, 2.5, "x", torch.ones(3), [torch.ones(1), {"a": (1, None)}]))
     assert not any(is_state(v) for v in (object(), [lambda: 0], {"a": {1, 2}}, {(1, 2): 0}))
 
 
 def test_progress_lines_go_on_past_a_failed_run(plugin_file, data, capsys):
-    configs = [toy_config(**GOOD[0]), toy_config(algorithm="unreduced", plugin=f"{plugin_file}:Unreduced")]
+    configs = [toy_config(**GOOD[0]),
+               toy_config(algorithm="unreduced", plugin=f"{plugin_file}:Unreduced")]
     run_packed(_sims(data, configs), [None, None], progress_every=0)
-    rounds = [line.split(" | ")[0] for line in capsys.readouterr().out.splitlines() if line.startswith("[progress]")]
+    rounds = [line.split(" | ")[0] for line in capsys.readouterr().out.splitlines()
+              if line.startswith("[progress]")]
     assert rounds[-1] == f"[progress] round {configs[0].rounds}/{configs[0].rounds}", rounds

@@ -29,5 +29,6 @@ def test_an_unmarked_cuda_skip_is_found(tmp_path):
     skip = "@pytest.mark.skipif(not torch.cuda." + "is_available(), reason='no CUDA device')"
     (tmp_path / "test_x.py").write_text(f"import pytest\n\n\n{skip}\ndef test_x():\n    pass\n")
     assert unmarked_cuda_skips(tmp_path) == ["test_x.py:4"]
-    (tmp_path / "test_x.py").write_text(f"import pytest\n\n\n@pytest.mark.cuda\n{skip}\ndef test_x():\n    pass\n")
+    (tmp_path / "test_x.py").write_text(f"import pytest\n\n\n@pytest.mark.cuda\n{skip}\ndef "
+                                        "test_x():\n    pass\n")
     assert unmarked_cuda_skips(tmp_path) == []

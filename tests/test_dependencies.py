@@ -81,7 +81,8 @@ def _conda_env(path: str) -> tuple[dict[str, SpecifierSet], str, list]:
 
 def _outside(requirements: dict[str, SpecifierSet], pins: dict[str, str]) -> list[str]:
     """The requirements the pins leave out or pin outside their specifiers."""
-    return [f"{name}{spec}: locked {pins.get(name, 'nothing')}" for name, spec in requirements.items()
+    return [f"{name}{spec}: locked {pins.get(name, 'nothing')}"
+            for name, spec in requirements.items()
             if name not in pins or pins[name] not in spec]
 
 
@@ -131,15 +132,18 @@ def test_every_locked_package_has_its_hashes():
 
 def test_installed_differences_name_missing_other_and_extra_packages():
     locked = {"numpy": "2.4.6", "torch": "2.14.1"}
-    assert lockfile.differences(locked, {**locked, "pip": "23.2.1", "fedmgda": "0.1.0"}, exact=True) == []
+    assert lockfile.differences(locked, {**locked, "pip": "23.2.1", "fedmgda": "0.1.0"},
+                                exact=True) == []
     found = {"numpy": "2.4.5", "hypothesis": "6.1"}
     assert lockfile.differences(locked, found, exact=False) == [
         "numpy: locked 2.4.6, installed 2.4.5", "torch: locked 2.14.1, installed nothing"]
-    assert lockfile.differences(locked, found, exact=True)[-1] == "hypothesis 6.1: installed, not in the lock"
+    assert lockfile.differences(locked, found,
+                                exact=True)[-1] == "hypothesis 6.1: installed, not in the lock"
 
 
 @pytest.mark.skipif(os.environ.get("FEDMGDA_LOCK_CHECK") != "1",
-                    reason="checks the environment `make setup` installed: runs under make test / test-fast")
+                    reason="checks the environment `make setup` installed: runs under make test / "
+                    "test-fast")
 def test_installed_packages_are_the_locked_versions():
     exact = Path(sys.prefix).resolve() == (REPO / ".venv").resolve()  # an active env may hold more
     assert lockfile.differences(lockfile.pins(LOCK_TEXT), lockfile.installed(), exact) == []
@@ -148,13 +152,15 @@ def test_installed_packages_are_the_locked_versions():
 def test_environment_yml_pins_the_pyproject_requirements_to_the_locked_versions():
     packages, _, pip = _conda_env("environment.yml")
     assert set(packages) == set(_requirements("workflow", "dev"))
-    assert {name: str(spec) for name, spec in packages.items()} == {name: _conda_pins()[name] for name in packages}
+    assert {name: str(spec)
+            for name, spec in packages.items()} == {name: _conda_pins()[name] for name in packages}
     assert pip == ["-e ."]  # the package itself, editable, without re-resolving its dependencies
 
 
 def _conda_pins() -> dict[str, str]:
     """The lock's versions under their conda names, as conda specifiers."""
-    return {CONDA_NAMES.get(name, name): f"=={version}" for name, version in lockfile.pins(LOCK_TEXT).items()}
+    return {CONDA_NAMES.get(name, name): f"=={version}"
+            for name, version in lockfile.pins(LOCK_TEXT).items()}
 
 
 def test_rule_environment_has_every_requirement_a_job_runs():
@@ -162,8 +168,10 @@ def test_rule_environment_has_every_requirement_a_job_runs():
     expected = {k for k in _requirements("workflow") if k not in NOT_IN_RULE_ENV}
     assert {"papermill", "nbconvert", "ipykernel"} <= expected  # the report rules call them
     assert set(packages) == expected
-    assert {name: str(spec) for name, spec in packages.items()} == {name: _conda_pins()[name] for name in packages}
-    assert pip == []  # rules import the package from src/ (PYTHONPATH set by workflow/rules/common.smk)
+    assert {name: str(spec)
+            for name, spec in packages.items()} == {name: _conda_pins()[name] for name in packages}
+    # rules import the package from src/ (PYTHONPATH set by workflow/rules/common.smk)
+    assert pip == []
 
 
 def test_both_environments_pin_one_python_the_package_supports():
@@ -174,5 +182,6 @@ def test_both_environments_pin_one_python_the_package_supports():
 
 
 def test_both_environments_use_the_same_channels():
-    channels = [yaml.safe_load((REPO / p).read_text())["channels"] for p in ("environment.yml", "workflow/envs/fedmgda.yaml")]
+    channels = [yaml.safe_load((REPO / p).read_text())["channels"]
+                for p in ("environment.yml", "workflow/envs/fedmgda.yaml")]
     assert channels[0] == channels[1]

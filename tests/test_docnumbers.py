@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from fedmgda.claims import VERDICT_BLOCK_RE
 from fedmgda.docnumbers import (
     MARKER_RE,
     PAGES,
     TABLE_BLOCK_RE,
+    VERDICT_BLOCK_RE,
     DocNumberError,
     Spec,
     check,
@@ -30,8 +30,8 @@ from fedmgda.docnumbers import (
 
 REPO = Path(__file__).resolve().parents[1]
 
-# (page, section heading or "" for the whole page, paragraph start or "" for the whole section) whose
-# numbers are all rendered
+# (page, section heading or "" for the whole page, paragraph start or "" for the whole section)
+# whose numbers are all rendered
 COVERED = [
     ("README.md", "", ""),
     ("docs/results.md", "", ""),
@@ -48,13 +48,16 @@ COVERED = [
 ALLOWED = {
     # versions; the experimental setup's participation, learning rates and ε
     "README.md": {"3.11", "2.14", "40 %", "0.5", "0.05", "0.01", "0.1", "0.001"},
-    # η, ε of the grid, lr, momentum, μ, q, sections of the paper and of docs/protocol.md, the rounds read
-    "docs/fmnist-fairness.md": {"0.1", "1.5", "0.05", "0.5", "0.01", "6.1", "6.2", "1.2–1.4", "4.2", "4.4",
+    # η, ε of the grid, lr, momentum, μ, q, sections of the paper and of docs/protocol.md, the
+    # rounds read
+    "docs/fmnist-fairness.md": {"0.1", "1.5", "0.05", "0.5", "0.01", "6.1", "6.2", "1.2–1.4", "4.2",
+                                "4.4",
                                 "8.4", "151–200", "1 pp", "100 %",
-                                # numpy's and torch's versions; fedplat's lr grid, decay per round and its factor over 200 rounds
+                                # numpy's and torch's versions; fedplat's lr grid, decay per round
+                                # and its factor over 200 rounds
                                 "1.17", "2.4", "2.14", "8.19", "0.01–0.1", "0.999", "0.82"},
-    # η, step sizes, the bands of Table 7 and q-FFL's Table 2, p, the paper's §6.2, chance on digits,
-    # a user's accuracy bound, the rounds read
+    # η, step sizes, the bands of Table 7 and q-FFL's Table 2, p, the paper's §6.2, chance on
+    # digits, a user's accuracy bound, the rounds read
     # the batched path's padding bound; a section of docs/protocol.md
     "docs/performance.md": {"25 %", "4.3"},
     # the variance statistic's 10 % tail, the versions of a provenance example, pip-tools, torch,
@@ -65,7 +68,8 @@ ALLOWED = {
     "docs/workflow.md": {"5 %", "0.1", "0.2", "0.4", "0.5", "10 %"},
     "docs/running.md": {"0.1", "2.4", "2.2", "7.6", "2.14", "0.29", "3.11", "9 s"},
     # the bands' widths; the settings table's participation, learning rates and momentum
-    "docs/results.md": {"0.1", "1.5", "0.01", "0.001", "0.5", "0.6", "1.2", "0.55", "0.56", "0.4", "6.2",
+    "docs/results.md": {"0.1", "1.5", "0.01", "0.001", "0.5", "0.6", "1.2", "0.55", "0.56", "0.4",
+                        "6.2",
                         "10 %", "100 %", "151–200", "1 pp", "40 %", "0.05"},
 }
 RESULT_NUMBER = re.compile(r"(?<![\w.])[−+-]?\d+(?:\.\d+)?(?:[–-]\d+(?:\.\d+)?)?(?:\s*(?:%|pp\b|min\b|s\b|h\b))?")
@@ -86,17 +90,20 @@ def typed_results(text: str, allowed: set[str]) -> list[str]:
     """The result-like numbers of ``text`` outside markers, code, link targets and ALLOWED."""
     # a marker leaves a token, so that "b = 10 <marker> s" does not read as a typed "10 s"
     text = VERDICT_BLOCK_RE.sub("", MARKER_RE.sub(" ⟨n⟩ ", text))
-    text = TABLE_BLOCK_RE.sub("", text)  # rendered whole from their csv files  # verdict tables: tests/test_stated_verdicts.py
+    # rendered whole from their csv files  # verdict tables: tests/test_stated_verdicts.py
+    text = TABLE_BLOCK_RE.sub("", text)
     text = re.sub(r"```.*?```", "", text, flags=re.S)
     text = re.sub(r"`[^`]*`", "", text)
     text = re.sub(r"\]\([^)]*\)", "]", text)
     text = re.sub(r"\d{4}-\d{2}-\d{2}", "", text)
-    text = re.sub(r"(?i)(worst|best)[\s-]+(5|10)\s*%|95\s*%\s+(t\s+)?interval", "", text)  # statistics' names
+    # statistics' names
+    text = re.sub(r"(?i)(worst|best)[\s-]+(5|10)\s*%|95\s*%\s+(t\s+)?interval", "", text)
     found = []
     for m in RESULT_NUMBER.finditer(text):
         number = m[0].strip()
         looks_like_result = "." in number or re.search(r"%|pp|min|s|h$", number)
-        if looks_like_result and number not in allowed and re.sub(r"\s*(%|pp|min|s|h)$", "", number) not in allowed:
+        if (looks_like_result and number not in allowed
+            and re.sub(r"\s*(%|pp|min|s|h)$", "", number) not in allowed):
             found.append(number)
     return found
 
@@ -110,8 +117,9 @@ def test_rendered_numbers_are_those_of_their_files(page):
 @pytest.mark.parametrize(("page", "heading", "start"), COVERED, ids=lambda x: str(x)[:40])
 def test_covered_sections_type_no_result(page, heading, start):
     typed = typed_results(covered_text(page, heading, start), ALLOWED.get(page, set()))
-    assert not typed, (f"{page}, {heading} {start}: numbers typed, not rendered: {typed}; write each "
-                       "as a marker <!-- n PATH ROW COL FORMAT -->…<!-- /n --> (fedmgda.docnumbers)")
+    assert not typed, (f"{page}, {heading} {start}: numbers typed, not rendered: {typed}; write "
+                       "each as a marker <!-- n PATH ROW COL FORMAT -->…<!-- /n --> "
+                       "(fedmgda.docnumbers)")
 
 
 def test_the_quick_rows_run_count_is_the_profiles():
@@ -142,8 +150,8 @@ def test_a_marker_that_does_not_parse_fails_the_check():
     """A marker whose spec holds a '|' (a table row's key) matches no marker and would stay at
     whatever value was typed; the check names its line."""
     page = 'A row:\n  a value <!-- n benchmarks/measurements/paper_flops.txt "| 1 |" #1 .1f -->0<!-- /n --> here.\n'
-    assert check(page, REPO) == ["line 2: a marker that does not parse (no '|' in its spec, a value on its line, "
-                                 "then <!-- /n -->); it would never be rendered"]
+    assert check(page, REPO) == ["line 2: a marker that does not parse (no '|' in its spec, a "
+                                 "value on its line, then <!-- /n -->); it would never be rendered"]
 
 
 NOT_PARSED = ("a marker that does not parse (no '|' in its spec, a value on its line, then "
@@ -209,20 +217,22 @@ def test_cells_of_csv_markdown_and_json(tmp_path):
     assert value(Spec("a.csv", "x", "diff_mean", ".2f"), tmp_path) == "-1.16"
     assert value(Spec("a.csv", "x", "diff_mean", "neg.2f"), tmp_path) == "1.16"
     assert value(Spec("a.csv", "y", "verdict", None), tmp_path) == "holds"
-    assert value(Spec("a.csv", "@last", "verdict", None), tmp_path) == "holds"  # the newest row of a log
+    # the newest row of a log
+    assert value(Spec("a.csv", "@last", "verdict", None), tmp_path) == "holds"
     assert value(Spec("b.md", "r1", "mean_acc", None), tmp_path) == "79.63 ± 1.22"
     assert value(Spec("b.md", "r1", "mean_acc#2", ".1f"), tmp_path) == "1.2"
     assert value(Spec("b.md", "r2", "seeds", "d"), tmp_path) == "3"
     assert value(Spec("c.json", "runs.0.s", "-", ".0f"), tmp_path) == "120"
-    (tmp_path / "d.txt").write_text("Rounds 101-200: package - authors = +0.20 pp, interval [-0.12, +0.51]\n")
+    (tmp_path / "d.txt").write_text("Rounds 101-200: package - authors = +0.20 pp, interval "
+                                    "[-0.12, +0.51]\n")
     assert value(Spec("d.txt", "package - authors =", "#1", "+.2f"), tmp_path) == "+0.20"
     assert value(Spec("d.txt", "interval", "#2", None), tmp_path) == "+0.51"
     page = "gap <!-- n a.csv x diff_mean neg.2f -->0<!-- /n --> pp"
     assert render(page, tmp_path) == "gap <!-- n a.csv x diff_mean neg.2f -->1.16<!-- /n --> pp"
     assert check(page, tmp_path) == ["a.csv x diff_mean neg.2f: the page says '0', the file '1.16'"]
     starts = "ok\n<!-- n a.csv x diff_mean neg.2f -->1.16<!-- /n --> pp"  # an HTML block on GitHub
-    assert check(starts, tmp_path) == ["line 2: starts with a marker, which Markdown reads as an HTML block; "
-                                       "put a word before it"]
+    assert check(starts, tmp_path) == ["line 2: starts with a marker, which Markdown reads as an "
+                                       "HTML block; put a word before it"]
     for spec in (Spec("no.csv", "x", "diff_mean", None), Spec("a.csv", "z", "diff_mean", None),
                  Spec("a.csv", "x", "nope", None)):
         with pytest.raises(DocNumberError):
@@ -232,14 +242,15 @@ def test_cells_of_csv_markdown_and_json(tmp_path):
 
 def test_a_claims_csv_gives_its_interval(tmp_path):
     """ci95_low / ci95_high / ci95_half: the verdict tables' 95 % t interval of a claims row."""
-    from fedmgda.claims import paired_interval
+    from fedmgda.metrics import paired_interval
 
     (tmp_path / "c.csv").write_text("claim,diff_mean,diff_std,n_seeds\n\"c1@seeds=1,2,3\",2.78,2.72,8\n")
     low, high = paired_interval(2.78, 2.72, 8)
     spec = Spec.parse('c.csv "c1@seeds=1,2,3" ci95_low +.2f')
     assert value(spec, tmp_path) == f"{low:+.2f}" == "+0.51"
     assert value(Spec("c.csv", "c1@seeds=1,2,3", "ci95_high", "+.2f"), tmp_path) == f"{high:+.2f}"
-    assert value(Spec("c.csv", "c1@seeds=1,2,3", "ci95_half", ".1f"), tmp_path) == f"{(high - low) / 2:.1f}"
+    assert value(Spec("c.csv", "c1@seeds=1,2,3", "ci95_half", ".1f"),
+                 tmp_path) == f"{(high - low) / 2:.1f}"
     with pytest.raises(DocNumberError):
         value(Spec("c.csv", "c2", "ci95_low", None), tmp_path)
 
@@ -250,14 +261,16 @@ def test_a_table_block_is_its_csv(tmp_path):
     (tmp_path / "runs.csv").write_text("commit,passed,note\nabc,5,idle\ndef,6,a|b\n")
     page = "before\n\n<!-- table: runs.csv commit,passed -->\nstale\n<!-- /table -->\n\nafter\n"
     rendered = render(page, tmp_path)
-    assert rendered == ("before\n\n<!-- table: runs.csv commit,passed -->\n| commit | passed |\n| --- | --- |\n"
-                        "| abc | 5 |\n| def | 6 |\n<!-- /table -->\n\nafter\n")
+    assert rendered == ("before\n\n<!-- table: runs.csv commit,passed -->\n| commit | passed |\n| "
+                        "--- | --- |\n| abc | 5 |\n| def | 6 |\n<!-- /table -->\n\nafter\n")
     assert check(rendered, tmp_path) == [] and check(page, tmp_path) == ["table block of runs.csv: differs from the file"]
     every = render("<!-- table: runs.csv -->\n<!-- /table -->\n", tmp_path)
-    assert "| commit | passed | note |" in every and "| def | 6 | a\\|b |" in every  # a "|" in a cell is escaped
+    # a "|" in a cell is escaped
+    assert "| commit | passed | note |" in every and "| def | 6 | a\\|b |" in every
     (tmp_path / "runs.csv").write_text("commit,passed,note\nabc,5,idle\ndef,6,x\nghi,7,y\n")
     assert check(rendered, tmp_path) == ["table block of runs.csv: differs from the file"]
-    assert "| ghi | 7 |" in render(rendered, tmp_path)  # a new row reaches the page by make docs alone
+    # a new row reaches the page by make docs alone
+    assert "| ghi | 7 |" in render(rendered, tmp_path)
     assert "does not parse" in check("<!-- table: runs.csv -->\n| a |\n", tmp_path)[0]
     with pytest.raises(DocNumberError, match="no column nope"):
         render("<!-- table: runs.csv commit,nope -->\n<!-- /table -->\n", tmp_path)
@@ -284,10 +297,13 @@ def test_every_page_with_markers_is_rendered_and_checked():
     """A marker or table block on a page outside PAGES would never be rendered nor checked."""
     import subprocess
 
-    tracked = subprocess.run(["git", "-C", str(REPO), "ls-files", "*.md"], capture_output=True, text=True,
+    tracked = subprocess.run(["git", "-C", str(REPO), "ls-files", "*.md"], capture_output=True,
+                             text=True,
                              check=True).stdout.split()
-    with_markers = {p for p in tracked if not p.startswith(("docs/results/", "benchmarks/measurements/"))
-                    and re.search(r"<!-- (n |table: )", re.sub(r"`[^`\n]*`", "", (REPO / p).read_text()))}
+    with_markers = {p for p in tracked
+                    if not p.startswith(("docs/results/", "benchmarks/measurements/"))
+                    and re.search(r"<!-- (n |table: )",
+                                  re.sub(r"`[^`\n]*`", "", (REPO / p).read_text()))}
     assert with_markers <= set(PAGES), f"add to fedmgda.docnumbers.PAGES: {sorted(with_markers - set(PAGES))}"
 
 

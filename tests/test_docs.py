@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 PROTOCOL = REPO / "docs" / "protocol.md"
 SKIP_DIRS = {".git", ".snakemake", ".venv", "results", "resources", "__pycache__", ".pytest_cache",
              ".ruff_cache", "build", "dist", "node_modules", ".ipynb_checkpoints"}
-TEXT = {".py", ".md", ".yaml", ".yml", ".smk", ".csv", ".toml", ".rst", ".txt", ".ipynb", ".cfg", ".json"}
+TEXT = {".py", ".md", ".yaml", ".yml", ".smk", ".csv", ".toml", ".rst", ".txt", ".ipynb", ".cfg",
+        ".json"}
 NUMBER = r"\d+(?:\.\d+)*"
 
 
@@ -75,7 +76,8 @@ def test_every_protocol_reference_names_a_section():
 
 def test_protocol_variants_cite_existing_sections():
     catalog = yaml.safe_load((REPO / "src/fedmgda/reference/protocol_variants.yaml").read_text())
-    missing = [f"{name}: §{n}" for name, v in catalog.items() for n in cited(v["protocol"]) if n not in SECTIONS]
+    missing = [f"{name}: §{n}" for name, v in catalog.items() for n in cited(v["protocol"])
+               if n not in SECTIONS]
     assert not missing, missing
 
 
@@ -90,19 +92,23 @@ def test_protocol_cites_its_sources():
     """Every numbered section with text of its own names where its facts were read: the authors'
     code (a path), the paper, fair_flearn, or another section of this page."""
     text = PROTOCOL.read_text()
-    parts = [part.partition("\n") for part in re.split(rf"^#{{2,4}} (?={NUMBER}\.? )", text, flags=re.M)[1:]]
+    parts = [part.partition("\n")
+             for part in re.split(rf"^#{{2,4}} (?={NUMBER}\.? )", text, flags=re.M)[1:]]
     source = re.compile(r"`[\w/{},.*-]+\.(?:py|txt|md)\b|`(?:main|adult)/|[Pp]aper|fair_flearn|§\d")
-    unsourced = [title for title, _, body in parts if body.strip() and not source.search(title + body)]
+    unsourced = [title for title, _, body in parts if body.strip()
+                 and not source.search(title + body)]
     assert len(parts) == len(SECTIONS) and not unsourced, unsourced
 
 
-# a path to a file of the repository named in the docs and the code: docs/workflow.md, src/fedmgda/...
+# a path to a file of the repository named in the docs and the code: docs/workflow.md,
+# src/fedmgda/...
 REPO_PATH = re.compile(r"(?<![\w/.-])((?:docs|config|profiles|workflow|src|scripts|benchmarks|examples|notebooks)"
                        r"/[\w./-]*\w\.(?:md|yaml|py|smk|csv|ipynb|rst|txt))(?![\w/*{<-])")
 MD_LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
-@pytest.mark.parametrize("path", [p for p in FILES if p.suffix == ".md"], ids=lambda p: str(p.relative_to(REPO)))
+@pytest.mark.parametrize("path", [p for p in FILES if p.suffix == ".md"],
+                         ids=lambda p: str(p.relative_to(REPO)))
 def test_markdown_links_and_paths_resolve(path):
     """Relative links of a Markdown file resolve from its folder; repository paths it names
     (docs/..., src/..., config/...) exist."""
@@ -158,7 +164,8 @@ def test_paragraphs_are_read_as_a_reader_sees_them():
 
 @pytest.mark.parametrize("name", ["README.md", "docs/results.md", "docs/running.md"])
 def test_no_paragraph_over_150_words(name):
-    long = [f"{len(p.split())} words: {p[:80]}..." for p in paragraphs(visible((REPO / name).read_text()))
+    long = [f"{len(p.split())} words: {p[:80]}..."
+            for p in paragraphs(visible((REPO / name).read_text()))
             if len(p.split()) > 150]
     assert not long, long
 
@@ -259,7 +266,9 @@ def test_expected_results_verdicts_are_those_of_their_claims_files():
         assert numbers, f"{study}: verdicts {stated!r} are not 'held / failed / inconclusive'"
         found = claims_file_verdicts(REPO / claims[0])
         counted += 1
-        if found["not run"] or tuple(map(int, numbers.groups())) != (found["holds"], found["fails"], found["inconclusive"]):
+        if (found["not run"]
+            or tuple(map(int, numbers.groups())) != (found["holds"], found["fails"],
+                                                     found["inconclusive"])):
             wrong.append(f"{study}: README {stated}, {claims[0]} {found}")
     assert counted >= 8 and not wrong, wrong
 

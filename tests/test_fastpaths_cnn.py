@@ -38,7 +38,8 @@ def clients(model: str, classes: int, sizes: list[int], seed: int = 1):
 def generators(n: int, seed: int = 3):
     """Each client's minibatch order and dropout-mask generators, fresh, as the scheduler seeds them."""
     keys = [(seed, 0, user) for user in range(n)]
-    return [torch.Generator().manual_seed(derived_seed(*key)) for key in keys], [dropout_generator(key, CPU) for key in keys]
+    return ([torch.Generator().manual_seed(derived_seed(*key)) for key in keys],
+            [dropout_generator(key, CPU) for key in keys])
 
 
 def test_a_client_gets_the_same_bits_whoever_trains_beside_it():
@@ -53,17 +54,20 @@ def test_a_client_gets_the_same_bits_whoever_trains_beside_it():
         fast = ConvNetSteps(flat, hparams)
         fast.chunk_bytes = chunk_bytes
         orders, masks = generators(4)
-        plan = trainer.minibatches.plan([idx[i] for i in members], [orders[i] for i in members], [masks[i] for i in members])
+        plan = trainer.minibatches.plan([idx[i] for i in members], [orders[i] for i in members],
+                                        [masks[i] for i in members])
         return fast.train(plan, w0, x, y, torch.ones(len(members)))
 
     together, one_by_one = train([0, 1, 2, 3], 1 << 30), train([0, 1, 2, 3], 1)
     alone, beside_others = train([2], 1 << 30), train([3, 2, 1], 1 << 30)
-    for a, b in [(together[2], one_by_one[2]), (together[2], alone[0]), (together[2], beside_others[1]), (together[0], one_by_one[0])]:
+    for a, b in [(together[2], one_by_one[2]), (together[2], alone[0]),
+                 (together[2], beside_others[1]), (together[0], one_by_one[0])]:
         assert torch.equal(a.update, b.update) and torch.equal(a.train_loss, b.train_loss)
 
 
 def cnn_run(**overrides) -> Simulation:
-    return Simulation(toy_config(**{"rounds": 3, "participation": 0.5, "batch_size": 10, "local_lr": 0.05, **overrides}),
+    return Simulation(toy_config(**{"rounds": 3, "participation": 0.5, "batch_size": 10,
+                                    "local_lr": 0.05, **overrides}),
                       data=images(), model_name="cnn_fmnist")
 
 
@@ -74,24 +78,30 @@ def test_the_scheduler_trains_cpu_cnn_runs_on_it_and_nothing_else(monkeypatch):
     calls = []
     original = ConvNetSteps.train
     # the clients of each call (its arguments: plan, w_start, data_x, data_y, scales)
-    monkeypatch.setattr(ConvNetSteps, "train", lambda self, *a, **k: calls.append(len(a[0].plan_of)) or original(self, *a, **k))
+    monkeypatch.setattr(ConvNetSteps, "train",
+                        lambda self, *a, **k: calls.append(len(a[0].plan_of))
+                        or original(self, *a, **k))
     run_packed([cnn_run(), cnn_run(participation=0.125)], [None, None])
     assert calls and all(n > 1 for n in calls)
     calls.clear()
     run_packed([cnn_run(participation=0.125)], [None])  # one client per round: a group of one
     assert calls == [1, 1, 1]
     calls.clear()
-    scaffold = cnn_run(algorithm="scaffold", plugin=f"{Path(__file__).resolve().parents[1]}/examples/scaffold.py:Scaffold", momentum=0.0)
+    scaffold = cnn_run(algorithm="scaffold",
+                       plugin=f"{Path(__file__).resolve().parents[1]}/examples/scaffold.py:Scaffold", momentum=0.0)
     terms = []
     original_vmap = VmapSteps.train
-    monkeypatch.setattr(VmapSteps, "train", lambda self, *a, **k: terms.append(k.get("term")) or original_vmap(self, *a, **k))
+    monkeypatch.setattr(VmapSteps, "train",
+                        lambda self, *a, **k: terms.append(k.get("term"))
+                        or original_vmap(self, *a, **k))
     run_packed([scaffold], [None])
     assert not calls and terms and all(term is not None for term in terms)
     inputs = cnn_run().inputs
     assert batched_path(inputs) is ConvNetSteps and training_path(inputs) == "conv-net" and isinstance(Scheduler([inputs]).steps, ConvNetSteps)
     assert training_path(cnn_run(batched=False).inputs) == "reference (batched: false)"
     assert batched_path(dataclasses.replace(inputs, device=torch.device("cuda"))) is VmapSteps
-    for model, shape in [("cnn_cifar", (3, 32, 32)), ("mlp_fmnist", (1, 28, 28)), ("logreg", (784,))]:
+    for model, shape in [("cnn_cifar",
+                          (3, 32, 32)), ("mlp_fmnist", (1, 28, 28)), ("logreg", (784,))]:
         assert not ConvNetSteps.eligible(FlatModel(build_model(model, shape, 10)))
 
 
@@ -103,7 +113,8 @@ def test_a_run_on_it_equals_the_run_on_the_vmap_path(monkeypatch, tmp_path):
     monkeypatch.setattr(ConvNetSteps, "eligible", staticmethod(lambda model: False))
     (vmapped,) = run_packed([cnn_run(**cfg)], [tmp_path / "vmap"])
     assert (fast.final_weights - vmapped.final_weights).abs().max() < 1e-4
-    assert (fast.final_weights - cnn_run(**cfg).model.initial_vector()).abs().max() > 1e-2  # it trained
+    # it trained
+    assert (fast.final_weights - cnn_run(**cfg).model.initial_vector()).abs().max() > 1e-2
     a, b = (pd.read_csv(tmp_path / name / "metrics.csv") for name in ("fast", "vmap"))
     numeric = [c for c in a.columns if pd.api.types.is_float_dtype(a[c])]
     pd.testing.assert_frame_equal(a[numeric], b[numeric], atol=1e-4, rtol=1e-4)

@@ -29,7 +29,8 @@ def test_a_cnn_trains_at_two_to_three_forwards():
     convolution computes no input gradient, so training lies strictly between 2 and 3 forwards."""
     flops = per_sample("cnn_cifar", (3, 32, 32), 10)
     assert 2 * flops.forward < flops.train < 3 * flops.forward
-    assert flops.forward == pytest.approx(2 * (3 * 64 * 25 * 28 * 28 + 64 * 64 * 25 * 10 * 10 + 1600 * 384 + 384 * 192 + 192 * 10))
+    assert flops.forward == pytest.approx(2 * (3 * 64 * 25 * 28 * 28 + 64 * 64 * 25 * 10 * 10
+                                               + 1600 * 384 + 384 * 192 + 192 * 10))
 
 
 def test_evaluation_rounds_follow_the_simulator():
@@ -42,12 +43,17 @@ def test_evaluation_rounds_follow_the_simulator():
 
 def test_run_work_adds_training_loss_passes_and_evaluation():
     flops = SampleFlops(train=3.0, forward=1.0)
-    cfg = {"rounds": 10, "local_epochs": 2, "eval_every": 5, "per_user_every": 10, "track_improvement": True}
+    cfg = {"rounds": 10, "local_epochs": 2, "eval_every": 5, "per_user_every": 10,
+           "track_improvement": True}
     work = run_work(flops, cfg, round_samples=100, test_samples=50, pre_round_losses=False)
-    assert work == RunWork(training=10 * 100 * 2 * 3.0, losses=10 * 2 * 100 * 1.0, evaluation=3 * 50 * 1.0)
-    untracked = run_work(flops, {**cfg, "track_improvement": False}, 100, 50, pre_round_losses=False)
+    assert work == RunWork(training=10 * 100 * 2 * 3.0, losses=10 * 2 * 100 * 1.0,
+                           evaluation=3 * 50 * 1.0)
+    untracked = run_work(flops, {**cfg, "track_improvement": False}, 100, 50,
+                         pre_round_losses=False)
     assert untracked.losses == 0 and untracked.total == work.total - work.losses
-    assert run_work(flops, {**cfg, "track_improvement": False}, 100, 50, pre_round_losses=True).losses == 10 * 100 * 1.0  # q-FFL's F_i(w_t)
+    # q-FFL's F_i(w_t)
+    assert run_work(flops, {**cfg, "track_improvement": False}, 100, 50,
+                    pre_round_losses=True).losses == 10 * 100 * 1.0
 
 
 def test_matmul_rate_is_measured_and_restores_tf32():

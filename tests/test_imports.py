@@ -51,7 +51,8 @@ def imports_of(module: str) -> set[str]:
             if node.level:  # relative import
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
-            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
+            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
+                     for alias in node.names]
         else:
             continue
         found |= {target for n in names if n.startswith("fedmgda") and (target := _resolve(n))}
@@ -106,7 +107,8 @@ def test_the_catalog_is_the_bottom_layer():
     that anything may import them."""
     algorithms = {m for m in MODULES if m.startswith("fedmgda.algorithms.")}
     assert GRAPH["fedmgda.errors"] == set()
-    assert set().union(*(GRAPH[m] for m in algorithms)) <= algorithms | {"fedmgda.errors", "fedmgda.qp"}
+    assert set().union(*(GRAPH[m]
+                         for m in algorithms)) <= algorithms | {"fedmgda.errors", "fedmgda.qp"}
     assert GRAPH["fedmgda.partitioners"] <= {"fedmgda.errors", "fedmgda.legacy_sort"}
     assert GRAPH["fedmgda.catalog"] <= algorithms | {"fedmgda.errors", "fedmgda.partitioners"}
     assert GRAPH["fedmgda.config"] == {"fedmgda.catalog", "fedmgda.errors"}
@@ -114,7 +116,8 @@ def test_the_catalog_is_the_bottom_layer():
 
 def workflow_parse_imports() -> set[str]:
     """The package modules the Snakefiles import while Snakemake parses them."""
-    files = [REPO / "Snakefile", REPO / "workflow" / "Snakefile", *sorted((REPO / "workflow" / "rules").glob("*.smk"))]
+    files = [REPO / "Snakefile", REPO / "workflow" / "Snakefile",
+             *sorted((REPO / "workflow" / "rules").glob("*.smk"))]
     pattern = re.compile(r"^\s*(?:from\s+(fedmgda[\w.]*)\s+import|import\s+(fedmgda[\w.]*))", re.M)
     return {_resolve(a or b) for f in files for a, b in pattern.findall(f.read_text())}
 
@@ -135,9 +138,11 @@ PLANNING = sorted(workflow_parse_imports() | WORKFLOW_COMMANDS)
 
 @pytest.mark.parametrize("module", PLANNING)
 def test_planning_modules_never_import_torch(module):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
     code = f"import sys, {module}; assert 'torch' not in sys.modules, 'imported torch'"
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=120)
     assert done.returncode == 0, f"{module}: {done.stderr.strip().splitlines()[-1:]}"
 
 
@@ -166,7 +171,8 @@ def test_imports_follow_the_readme_layers():
     assert units == set(layers), f"README layers: missing {sorted(units - set(layers))}, extra {sorted(set(layers) - units)}"
     wrong = [f"{a} (layer {layers[layer_unit(a)]}) imports {b} (layer {layers[layer_unit(b)]})"
              for a, targets in GRAPH.items() if layer_unit(a) != "fedmgda"
-             for b in targets if layer_unit(b) != layer_unit(a) and layers[layer_unit(b)] >= layers[layer_unit(a)]]
+             for b in targets if layer_unit(b) != layer_unit(a)
+             and layers[layer_unit(b)] >= layers[layer_unit(a)]]
     assert not wrong, wrong
 
 
@@ -213,7 +219,8 @@ def module_imports(path: Path) -> set[str]:
 def unreached(graph: dict[str, set[str]], starts: set[str]) -> set[str]:
     """The modules of ``graph`` that no other module imports and that are not in ``starts``; a
     package counts as reached when one of its modules is (importing it runs the package first)."""
-    reached = starts | {target for module, targets in graph.items() for target in targets - {module}}
+    reached = starts | {target for module, targets in graph.items()
+                        for target in targets - {module}}
     packages = {".".join(name.split(".")[:i])
                 for name in reached for i in range(1, name.count(".") + 1)}
     return set(graph) - reached - packages

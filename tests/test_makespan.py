@@ -66,7 +66,8 @@ def test_impossible_jobs():
 
 
 def test_by_dataset_and_together():
-    jobs = [gpu("g1", 6, "cifar10"), gpu("g2", 6, "cifar10"), cpu("a1", 5, dataset="adult"), cpu("a2", 5, dataset="adult"),
+    jobs = [gpu("g1", 6, "cifar10"), gpu("g2", 6, "cifar10"), cpu("a1", 5, dataset="adult"),
+            cpu("a2", 5, dataset="adult"),
             cpu("a3", 5, dataset="adult")]
     result = makespan_by_dataset(jobs, cores=3, gpus=1)
     # cifar10 alone: its 2 GPU jobs in a row; adult alone: 3 jobs on 3 cores; together: the GPU job

@@ -27,19 +27,23 @@ def test_accuracy_stats_follow_the_papers_plotting_code():
 
 def test_q_ffl_statistics_follow_its_plotting_code():
     """fair_flearn plot_fairness.py get_bar_y: mean of the int(0.1 m) lowest / highest, np.var."""
-    acc = np.array([0.9, 0.1, 0.5, 0.7, 0.3, 0.2, 0.8, 0.6, 0.4, 1.0, 0.0, 0.55, 0.45, 0.35, 0.65, 0.75, 0.85, 0.95, 0.05, 0.15, 0.25])
+    acc = np.array([0.9, 0.1, 0.5, 0.7, 0.3, 0.2, 0.8, 0.6, 0.4, 1.0, 0.0, 0.55, 0.45, 0.35, 0.65,
+                    0.75, 0.85, 0.95, 0.05, 0.15, 0.25])
     stats = accuracy_stats(acc)
     assert len(acc) == 21 and int(len(acc) * 0.1) == 2
     assert stats["worst10_acc"] == np.mean([0.0, 0.05]) and stats["best10_acc"] == np.mean([0.95, 1.0])
-    assert np.isclose(stats["var_acc"], np.var(acc)) and np.isclose(stats["var_acc"], stats["std_acc"] ** 2)
-    two = accuracy_stats(np.array([0.8, 0.6]))  # m < 10: at least one user (the code's mean of none is NaN)
+    assert np.isclose(stats["var_acc"],
+                      np.var(acc)) and np.isclose(stats["var_acc"], stats["std_acc"] ** 2)
+    # m < 10: at least one user (the code's mean of none is NaN)
+    two = accuracy_stats(np.array([0.8, 0.6]))
     assert two["worst10_acc"] == 0.6 and two["best10_acc"] == 0.8 and np.isclose(two["var_acc"], 0.01)
     assert set(stats) == set(STAT_KEYS)
 
 
 def test_display_scale_of_each_statistic_and_source():
     assert display_scale("var_acc") == display_scale("protocol.var_acc") == 1e4  # %^2
-    for name in ("mean_acc", "final.worst10_acc", "protocol.best10_acc", "final.test_acc_phd", "test_acc_pooled",
+    for name in ("mean_acc", "final.worst10_acc", "protocol.best10_acc", "final.test_acc_phd",
+                 "test_acc_pooled",
                  "final_user.0", "final_others.3", "metrics.improved_loss", "improved_acc"):
         assert display_scale(name) == 100.0, name
     assert display_scale("train_loss") == display_scale("metrics.eta") == display_scale("protocol.round") == 1.0
@@ -54,7 +58,8 @@ def test_improved_fraction_counts_ties_as_improved():
 
 def test_per_owner_mean_and_sum_of_batch_means():
     values = torch.tensor([1.0, 2.0, 3.0, 10.0])
-    assert torch.allclose(per_owner_mean(values, torch.tensor([0, 0, 1, 1]), 3), torch.tensor([1.5, 6.5, 0.0], dtype=torch.float64))
+    assert torch.allclose(per_owner_mean(values, torch.tensor([0, 0, 1, 1]), 3),
+                          torch.tensor([1.5, 6.5, 0.0], dtype=torch.float64))
     losses = torch.arange(25, dtype=torch.float32)
     # batches of 10: means 4.5, 14.5 and a partial batch (20..24) with mean 22
     assert sum_of_batch_means(losses, 10).item() == 4.5 + 14.5 + 22
@@ -75,7 +80,8 @@ def test_participant_stats_of_one_run_and_of_packed_runs():
     assert one["loss"].tolist() == [9.5, 22.0]
     assert one["acc"].tolist() == [7 / 20, 2 / 5]
     assert one["total"].tolist() == [4.5 + 14.5, 22.0]
-    packed = participant_stats(torch.stack([losses, 2 * losses], dim=1), torch.stack([correct, 1 - correct], dim=1), [20, 5], 10)
+    packed = participant_stats(torch.stack([losses, 2 * losses], dim=1),
+                               torch.stack([correct, 1 - correct], dim=1), [20, 5], 10)
     assert packed["loss"].shape == (2, 2)
     assert packed["loss"][:, 0].tolist() == one["loss"].tolist() and packed["total"][:, 1].tolist() == (2 * one["total"]).tolist()
     assert packed["acc"][:, 1].tolist() == (1 - one["acc"]).tolist()

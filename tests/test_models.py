@@ -20,7 +20,8 @@ PAPER_MODELS = [
     ("lstm_shakespeare", (80,), 80, 640 + 272_384 + 526_336 + 20_560),
     ("logreg", (60,), 10, 610),
     ("mlp_digits", (64,), 10, None),
-    ("mlp_fmnist", (1, 28, 28), 10, 784 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10),  # 199 210, FedMDFG's MLP
+    # 199 210, FedMDFG's MLP
+    ("mlp_fmnist", (1, 28, 28), 10, 784 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10),
 ]
 
 
@@ -51,7 +52,8 @@ def test_lstm_recurrence_matches_torch_lstm():
     assert torch.allclose(model(x), reference, atol=1e-5)
     assert torch.equal(model.forward_fused(x), reference)
     y = torch.tensor([0, 5, 79])
-    grads = [torch.autograd.grad(torch.nn.functional.nll_loss(f(x), y), list(model.parameters())) for f in (model, model.forward_fused)]
+    grads = [torch.autograd.grad(torch.nn.functional.nll_loss(f(x), y), list(model.parameters()))
+             for f in (model, model.forward_fused)]
     for written, fused in zip(*grads):
         assert torch.allclose(written, fused, atol=1e-5)
 
@@ -78,10 +80,12 @@ def test_glorot_init_zero_biases_and_the_glorot_bound():
         receptive = layer.weight[0, 0].numel()  # kernel area (1 for a dense layer)
         bound = (6 / ((layer.weight.shape[1] + layer.weight.shape[0]) * receptive)) ** 0.5
         assert torch.equal(layer.bias, torch.zeros_like(layer.bias))
-        assert layer.weight.abs().max() <= bound and layer.weight.abs().max() > 0.9 * bound  # fills U(-b, b)
+        # fills U(-b, b)
+        assert layer.weight.abs().max() <= bound and layer.weight.abs().max() > 0.9 * bound
     torch.manual_seed(5)
     again = build_model("cnn_fmnist", (1, 28, 28), 10, init="glorot")
-    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), again.parameters()))  # same seed, same model
+    # same seed, same model
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), again.parameters()))
     torch.manual_seed(5)
     default = build_model("cnn_fmnist", (1, 28, 28), 10)
     torch.manual_seed(5)
@@ -102,20 +106,28 @@ def test_the_catalog_names_every_model():
     assert CONV_NAMES == CONVOLUTIONS  # the same default first
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")])])
-@pytest.mark.parametrize("name,shape,classes", [("cnn_cifar", (3, 32, 32), 10), ("cnn_fmnist", (1, 28, 28), 10), ("cnn_femnist", (1, 28, 28), 62)])
+@pytest.mark.parametrize("device",
+                         ["cpu",
+                          pytest.param("cuda",
+                                       marks=[pytest.mark.cuda,
+                                              pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")])])
+@pytest.mark.parametrize("name,shape,classes",
+                         [("cnn_cifar", (3, 32, 32), 10), ("cnn_fmnist", (1, 28, 28), 10),
+                          ("cnn_femnist", (1, 28, 28), 62)])
 def test_im2col_convolutions_are_torchs_up_to_rounding(name, shape, classes, device):
     """``conv: im2col`` computes the same function as torch's convolution: outputs and gradients
     (float64), under vmap over clients with their own weights as the batched path runs it; on
     CUDA too (``make test-cuda``), where torch's is cuDNN's."""
     torch.manual_seed(4)
-    models = {conv: build_model(name, shape, classes, conv=conv).double().to(device) for conv in ("torch", "im2col")}
+    models = {conv: build_model(name, shape, classes, conv=conv).double().to(device)
+              for conv in ("torch", "im2col")}
     models["im2col"].load_state_dict(models["torch"].state_dict())
     assert [m.im2col for m in models["im2col"].modules() if isinstance(m, Conv2d)] == [True, True]
     assert convolution(models["im2col"]) == "im2col" and convolution(models["torch"]) == "torch"
     assert convolution(build_model("logreg", (99,), 2, conv="im2col")) is None
     clients = 3
-    params = {k: v.detach().expand(clients, *v.shape).clone() + 0.01 * torch.randn(clients, *v.shape, dtype=torch.float64).to(device)
+    params = {k: v.detach().expand(clients, *v.shape).clone()
+              + 0.01 * torch.randn(clients, *v.shape, dtype=torch.float64).to(device)
               for k, v in models["torch"].named_parameters()}
     x = torch.randn(clients, 4, *shape, dtype=torch.float64).to(device)
     y = torch.randint(0, classes, (clients, 4)).to(device)
@@ -140,11 +152,13 @@ def test_an_unknown_convolution_is_one_clear_error():
 def test_mlp_fmnist_is_fedmdfgs_mlp():
     """zibinpan/FedMDFG fedplat/model/MLP.py: Linear 784-200, ReLU, 200-200, ReLU, 200-10, no dropout."""
     model = build_model("mlp_fmnist", (1, 28, 28), 10)
-    assert [(m.in_features, m.out_features) for m in model.modules() if isinstance(m, nn.Linear)] == [(784, 200), (200, 200), (200, 10)]
+    assert [(m.in_features, m.out_features) for m in model.modules()
+            if isinstance(m, nn.Linear)] == [(784, 200), (200, 200), (200, 10)]
     assert not any(isinstance(m, nn.Dropout) for m in model.modules())
     x = torch.randn(5, 1, 28, 28)
     logits = model.fc3(torch.relu(model.fc2(torch.relu(model.fc1(x.flatten(1))))))
-    assert torch.allclose(model.train()(x), torch.log_softmax(logits, dim=1))  # no randomness in training mode
+    # no randomness in training mode
+    assert torch.allclose(model.train()(x), torch.log_softmax(logits, dim=1))
 
 
 def test_a_run_model_replaces_the_datasets(monkeypatch):
@@ -178,7 +192,9 @@ def test_max_pool2_is_max_pool2d(shape, dtype):
     assert max_pool2(x.requires_grad_()).grad_fn.name() == F.max_pool2d(x, 2).grad_fn.name()
 
 
-@pytest.mark.parametrize("name, shape, classes", [("cnn_fmnist", (1, 28, 28), 10), ("cnn_femnist", (1, 28, 28), 62), ("cnn_cifar", (3, 32, 32), 10)])
+@pytest.mark.parametrize("name, shape, classes",
+                         [("cnn_fmnist", (1, 28, 28), 10), ("cnn_femnist", (1, 28, 28), 62),
+                          ("cnn_cifar", (3, 32, 32), 10)])
 def test_cnn_evaluation_equals_the_autograd_forward(name, shape, classes):
     """Each CNN's forward without autograd (max_pool2's CPU path) gives the forward with autograd
     (F.max_pool2d) bit for bit."""
@@ -195,7 +211,8 @@ def test_lstm_layer_backward_is_the_gradient():
     torch.manual_seed(2)
     batch, time, features, hidden = 3, 6, 5, 4
     inputs = tuple(torch.randn(*shape, dtype=torch.float64, requires_grad=True)
-                   for shape in ((batch, time, features), (4 * hidden, features), (4 * hidden, hidden), (4 * hidden,)))
+                   for shape in ((batch, time, features), (4 * hidden, features),
+                                 (4 * hidden, hidden), (4 * hidden,)))
     assert torch.autograd.gradcheck(lambda *args: LSTMLayer.apply(*args)[0], inputs)
 
 
@@ -204,7 +221,8 @@ def test_lstm_layer_under_vmap_is_each_clients_gradient():
     client update takes them, equal each client's own (float64, one client at a time)."""
     torch.manual_seed(3)
     clients, batch, time, features, hidden = 3, 2, 7, 5, 4
-    weights = tuple(torch.randn(clients, *shape, dtype=torch.float64) for shape in ((4 * hidden, features), (4 * hidden, hidden), (4 * hidden,)))
+    weights = tuple(torch.randn(clients, *shape, dtype=torch.float64)
+                    for shape in ((4 * hidden, features), (4 * hidden, hidden), (4 * hidden,)))
     x = torch.randn(clients, batch, time, features, dtype=torch.float64)
 
     def loss(w_ih, w_hh, bias, x):

@@ -30,7 +30,8 @@ LOSS_READERS = ("qfedavg", "afl")
 
 def config(name, **overrides):
     plugin = {"plugin": FEDAVGM} if name == "fedavgm" else {}
-    return toy_config(**{"algorithm": name, "hparams": ALGORITHMS[name], "rounds": 6, **plugin, **overrides})
+    return toy_config(**{"algorithm": name, "hparams": ALGORITHMS[name], "rounds": 6, **plugin,
+                         **overrides})
 
 
 def scaled(value):
@@ -40,7 +41,8 @@ def scaled(value):
 # ---------------------------------------------------------------------------- the numerics
 def test_finite_updates_are_normalised_exactly_as_before_and_huge_or_tiny_ones_keep_their_direction():
     u = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
-    assert torch.equal(normalise_rows(u), u / u.norm(dim=1, keepdim=True))  # the float32 path, bit for bit
+    # the float32 path, bit for bit
+    assert torch.equal(normalise_rows(u), u / u.norm(dim=1, keepdim=True))
     reference = normalise_rows(u)
     for factor in (1e12, 1e20, 1e30, 1e-25, 1e-40):
         rows = u * factor
@@ -68,7 +70,8 @@ def test_simplex_projection_survives_losses_that_swamp_its_sums():
     v = np.array([0.25, 0.25, 1e20, 0.25])
     np.testing.assert_array_equal(project_to_simplex(v), [0.0, 0.0, 1.0, 0.0])
     normal = np.array([0.3, 0.9, 0.1])
-    np.testing.assert_allclose(project_to_simplex(normal), [0.2, 0.8, 0.0], atol=1e-12)  # shift (0.3 + 0.9 - 1) / 2
+    # shift (0.3 + 0.9 - 1) / 2
+    np.testing.assert_allclose(project_to_simplex(normal), [0.2, 0.8, 0.0], atol=1e-12)
     with pytest.raises(FloatingPointError):
         project_to_simplex(np.array([0.5, np.inf]))
 
@@ -78,7 +81,8 @@ def test_the_screening_rule_and_the_reported_mean_loss():
     losses = [torch.tensor([0.5, 0.7, float("inf"), 0.9])]
     strict = screen_reports([7, 3, 5, 1], updates, losses, uses_losses=True)
     assert strict.kept == [0, 3]
-    assert strict.columns() == {"nonfinite_updates": 1, "nonfinite_losses": 1, "nonfinite_users": "3 5", "dropped": 2}
+    assert strict.columns() == {"nonfinite_updates": 1, "nonfinite_losses": 1,
+                                "nonfinite_users": "3 5", "dropped": 2}
     assert screen_reports([7, 3, 5, 1], updates, losses, uses_losses=False).kept == [0, 2, 3]
     assert finite_mean(losses[0]) == pytest.approx((0.5 + 0.7 + 0.9) / 3)
     assert np.isnan(finite_mean(torch.tensor([float("nan")])))
@@ -97,7 +101,8 @@ def finite_grams(monkeypatch):
         seen.append(gram)
         return min_norm_weights(gram, *args, **kwargs)
 
-    monkeypatch.setattr(fedmgda.qp, "min_norm_weights", checked)  # the rules import it when they aggregate
+    # the rules import it when they aggregate
+    monkeypatch.setattr(fedmgda.qp, "min_norm_weights", checked)
     return seen
 
 
@@ -136,7 +141,8 @@ def test_normalising_rules_give_an_attacker_of_any_factor_the_same_direction(nam
 def test_fedavg_follows_a_huge_finite_update_where_fedmgda_plus_does_not():
     full = dict(batch_size="full", momentum=0.5)
     data = make_toy_federated()
-    runs = {name: [run(config(name, attack=scaled(v), **full), data=data, model_name="logreg").final_weights
+    runs = {name: [run(config(name, attack=scaled(v), **full), data=data,
+                       model_name="logreg").final_weights
                    for v in (1.0, 1e12)] for name in ("fedavg", "fedmgda_plus")}
     moved = {name: float((b - a).abs().max()) for name, (a, b) in runs.items()}
     assert moved["fedavg"] > 1e6 > 1e-4 > moved["fedmgda_plus"]
@@ -181,7 +187,8 @@ def spy_aggregate(monkeypatch, sim):
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
 def test_a_nan_or_inf_update_is_left_out_of_its_round_and_counted(monkeypatch, name):
-    sim = Simulation(config(name, attack=scaled(1.0)), data=make_toy_federated(), model_name="logreg")
+    sim = Simulation(config(name, attack=scaled(1.0)), data=make_toy_federated(),
+                     model_name="logreg")
     inject(monkeypatch, {1: (0, "update", float("nan")), 3: (0, "update", float("inf"))})
     calls = spy_aggregate(monkeypatch, sim)
 
@@ -193,13 +200,16 @@ def test_a_nan_or_inf_update_is_left_out_of_its_round_and_counted(monkeypatch, n
     assert list(metrics["nonfinite_users"].fillna("").astype(str)) == ["", "0", "", "0", "", ""]
     for t, participants, updates in calls:
         assert torch.isfinite(updates).all()
-        assert (0 in participants) == (t not in (1, 3))  # the attacker (forced into every round) only when finite
-        assert len(participants) == len(updates) == (3 if t in (1, 3) else 4)  # its row removed, not zeroed
+        # the attacker (forced into every round) only when finite
+        assert (0 in participants) == (t not in (1, 3))
+        # its row removed, not zeroed
+        assert len(participants) == len(updates) == (3 if t in (1, 3) else 4)
 
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
 def test_a_non_finite_loss_leaves_out_only_where_the_rule_reads_losses(monkeypatch, name):
-    sim = Simulation(config(name, attack=scaled(1.0)), data=make_toy_federated(), model_name="logreg")
+    sim = Simulation(config(name, attack=scaled(1.0)), data=make_toy_federated(),
+                     model_name="logreg")
     inject(monkeypatch, {2: (0, "loss", float("inf"))})
     calls = spy_aggregate(monkeypatch, sim)
 
@@ -214,7 +224,8 @@ def test_a_non_finite_loss_leaves_out_only_where_the_rule_reads_losses(monkeypat
 
 def test_a_round_in_which_no_participant_reports_finitely_ends_the_run(monkeypatch):
     """Every client overflowing from the global model is the model's divergence, not a client's."""
-    sim = Simulation(config("fedavgm", participation=1 / 8), data=make_toy_federated(), model_name="logreg")
+    sim = Simulation(config("fedavgm", participation=1 / 8), data=make_toy_federated(),
+                     model_name="logreg")
     calls = spy_aggregate(monkeypatch, sim)
     only = sim.participants(2)[0]
     inject(monkeypatch, {2: (only, "update", float("nan"))})
@@ -228,12 +239,15 @@ def test_a_round_in_which_no_participant_reports_finitely_ends_the_run(monkeypat
 def test_divergence_is_the_global_models_and_says_why(tmp_path):
     """A server step beyond float32's range makes the model's weights Inf / NaN in round 1; a step
     of 1e38 makes a huge but finite model whose clients' losses overflow: not a divergence."""
-    result = run(toy_config(algorithm="fedavg_n", hparams={"eta": 1e39}, rounds=10), tmp_path, data=make_toy_federated(), model_name="logreg")
+    result = run(toy_config(algorithm="fedavg_n", hparams={"eta": 1e39}, rounds=10), tmp_path,
+                 data=make_toy_federated(), model_name="logreg")
     assert result.summary["status"] == "diverged" and result.summary["diverged_round"] == 1
     assert result.summary["diverged_because"] == "weights not finite"
-    huge = run(toy_config(algorithm="fedavg_n", hparams={"eta": 1e38}, rounds=6), data=make_toy_federated(), model_name="logreg")
+    huge = run(toy_config(algorithm="fedavg_n", hparams={"eta": 1e38}, rounds=6),
+               data=make_toy_federated(), model_name="logreg")
     assert huge.metrics["nonfinite_losses"].sum() > 0 and huge.summary["status"] == "ok"
-    clean = run(toy_config(algorithm="fedavg", rounds=3), data=make_toy_federated(), model_name="logreg")
+    clean = run(toy_config(algorithm="fedavg", rounds=3), data=make_toy_federated(),
+                model_name="logreg")
     assert clean.summary["status"] == "ok" and clean.summary["diverged_because"] is None
 
 

@@ -34,7 +34,9 @@ def registry(path: str = "config/quick.yaml", **resources):
 
 def spec(key: str, pack: int = 4, runtime: int = 10, **cfg) -> RunSpec:
     config = {"dataset": "digits", "algorithm": "fedavg", "hparams": {}, "seed": 1, **cfg}
-    return RunSpec(key, config, None, {"gpu": 0, "mem_mb": 1000, "runtime": runtime, "threads": 1, "pack": pack}, ["e"])
+    return RunSpec(key, config, None,
+                   {"gpu": 0, "mem_mb": 1000, "runtime": runtime, "threads": 1, "pack": pack},
+                   ["e"])
 
 
 def test_pack_one_means_no_packs():
@@ -52,7 +54,8 @@ def test_packs_respect_the_grouping_key_and_the_size():
         groups = {f"{reg.runs[k].experiments[0]}/{pack_group(reg.runs[k].config)}" for k in keys}
         assert groups == {name.rsplit("/", 1)[0]}
         # what check_packable compares: samples, model, local training, device
-        for field in ("dataset", "dataset_options", "batch_size", "local_lr", "local_epochs", "momentum", "device"):
+        for field in ("dataset", "dataset_options", "batch_size", "local_lr", "local_epochs",
+                      "momentum", "device"):
             assert len({repr(reg.runs[k].config.get(field)) for k in keys}) == 1, (name, field)
         assert len({prox_mu(reg.runs[k].config) for k in keys}) == 1
         assert not seen & set(keys)  # a run is in one pack at most
@@ -66,7 +69,8 @@ def test_packs_respect_the_grouping_key_and_the_size():
 
 
 def test_group_sizes_are_balanced():
-    runs = {f"s/fedavg/default/clean/seed{i}": spec(f"s/fedavg/default/clean/seed{i}", pack=4, seed=i)
+    runs = {f"s/fedavg/default/clean/seed{i}": spec(f"s/fedavg/default/clean/seed{i}", pack=4,
+                                                    seed=i)
             for i in range(1, 10)}
     packs = assign_packs(runs)
     assert sorted(len(v) for v in packs.values()) == [3, 3, 3]  # 9 runs, at most 4: 3 + 3 + 3
@@ -75,10 +79,12 @@ def test_group_sizes_are_balanced():
 
 
 def test_trained_runs_leave_their_pack_and_the_other_packs_keep_their_members():
-    runs = {f"s/fedavg/default/clean/seed{i}": spec(f"s/fedavg/default/clean/seed{i}", pack=4, seed=i)
+    runs = {f"s/fedavg/default/clean/seed{i}": spec(f"s/fedavg/default/clean/seed{i}", pack=4,
+                                                    seed=i)
             for i in range(1, 10)}
     full = assign_packs(runs)
-    trained = ["s/fedavg/default/clean/seed1", "s/fedavg/default/clean/seed2", "s/fedavg/default/clean/seed3"]
+    trained = ["s/fedavg/default/clean/seed1", "s/fedavg/default/clean/seed2",
+               "s/fedavg/default/clean/seed3"]
     left = assign_packs(runs, trained=trained)
     assert not set(trained) & {k for keys in left.values() for k in keys}
     for name, keys in left.items():  # same names, same members less the trained ones
@@ -96,7 +102,8 @@ def test_trained_runs_need_every_file_and_todays_config(tmp_path):
         for name in RUN_FILES:
             (tmp_path / key / name).write_text(text if name == "run.yaml" else "x")
     (tmp_path / "s/seed2/summary.json").unlink()  # not finished
-    (tmp_path / "s/seed3/run.yaml").write_text("seed: 3\nrounds: 5\n")  # trained with another config
+    # trained with another config
+    (tmp_path / "s/seed3/run.yaml").write_text("seed: 3\nrounds: 5\n")
     assert trained_runs(tmp_path, configs) == {"s/seed1", "s/seed4"}
     assert trained_runs(tmp_path, {**configs, "s/seed9": "seed: 9\n"}) == {"s/seed1", "s/seed4"}
 
@@ -115,7 +122,8 @@ def test_an_unrelated_experiment_leaves_other_packs_alone():
     before = assign_packs(expand(copy.deepcopy(cfg)).runs)
     cfg["settings"]["digits_lr0.2"] = {"dataset": "digits", "partition": "shards", "batch_size": 10,
                                        "local_lr": 0.2, "participation": 0.2, "rounds": 12}
-    cfg["experiments"]["extra"] = {"setting": "digits_lr0.2", "grid": "all_algorithms", "seeds": [1, 2]}
+    cfg["experiments"]["extra"] = {"setting": "digits_lr0.2", "grid": "all_algorithms",
+                                   "seeds": [1, 2]}
     after = assign_packs(expand(cfg).runs)
     assert set(before) < set(after)
     assert all(after[name] == keys for name, keys in before.items())
@@ -123,11 +131,13 @@ def test_an_unrelated_experiment_leaves_other_packs_alone():
 
 def test_local_training_splits_groups():
     base = spec("a", local_lr=0.05, batch_size=10)
-    assert pack_group(base.config) == pack_group(spec("b", seed=2, algorithm="fedmgda_plus", local_lr=0.05,
+    assert pack_group(base.config) == pack_group(spec("b", seed=2, algorithm="fedmgda_plus",
+                                                      local_lr=0.05,
                                                       batch_size=10, hparams={"eta": 1.0}).config)
     for other in ({"local_lr": 0.1}, {"batch_size": "full"}, {"momentum": 0.0}, {"local_epochs": 2},
                   {"algorithm": "fedprox", "hparams": {"mu": 0.01}}, {"dataset": "synthetic"},
-                  {"dataset_options": {"max_samples": 100}}, {"batched": False}, {"device": "cuda"}, {"conv": "im2col"}):
+                  {"dataset_options": {"max_samples": 100}}, {"batched": False}, {"device": "cuda"},
+                  {"conv": "im2col"}):
         cfg = {**base.config, **other}
         assert pack_group(cfg) != pack_group(base.config), other
     # mgda_prox's implied mu (0.1, dropped from its hparams) is its mu all the same
@@ -140,7 +150,8 @@ def test_paper_profile_packs_table7_in_its_own_jobs():
     reg = registry("config/config.yaml")
     packs = assign_packs(reg.runs)
     table7 = set(reg.runs_of(["table7"]))
-    assert len(table7) == 120  # 23 rows x 5 seeds, and Baseline_PhD (the PhD client alone: other samples)
+    # 23 rows x 5 seeds, and Baseline_PhD (the PhD client alone: other samples)
+    assert len(table7) == 120
     mine = {name: set(keys) for name, keys in packs.items() if table7 & set(keys)}
     assert sorted(mine) == ["table7/adult_clientsphd_shift_by_one1_k1_b10_lr0.01_m0.5/pack1",
                             "table7/adult_shift_by_one1_k1_b10_lr0.01_m0.5/pack1"]
@@ -155,17 +166,21 @@ def test_pack_auto_is_the_measured_best_size_on_the_runs_device(monkeypatch):
     tests/test_devices.py), and another measured size re-cuts the groups."""
     from fedmgda import devices
 
-    explicit = assign_packs(registry("config/config.yaml", cifar10={"pack": 4}, fmnist={"pack": 8}, shakespeare={"pack": 8}).runs)
+    explicit = assign_packs(registry("config/config.yaml", cifar10={"pack": 4}, fmnist={"pack": 8},
+                                     shakespeare={"pack": 8}).runs)
     reg = registry("config/config.yaml")
-    assert {reg.runs[k].resources["pack"] for k in reg.runs if reg.runs[k].config["dataset"] == "cifar10"} == {"auto"}
+    assert {reg.runs[k].resources["pack"] for k in reg.runs
+            if reg.runs[k].config["dataset"] == "cifar10"} == {"auto"}
     assert assign_packs(reg.runs) == explicit
     rows = devices.parse_round_times("setting,dataset,model,device,machine,threads,runs,s_per_round,eval_s,source\n"
                                      "s,cifar10,cnn_cifar,cuda,G,1,1,0.1,0,x\ns,cifar10,cnn_cifar,cuda,G,1,2,0.1,0,x\n"
                                      "s,cifar10,cnn_cifar,cuda,G,1,4,0.4,0,x\n")
     monkeypatch.setattr(devices, "round_times", lambda: tuple(rows))
     packs = assign_packs(reg.runs)
-    cifar = [keys for name, keys in packs.items() if reg.runs[keys[0]].config["dataset"] == "cifar10"]
-    assert max(map(len, cifar)) == 2  # measured best: 2 (0.05 per run-round beside 0.1 alone and by 4)
+    cifar = [keys for name, keys in packs.items()
+             if reg.runs[keys[0]].config["dataset"] == "cifar10"]
+    # measured best: 2 (0.05 per run-round beside 0.1 alone and by 4)
+    assert max(map(len, cifar)) == 2
     fmnist = [keys for keys in packs.values() if reg.runs[keys[0]].config["dataset"] == "fmnist"]
     assert not fmnist  # no F-MNIST pack measured: one job per run
 
@@ -176,7 +191,8 @@ def test_pack_resources():
     assert pack_resources(specs) == {"threads": 4, "gpu": 1, "mem_mb": 3000, "runtime": 40}
     for s in specs:
         s.resources.update(pack_runtime=0.25, pack_mem_mb=500)
-    assert pack_resources(specs) == {"threads": 4, "gpu": 1, "mem_mb": 3500, "runtime": 30}  # >= the longest run
+    # >= the longest run
+    assert pack_resources(specs) == {"threads": 4, "gpu": 1, "mem_mb": 3500, "runtime": 30}
 
 
 def test_pack_resources_gpu_only_for_runs_that_train_on_the_gpu():
@@ -185,14 +201,16 @@ def test_pack_resources_gpu_only_for_runs_that_train_on_the_gpu():
     keeps the config's resources."""
     for dataset, device, gpu in [("adult", "auto", 0), ("digits", "auto", 0), ("cifar10", "cpu", 1),
                                  ("cifar10", "auto", 1), ("adult", "cuda", 1), ("digits", "cuda:1", 1)]:
-        specs = [spec("a", dataset=dataset, device=device), spec("b", dataset=dataset, device=device)]
+        specs = [spec("a", dataset=dataset, device=device),
+                 spec("b", dataset=dataset, device=device)]
         for s in specs:
             s.resources["gpu"] = 1
         assert pack_resources(specs)["gpu"] == gpu, (dataset, device)
 
 
 def test_train_pack_gives_every_run_its_config_and_log(tmp_path):
-    members = [{"config": f"seed: {i}\n", "run_yaml": str(tmp_path / f"r{i}/run.yaml"), "out": str(tmp_path / f"r{i}"),
+    members = [{"config": f"seed: {i}\n", "run_yaml": str(tmp_path / f"r{i}/run.yaml"),
+                "out": str(tmp_path / f"r{i}"),
                 "log": str(tmp_path / f"r{i}/train.log")} for i in (1, 2)]
     script = "import sys; print('trained', *sys.argv[1:])"
     train_pack(f"{sys.executable} -c {script!r}", members, tmp_path / "pack.log")
@@ -200,8 +218,10 @@ def test_train_pack_gives_every_run_its_config_and_log(tmp_path):
         assert (tmp_path / f"r{i}/run.yaml").read_text() == f"seed: {i}\n"
         assert "trained --config" in (tmp_path / f"r{i}/train.log").read_text()
     with pytest.raises(Exception, match="pack.log"):
-        train_pack(f"{sys.executable} -c 'import sys; print(\"boom\"); sys.exit(3)'", members, tmp_path / "pack.log")
-    assert "boom" in (tmp_path / "r2/train.log").read_text()  # the log reaches the runs on failure too
+        train_pack(f"{sys.executable} -c 'import sys; print(\"boom\"); sys.exit(3)'", members,
+                   tmp_path / "pack.log")
+    # the log reaches the runs on failure too
+    assert "boom" in (tmp_path / "r2/train.log").read_text()
 
 
 def test_train_pack_stops_at_its_timeout_and_can_keep_the_earlier_logs(tmp_path):
@@ -210,14 +230,16 @@ def test_train_pack_stops_at_its_timeout_and_can_keep_the_earlier_logs(tmp_path)
     import subprocess
     import time
 
-    members = [{"config": "seed: 1\n", "run_yaml": str(tmp_path / "r1/run.yaml"), "out": str(tmp_path / "r1"),
+    members = [{"config": "seed: 1\n", "run_yaml": str(tmp_path / "r1/run.yaml"),
+                "out": str(tmp_path / "r1"),
                 "log": str(tmp_path / "r1/train.log")}]
     (tmp_path / "r1").mkdir()
     (tmp_path / "r1/train.log").write_text("the earlier part\n")
     script = "import subprocess, sys, time; print('started', flush=True); subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
     start = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired):
-        train_pack(f"{sys.executable} -c {script!r}", members, tmp_path / "pack.log", timeout=2, append_logs=True)
+        train_pack(f"{sys.executable} -c {script!r}", members, tmp_path / "pack.log", timeout=2,
+                   append_logs=True)
     assert time.monotonic() - start < 30
     log = (tmp_path / "r1/train.log").read_text()
     assert log.startswith("the earlier part\npack of 1 runs: ") and "started" in log
@@ -227,7 +249,8 @@ def test_run_yaml_text_is_the_registry_config_with_its_partition_file():
     reg = registry()
     on_partition = next(s for s in reg.runs.values() if s.partition is not None)
     cfg = yaml.safe_load(run_yaml_text(on_partition, "results/quick/partitions"))
-    assert cfg == {**on_partition.config, "partition_file": f"results/quick/partitions/{on_partition.partition}.npz"}
+    assert cfg == {**on_partition.config,
+                   "partition_file": f"results/quick/partitions/{on_partition.partition}.npz"}
     alone = next((s for s in reg.runs.values() if s.partition is None), None)
     if alone is not None:
         assert yaml.safe_load(run_yaml_text(alone, "p")) == alone.config

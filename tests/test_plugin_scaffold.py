@@ -27,7 +27,8 @@ def test_first_round_is_fedavg_and_later_rounds_are_not():
     """c = c_i = 0 in round 1: the local term vanishes and eta_g = 1 takes the mean update (FedAvg)."""
     data = make_toy_federated()
     for rounds, same in ((1, True), (4, False)):
-        fedavg = run(toy_config(algorithm="fedavg", momentum=0.0, rounds=rounds, batched=False), data=data, model_name="logreg")
+        fedavg = run(toy_config(algorithm="fedavg", momentum=0.0, rounds=rounds, batched=False),
+                     data=data, model_name="logreg")
         ours = run(scaffold(rounds=rounds), data=data, model_name="logreg")
         assert torch.allclose(ours.final_weights, fedavg.final_weights, atol=1e-6) == same
 
@@ -35,12 +36,14 @@ def test_first_round_is_fedavg_and_later_rounds_are_not():
 def test_control_variates_follow_option_ii():
     """After one round with every client: c_i = -u_i / (K lr) and c = mean_i c_i (|S| = N)."""
     data = make_toy_federated(num_users=4)
-    sim = Simulation(scaffold(rounds=1, participation=1.0, batch_size=5), data=data, model_name="logreg")
+    sim = Simulation(scaffold(rounds=1, participation=1.0, batch_size=5), data=data,
+                     model_name="logreg")
     start = sim.model.initial_vector()
     run_packed([sim], [None])
     steps = -(-24 // 5)  # one epoch of 24 samples in batches of 5
     states = torch.stack([sim.client_states[u] for u in range(4)])
-    fedavg = Simulation(toy_config(algorithm="fedavg", momentum=0.0, rounds=1, participation=1.0, batch_size=5, batched=False), data=data, model_name="logreg")
+    fedavg = Simulation(toy_config(algorithm="fedavg", momentum=0.0, rounds=1, participation=1.0,
+                                   batch_size=5, batched=False), data=data, model_name="logreg")
     updates = []
     for u in range(4):  # each client's update, trained as in the run (the same minibatch order)
         updates.append(Scheduler([fedavg.inputs]).serve([TrainRequest(fedavg.inputs, start, 0, [u], [(fedavg.cfg.seed, 0, u)], [1.0])])[0][0][0])
@@ -75,7 +78,8 @@ def test_scaffold_trains_on_the_batched_path_and_no_fallback_is_said(capsys):
     run_packed([sim], [None])
     assert batched_training(sim.inputs) and training_path(sim.inputs) == "vmap, local_term vmap-ed"
     assert "not vmap-ed" not in capsys.readouterr().out
-    assert not batched_training(Simulation(scaffold(batched=False), data=data, model_name="logreg").inputs)
+    assert not batched_training(Simulation(scaffold(batched=False), data=data,
+                                           model_name="logreg").inputs)
 
 
 def test_scaffold_rejects_momentum():
@@ -88,7 +92,8 @@ def test_packed_beside_fedavg_each_run_keeps_its_path():
     linear-softmax one; each run gives what it gives alone."""
     data = make_toy_federated()
     configs = [scaffold(seed=1), toy_config(algorithm="fedavg", momentum=0.0, seed=2)]
-    packed = run_packed([Simulation(cfg, data=data, model_name="logreg") for cfg in configs], [None, None])
+    packed = run_packed([Simulation(cfg, data=data, model_name="logreg") for cfg in configs],
+                        [None, None])
     for cfg, result in zip(configs, packed):
         alone = run(cfg, data=data, model_name="logreg")
         assert torch.allclose(result.final_weights, alone.final_weights, rtol=1e-5, atol=1e-6)

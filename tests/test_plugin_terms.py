@@ -27,9 +27,11 @@ from fedmgda.simulator import Simulation
 
 REPO = Path(__file__).resolve().parents[1]
 SCAFFOLD = {"algorithm": "scaffold", "plugin": f"{REPO}/examples/scaffold.py:Scaffold"}
-FEDDYN = {"algorithm": "feddyn", "plugin": f"{REPO}/examples/feddyn.py:FedDyn", "hparams": {"alpha": 0.1}}
+FEDDYN = {"algorithm": "feddyn", "plugin": f"{REPO}/examples/feddyn.py:FedDyn",
+          "hparams": {"alpha": 0.1}}
 FEDPROX = {"algorithm": "fedprox", "hparams": {"mu": 0.1}}
-PROX_TERM = {"algorithm": "prox_term", "plugin": f"{REPO}/tests/term_plugins.py:ProxTerm", "hparams": {"mu": 0.1}}
+PROX_TERM = {"algorithm": "prox_term", "plugin": f"{REPO}/tests/term_plugins.py:ProxTerm",
+             "hparams": {"mu": 0.1}}
 
 
 def unequal_clients():
@@ -50,23 +52,30 @@ def test_a_vmapped_term_with_stacked_states_gives_each_clients_reference_update(
     """The vmap path with a term of (w, w_start, state) and a pytree state (a dict of tensors)
     stacked along dim 0 equals train, client by client: unequal sizes, momentum and mu."""
     torch.manual_seed(0)
-    for name, shape, classes in (("logreg", (12,), 3), ("mlp_digits", (12,), 4), ("cnn_fmnist", (1, 28, 28), 10)):
+    for name, shape, classes in (("logreg", (12,), 3), ("mlp_digits", (12,), 4),
+                                 ("cnn_fmnist", (1, 28, 28), 10)):
         flat = FlatModel(build_model(name, shape, classes).double())
-        trainer = LocalTrainer(flat, LocalHParams(epochs=2, batch_size=4, lr=0.05, momentum=0.5, mu=0.1), dropout=False)
+        trainer = LocalTrainer(flat,
+                               LocalHParams(epochs=2, batch_size=4, lr=0.05, momentum=0.5, mu=0.1),
+                               dropout=False)
         sizes = [11, 4, 9]
         x = torch.randn(sum(sizes), *shape, dtype=torch.float64)
         y = torch.randint(0, classes, (sum(sizes),))
         idx = list(torch.arange(sum(sizes)).split(sizes))
-        states = [{"anchor": torch.randn(flat.num_params, dtype=torch.float64), "weight": torch.tensor(0.5 + k, dtype=torch.float64)} for k in range(3)]
+        states = [{"anchor": torch.randn(flat.num_params, dtype=torch.float64),
+                   "weight": torch.tensor(0.5 + k, dtype=torch.float64)} for k in range(3)]
 
         def term(w, w_start, state):
-            return (state["anchor"] * (w - w_start)).sum() + state["weight"] * ((w - w_start) ** 2).sum()
+            return ((state["anchor"] * (w - w_start)).sum()
+                    + state["weight"] * ((w - w_start) ** 2).sum())
 
         w0 = flat.initial_vector()
         plan = trainer.minibatches.plan(idx, [torch.Generator().manual_seed(k) for k in range(3)])
-        batched = VmapSteps(trainer).train(plan, w0, x, y, torch.ones(3), term=term, states=stack_states(states))
+        batched = VmapSteps(trainer).train(plan, w0, x, y, torch.ones(3), term=term,
+                                           states=stack_states(states))
         for k, (i, state) in enumerate(zip(idx, states)):
-            alone = trainer.train(w0, x[i], y[i], torch.Generator().manual_seed(k), term=term, state=state)
+            alone = trainer.train(w0, x[i], y[i], torch.Generator().manual_seed(k), term=term,
+                                  state=state)
             assert torch.allclose(batched[k].update, alone.update, atol=1e-10), name
             assert torch.allclose(batched[k].train_loss, alone.train_loss, atol=1e-10), name
         plain = trainer.train(w0, x[idx[0]], y[idx[0]], torch.Generator().manual_seed(0))
@@ -87,7 +96,8 @@ def test_stack_states():
 
 
 @pytest.mark.parametrize("model", ["logreg", "mlp_digits"])
-@pytest.mark.parametrize("algorithm", [SCAFFOLD, FEDDYN, FEDPROX, PROX_TERM], ids=lambda a: a["algorithm"])
+@pytest.mark.parametrize("algorithm", [SCAFFOLD, FEDDYN, FEDPROX, PROX_TERM],
+                         ids=lambda a: a["algorithm"])
 def test_the_batched_run_equals_the_reference_run(algorithm, model, monkeypatch):
     """Whole runs, batched against batched: false: final model, reported losses every round and
     the clients' states (SCAFFOLD's c_i, FedDyn's g_k) to 1e-5; the term's clients really took
@@ -95,7 +105,9 @@ def test_the_batched_run_equals_the_reference_run(algorithm, model, monkeypatch)
     data = unequal_clients()
     calls = []
     original = VmapSteps.train
-    monkeypatch.setattr(VmapSteps, "train", lambda self, *a, **k: calls.append(k.get("term")) or original(self, *a, **k))
+    monkeypatch.setattr(VmapSteps, "train",
+                        lambda self, *a, **k: calls.append(k.get("term"))
+                        or original(self, *a, **k))
     reference = Simulation(config(algorithm, batched=False), data=data, model_name=model)
     batched = Simulation(config(algorithm), data=data, model_name=model)
     (ref,), (bat,) = run_packed([reference], [None]), run_packed([batched], [None])
@@ -104,7 +116,8 @@ def test_the_batched_run_equals_the_reference_run(algorithm, model, monkeypatch)
     pd.testing.assert_series_equal(ref.metrics["train_loss"], bat.metrics["train_loss"], atol=1e-5)
     assert reference.client_states.keys() == batched.client_states.keys()
     for user, state in reference.client_states.items():
-        assert (state is None and batched.client_states[user] is None) or torch.allclose(state, batched.client_states[user], atol=1e-5)
+        assert (state is None
+                and batched.client_states[user] is None) or torch.allclose(state, batched.client_states[user], atol=1e-5)
     assert algorithm["algorithm"] not in ("scaffold", "feddyn") or len(reference.client_states) > 2
     if batched.algorithm.has_local_term():
         assert training_path(batched.inputs) == "vmap, local_term vmap-ed"
@@ -130,7 +143,8 @@ def test_a_term_written_as_a_plugin_is_fedprox():
     ours = run(config(PROX_TERM), data=data, model_name="mlp_digits")
     fedprox = run(config(FEDPROX, batched=False), data=data, model_name="mlp_digits")
     assert torch.allclose(ours.final_weights, fedprox.final_weights, atol=1e-5)
-    pd.testing.assert_series_equal(ours.metrics["train_loss"], fedprox.metrics["train_loss"], atol=1e-5)
+    pd.testing.assert_series_equal(ours.metrics["train_loss"], fedprox.metrics["train_loss"],
+                                   atol=1e-5)
 
 
 @pytest.mark.parametrize("plugin,reason", [
@@ -145,22 +159,29 @@ def test_a_term_that_cannot_be_vmapped_falls_back_and_says_why(plugin, reason, c
     for user in range(5):  # every client each round: groups of 3 x 24 and 5 x 2 samples, so a group
         data.train_idx[user] = data.train_idx[user][:2]  # trains after the one before it fell back
     assert [len(group) for group in size_groups([len(i) for i in data.train_idx])] == [3, 5]
-    algorithm = {"algorithm": {"ItemTerm": "item_term", "FloatState": "float_state", "ProxTermOnReference": "prox_term_ref"}[plugin],
+    algorithm = {"algorithm": {"ItemTerm": "item_term", "FloatState": "float_state",
+                               "ProxTermOnReference": "prox_term_ref"}[plugin],
                  "plugin": f"{REPO}/tests/term_plugins.py:{plugin}", "hparams": {"mu": 0.1}}
-    sims = [Simulation(config(algorithm, seed=seed, participation=1.0), data=data, model_name="mlp_digits") for seed in (1, 2)]
+    sims = [Simulation(config(algorithm, seed=seed, participation=1.0), data=data,
+                       model_name="mlp_digits") for seed in (1, 2)]
     batched = run_packed(sims, [None, None])
-    lines = [line for line in capsys.readouterr().out.splitlines() if "its local_term is not vmap-ed" in line]
+    lines = [line for line in capsys.readouterr().out.splitlines()
+             if "its local_term is not vmap-ed" in line]
     assert len(lines) == 1 and re.search(reason, lines[0]), lines
     assert all(training_path(sim.inputs).startswith("reference (") for sim in sims)
-    reference = run(config(algorithm, seed=2, participation=1.0, batched=False), data=data, model_name="mlp_digits")
+    reference = run(config(algorithm, seed=2, participation=1.0, batched=False), data=data,
+                    model_name="mlp_digits")
     assert torch.equal(batched[1].final_weights, reference.final_weights)
 
-    later = Simulation(config(algorithm, seed=3, participation=1.0), data=data, model_name="mlp_digits")
+    later = Simulation(config(algorithm, seed=3, participation=1.0), data=data,
+                       model_name="mlp_digits")
     assert training_path(later.inputs).startswith("reference (") == (plugin == "ProxTermOnReference")
     run_packed([later], [None])
-    again = [line for line in capsys.readouterr().out.splitlines() if "its local_term is not vmap-ed" in line]
+    again = [line for line in capsys.readouterr().out.splitlines()
+             if "its local_term is not vmap-ed" in line]
     assert again == lines and training_path(later.inputs).startswith("reference (")
-    assert not hasattr(scheduler, "_REFERENCE_TERMS") and not hasattr(scheduler, "_SAID")  # nothing kept per process
+    # nothing kept per process
+    assert not hasattr(scheduler, "_REFERENCE_TERMS") and not hasattr(scheduler, "_SAID")
 
 
 @pytest.mark.parametrize("model", ["logreg", "mlp_digits"])
@@ -169,8 +190,10 @@ def test_term_runs_pack_beside_builtins(model):
     gives alone (built-ins keep their path: the linear-softmax path on logreg)."""
     data = unequal_clients()
     configs = [config(SCAFFOLD, seed=1), config(FEDDYN, seed=2), config(FEDDYN, seed=1, rounds=3),
-               config({"algorithm": "fedavg"}, seed=1), config({"algorithm": "fedmgda_plus", "hparams": {"eta": 1.0, "decay": 0.1}}, seed=3)]
-    packed = run_packed([Simulation(cfg, data=data, model_name=model) for cfg in configs], [None] * len(configs))
+               config({"algorithm": "fedavg"}, seed=1),
+               config({"algorithm": "fedmgda_plus", "hparams": {"eta": 1.0, "decay": 0.1}}, seed=3)]
+    packed = run_packed([Simulation(cfg, data=data, model_name=model) for cfg in configs],
+                        [None] * len(configs))
     for cfg, result in zip(configs, packed):
         alone = run(cfg, data=data, model_name=model)
         assert len(result.metrics) == cfg.rounds

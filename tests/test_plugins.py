@@ -36,8 +36,10 @@ def test_example_plugin_is_declared_like_a_builtin():
 def test_fedavgm_with_zero_momentum_is_fedavg_and_momentum_changes_it():
     data = make_toy_federated()
     plain = run(toy_config(algorithm="fedavg"), data=data, model_name="logreg")
-    zero = run(toy_config(algorithm="fedavgm", hparams={"beta": 0.0}, plugin=FEDAVGM), data=data, model_name="logreg")
-    moving = run(toy_config(algorithm="fedavgm", hparams={"beta": 0.9}, plugin=FEDAVGM), data=data, model_name="logreg")
+    zero = run(toy_config(algorithm="fedavgm", hparams={"beta": 0.0}, plugin=FEDAVGM), data=data,
+               model_name="logreg")
+    moving = run(toy_config(algorithm="fedavgm", hparams={"beta": 0.9}, plugin=FEDAVGM), data=data,
+                 model_name="logreg")
     assert torch.allclose(plain.final_weights, zero.final_weights, atol=1e-6)
     assert not torch.allclose(plain.final_weights, moving.final_weights, atol=1e-3)
 
@@ -46,7 +48,8 @@ def test_fedavgm_with_zero_momentum_is_fedavg_and_momentum_changes_it():
     ("examples/nothere.py:X", "no file"),
     (f"{REPO}/examples/fedavgm.py:Nope", "has no Nope"),
     (f"{REPO}/examples/fedavgm.py:HParam", "not a subclass"),
-    ("fedmgda.algorithms.averaging:WeightedUpdates", "declare its name"),  # the averaging rules' nameless base
+    # the averaging rules' nameless base
+    ("fedmgda.algorithms.averaging:WeightedUpdates", "declare its name"),
     ("no_such_module_xyz:Thing", "cannot import"),
     ("just-a-name", "expected path/to/file.py:Class"),
 ])
@@ -58,7 +61,8 @@ def test_bad_plugins_are_one_clear_error(path, message):
 def test_a_plugin_cannot_take_a_builtin_name(tmp_path):
     (tmp_path / "clash.py").write_text(
         "from fedmgda.algorithms import Algorithm\n"
-        "class Clash(Algorithm):\n    name = 'fedavg'\n    def aggregate(self, w, updates, ctx):\n        return w, {}\n")
+        "class Clash(Algorithm):\n    name = 'fedavg'\n    def aggregate(self, w, updates, ctx):\n "
+        "       return w, {}\n")
     with pytest.raises(ConfigError, match="'fedavg' is a built-in"):
         load_plugins([f"{tmp_path}/clash.py:Clash"])
 
@@ -96,7 +100,8 @@ def test_a_plugin_of_interface_1_runs_with_one_deprecation(tmp_path, recwarn, ca
     (tmp_path / "old.py").write_text(INTERFACE_1)
     plugin = f"{tmp_path}/old.py:OldAvg"
     data = make_toy_federated()
-    old = [run(toy_config(algorithm="oldavg", plugin=plugin), data=data, model_name="logreg") for _ in range(2)]
+    old = [run(toy_config(algorithm="oldavg", plugin=plugin), data=data, model_name="logreg")
+           for _ in range(2)]
     [message] = _deprecations(recwarn)
     assert "old.py:OldAvg" in message and "no longer receives algorithm=" in message
     assert f"until fedmgda {INTERFACE_1_REMOVED_IN}" in message and "delete `algorithm` from build's parameters" in message
@@ -107,21 +112,24 @@ def test_a_plugin_of_interface_1_runs_with_one_deprecation(tmp_path, recwarn, ca
 
 def test_a_plugin_of_the_current_interface_warns_nothing(tmp_path, recwarn, capsys):
     (tmp_path / "new.py").write_text(INTERFACE_1.replace("OldAvg", "NewAvg").replace('"oldavg"', '"newavg"')
-                                     .replace("*, algorithm, rounds", "*, rounds").replace("assert algorithm", "assert True or algorithm"))
-    run(toy_config(algorithm="newavg", plugin=f"{tmp_path}/new.py:NewAvg"), data=make_toy_federated(), model_name="logreg")
+                                     .replace("*, algorithm, rounds",
+                                              "*, rounds").replace("assert algorithm", "assert True or algorithm"))
+    run(toy_config(algorithm="newavg", plugin=f"{tmp_path}/new.py:NewAvg"),
+        data=make_toy_federated(), model_name="logreg")
     assert _deprecations(recwarn) == [] and "deprecated" not in capsys.readouterr().err
 
 
 def test_a_plugin_written_against_interface_1_names_each_change(tmp_path, monkeypatch):
     """Interface 1's whole form: the old module fedmgda.aggregators (a deprecated alias) and the
     old build; each warns once, naming its change, and the plug-in loads and builds."""
-    monkeypatch.delitem(sys.modules, "fedmgda.aggregators", raising=False)  # so that its import warns here
+    # so that its import warns here
+    monkeypatch.delitem(sys.modules, "fedmgda.aggregators", raising=False)
     (tmp_path / "old.py").write_text(
         "from fedmgda.aggregators import Aggregator\n"
         "from fedmgda.catalog import HParam\n"
         "class Old(Aggregator):\n    name = 'old'\n    hparams = {'eta': HParam(1.0, 0.0)}\n"
-        "    @classmethod\n    def build(cls, hparams, *, algorithm, rounds, num_users):\n        return cls()\n"
-        "    def aggregate(self, w, updates, ctx):\n        return w, {}\n")
+        "    @classmethod\n    def build(cls, hparams, *, algorithm, rounds, num_users):\n        "
+        "return cls()\n    def aggregate(self, w, updates, ctx):\n        return w, {}\n")
     with pytest.warns(DeprecationWarning) as recorded:
         [info] = load_plugins([f"{tmp_path}/old.py:Old"])
         load_plugins([f"{tmp_path}/old.py:Old"])  # again: no second warning
@@ -131,16 +139,20 @@ def test_a_plugin_written_against_interface_1_names_each_change(tmp_path, monkey
 
 
 @pytest.mark.parametrize("signature,message", [
-    ("hparams, algorithm, /, *, rounds, num_users", "missing a required argument: 'algorithm'"),  # never served
+    # never served
+    ("hparams, algorithm, /, *, rounds, num_users", "missing a required argument: 'algorithm'"),
     ("hparams, *, rounds, num_users, extra", "missing a required argument: 'extra'"),
     ("hparams, *, rounds", "unexpected keyword argument 'num_users'"),
 ])
 def test_a_build_that_cannot_be_called_is_one_clear_error(tmp_path, signature, message):
     (tmp_path / "bad.py").write_text(
         "from fedmgda.algorithms import Algorithm\n"
-        f"class Bad(Algorithm):\n    name = 'bad'\n    @classmethod\n    def build(cls, {signature}):\n        return cls()\n"
+        "class Bad(Algorithm):\n    name = 'bad'\n    @classmethod\n    def build(cls, "
+        f"{signature}):\n        return cls()\n"
         "    def aggregate(self, w, updates, ctx):\n        return w, {}\n")
-    with pytest.raises(ConfigError, match=f"plug-in .*bad.py:Bad.*: build cannot be called as build\\(hparams, .*{message}"):
+    with pytest.raises(ConfigError,
+                       match="plug-in .*bad.py:Bad.*: build cannot be called as build\\(hparams, "
+                       f".*{message}"):
         load_plugins([f"{tmp_path}/bad.py:Bad"])
 
 
@@ -165,7 +177,8 @@ def test_a_plugin_cannot_own_run_options(tmp_path):
 
 def _config(**extra):
     return {"profile": "t", "settings": {"s": {"dataset": "digits", "rounds": 3}},
-            "experiments": {"e": {"setting": "s", "grid": [{"algorithm": "fedavgm", "hparams": {"beta": 0.5}},
+            "experiments": {"e": {"setting": "s",
+                                  "grid": [{"algorithm": "fedavgm", "hparams": {"beta": 0.5}},
                                                           {"algorithm": "fedavg"}]}}, **extra}
 
 
@@ -180,7 +193,8 @@ def test_registry_runs_a_plugin_with_its_path_and_label():
 
 def test_registry_rejects_an_undeclared_algorithm_and_bad_hparams():
     with pytest.raises(RegistryError, match="unknown algorithm 'fedsgd'"):
-        expand({**_config(), "experiments": {"e": {"setting": "s", "grid": [{"algorithm": "fedsgd"}]}}})
+        expand({**_config(),
+                "experiments": {"e": {"setting": "s", "grid": [{"algorithm": "fedsgd"}]}}})
     with pytest.raises(RegistryError, match="unknown hyper-parameter"):
         expand({**_config(plugins=[FEDAVGM]), "experiments": {"e": {"setting": "s", "grid": [
             {"algorithm": "fedavgm", "hparams": {"gamma": 1}}]}}})
@@ -208,7 +222,8 @@ def test_a_plugin_receives_its_run_options_and_checks_the_run(tmp_path):
     plugin = f"{tmp_path}/opts.py:Opts"
     from fedmgda.simulator import Simulation
 
-    sim = Simulation(toy_config(algorithm="opts", plugin=plugin, local_lr=0.2, sampling="size"), data=make_toy_federated(), model_name="logreg")
+    sim = Simulation(toy_config(algorithm="opts", plugin=plugin, local_lr=0.2, sampling="size"),
+                     data=make_toy_federated(), model_name="logreg")
     assert sim.algorithm.seen == (0.2, "size")
     with pytest.raises(ConfigError, match="opts: at most 50 rounds"):
         toy_config(algorithm="opts", plugin=plugin, rounds=60)

@@ -19,7 +19,8 @@ from fedmgda.data import make_partition
 from fedmgda.packs import trained_runs
 
 CONFIG = dict(dataset="synthetic", algorithm="fedavg", rounds=4, device="cpu", checkpoint_every=1)
-STAMP_KEYS = {"fedmgda", "commit", "dirty", "python", "torch", "numpy", "cvxopt", "device", "cuda", "gpu", "cpu",
+STAMP_KEYS = {"fedmgda", "commit", "dirty", "python", "torch", "numpy", "cvxopt", "device", "cuda",
+              "gpu", "cpu",
               "isa", "torch_isa", "threads", "partition_hash"}
 
 
@@ -36,9 +37,11 @@ def test_a_run_folder_carries_the_environment_stamp(tmp_path):
     stamp = json.loads((out / "summary.json").read_text())["environment"]
     assert set(stamp) == STAMP_KEYS
     cfg = RunConfig.from_dict(CONFIG)
-    partition = make_partition(cfg.dataset, cfg.raw_dir, cfg.partition, cfg.seed, cfg.dataset_options)
+    partition = make_partition(cfg.dataset, cfg.raw_dir, cfg.partition, cfg.seed,
+                               cfg.dataset_options)
     assert stamp["partition_hash"] == partition.content_hash()
-    assert (stamp["fedmgda"], stamp["numpy"], stamp["torch"]) == (fedmgda.__version__, np.__version__, torch.__version__)
+    assert (stamp["fedmgda"], stamp["numpy"],
+            stamp["torch"]) == (fedmgda.__version__, np.__version__, torch.__version__)
     assert stamp["python"] == platform.python_version() and stamp["device"] == "cpu" and stamp["gpu"] is None
     assert stamp["threads"] == torch.get_num_threads() and stamp["cpu"] and stamp["isa"]
     assert stamp["commit"] is None or len(stamp["commit"]) == 40
@@ -53,7 +56,8 @@ def test_the_stamp_is_no_part_of_a_runs_identity(tmp_path):
     assert (out / "run.yaml").read_text() == text
     summary = json.loads((out / "summary.json").read_text())
     assert "environment" not in summary["config"]
-    summary["environment"] = {**summary["environment"], "numpy": "1.0.0", "device": "cuda:0", "cpu": "elsewhere"}
+    summary["environment"] = {**summary["environment"], "numpy": "1.0.0", "device": "cuda:0",
+                              "cpu": "elsewhere"}
     (out / "summary.json").write_text(json.dumps(summary))
     assert trained_runs(tmp_path / "runs", {"key": text}) == {"key"}
 
@@ -78,8 +82,9 @@ def test_resuming_a_checkpoint_of_another_environment_says_so_in_one_line(tmp_pa
     assert payload["environment"] == json.loads(json.dumps(payload["environment"]))  # plain data
     payload["environment"].update(numpy="1.0.0", device="cuda")
     torch.save(payload, out / CHECKPOINT)
-    assert resumed_lines(out, capsys) == [f"{out}: resuming a checkpoint made under another environment: "
-                                          f"numpy 1.0.0 -> {np.__version__}, device cuda -> cpu"]
+    assert resumed_lines(out, capsys) == [f"{out}: resuming a checkpoint made under another "
+                                          f"environment: numpy 1.0.0 -> {np.__version__}, device "
+                                          "cuda -> cpu"]
 
 
 def test_resuming_a_checkpoint_of_this_environment_says_nothing_of_it(tmp_path, monkeypatch, capsys):
@@ -93,8 +98,8 @@ def test_resuming_a_checkpoint_without_a_stamp_says_its_environment_is_unknown(t
     payload = checkpoint_of_a_killed_run(out, monkeypatch)
     del payload["environment"]  # as written before checkpoints were stamped
     torch.save(payload, out / CHECKPOINT)
-    assert resumed_lines(out, capsys) == [f"{out}: resuming a checkpoint made under an unknown environment "
-                                          "(written before checkpoints were stamped)"]
+    assert resumed_lines(out, capsys) == [f"{out}: resuming a checkpoint made under an unknown "
+                                          "environment (written before checkpoints were stamped)"]
 
 
 def test_a_package_outside_a_git_checkout_has_no_commit_and_does_not_fail(tmp_path, monkeypatch):
@@ -106,8 +111,10 @@ def test_a_package_outside_a_git_checkout_has_no_commit_and_does_not_fail(tmp_pa
     assert provenance.source_commit.__wrapped__() == {"commit": None, "dirty": None}
 
 
-STAMP = {"fedmgda": "0.1.0", "commit": "abc1234def", "dirty": False, "python": "3.11.7", "torch": "2.14.1",
-         "numpy": "2.4.6", "cvxopt": "1.3.2", "device": "cpu", "cuda": None, "gpu": None, "cpu": "AMD EPYC",
+STAMP = {"fedmgda": "0.1.0", "commit": "abc1234def", "dirty": False, "python": "3.11.7",
+         "torch": "2.14.1",
+         "numpy": "2.4.6", "cvxopt": "1.3.2", "device": "cpu", "cuda": None, "gpu": None,
+         "cpu": "AMD EPYC",
          "isa": "x86-64-v4", "torch_isa": "AVX512", "threads": 2, "partition_hash": "a" * 64}
 
 
@@ -115,8 +122,8 @@ def test_the_footer_lists_each_environment_with_its_runs_and_the_unstamped_runs(
     other = {**STAMP, "numpy": "2.2.6", "partition_hash": "b" * 64}
     text = provenance.footer([STAMP, STAMP, other, None])
     assert "Made in 2 environments:" in text
-    assert ("- fedmgda 0.1.0 (abc1234), Python 3.11.7, torch 2.14.1, numpy 2.4.6, cvxopt 1.3.2 on cpu, AMD EPYC "
-            "(x86-64-v4), 2 torch threads (2 runs)") in text
+    assert ("- fedmgda 0.1.0 (abc1234), Python 3.11.7, torch 2.14.1, numpy 2.4.6, cvxopt 1.3.2 on "
+            "cpu, AMD EPYC (x86-64-v4), 2 torch threads (2 runs)") in text
     assert "numpy 2.2.6, cvxopt 1.3.2 on cpu, AMD EPYC (x86-64-v4), 2 torch threads (1 run)" in text
     assert "Partitions (sha256): 2 distinct: aaaaaaaaaaaa, bbbbbbbbbbbb." in text
     assert "1 run carries no environment stamp (trained before stamping)." in text
@@ -126,9 +133,11 @@ def test_the_footer_lists_each_environment_with_its_runs_and_the_unstamped_runs(
 
 @pytest.mark.parametrize(("change", "said"), [
     ({}, None),
-    ({"threads": 16, "commit": "fff", "partition_hash": None}, None),  # these do not change a run's numbers
+    # these do not change a run's numbers
+    ({"threads": 16, "commit": "fff", "partition_hash": None}, None),
     ({"torch": "2.5.0", "isa": "x86-64-v3"}, "torch 2.5.0 -> 2.14.1, isa x86-64-v3 -> x86-64-v4"),
 ])
 def test_the_resume_note_names_what_changed(change, said):
     note = provenance.resume_note({**STAMP, **change}, STAMP)
-    assert note == (None if said is None else f"resuming a checkpoint made under another environment: {said}")
+    assert note == (None if said is None
+                    else f"resuming a checkpoint made under another environment: {said}")

@@ -17,14 +17,16 @@ from fedmgda.qp import (
 from fedmgda.scheduler import run
 
 
-def random_gram(m: int, dim: int, rng: np.random.Generator, normalise: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def random_gram(m: int, dim: int, rng: np.random.Generator,
+                normalise: bool = True) -> tuple[np.ndarray, np.ndarray]:
     g = rng.normal(size=(m, dim)) + rng.normal(size=(1, dim))  # correlated, like updates
     if normalise:
         g /= np.linalg.norm(g, axis=1, keepdims=True)
     return g @ g.T, g
 
 
-def kkt_violation(gram: np.ndarray, lam: np.ndarray, lower: np.ndarray, upper: np.ndarray, tol: float = 1e-7) -> float:
+def kkt_violation(gram: np.ndarray, lam: np.ndarray, lower: np.ndarray, upper: np.ndarray,
+                  tol: float = 1e-7) -> float:
     """Largest violation of the KKT conditions of min lam^T K lam over {sum=1, lower<=lam<=upper}."""
     grad = gram @ lam
     at_lower, at_upper = lam <= lower + tol, lam >= upper - tol
@@ -32,7 +34,8 @@ def kkt_violation(gram: np.ndarray, lam: np.ndarray, lower: np.ndarray, upper: n
     # the multiplier of sum(lam)=1: common gradient value of the free coordinates
     if free.any():
         nu = np.median(grad[free])
-    else:  # every coordinate at a bound: nu anywhere in [max grad of upper ones, min grad of lower ones]
+    # every coordinate at a bound: nu anywhere in [max grad of upper ones, min grad of lower ones]
+    else:
         nu = 0.5 * (grad[at_upper].max(initial=-np.inf) + grad[at_lower].min(initial=np.inf))
     violations = [
         np.abs(grad[free] - nu).max(initial=0.0),  # stationarity on free coordinates
@@ -138,8 +141,10 @@ def test_two_updates_closed_form_agrees_with_the_interior_point_solver(epsilon):
     rng = np.random.default_rng(int(epsilon * 100))
     pairs = [random_gram(2, 8, rng, normalise=k % 2 == 0)[1] for k in range(40)]
     u = rng.normal(size=8)
-    pairs += [np.stack([u, u]), np.stack([u, 0 * u]), np.stack([0 * u, u]), np.stack([u, -u]), np.stack([u, 3 * u]),
-              np.stack([u, u + 1e-9 * rng.normal(size=8)]), np.stack([1e-6 * u, rng.normal(size=8)])]
+    pairs += [np.stack([u, u]), np.stack([u, 0 * u]), np.stack([0 * u, u]), np.stack([u, -u]),
+              np.stack([u, 3 * u]),
+              np.stack([u, u + 1e-9 * rng.normal(size=8)]),
+              np.stack([1e-6 * u, rng.normal(size=8)])]
     lower, upper = box_bounds(np.full(2, 0.5), epsilon)
     for g in pairs:
         gram = g @ g.T
@@ -155,8 +160,10 @@ def test_two_updates_closed_form_agrees_with_the_interior_point_solver(epsilon):
         if np.sum((g[0] - g[1]) ** 2) > 1e-6 * scale:
             assert np.allclose(lam, reference, atol=1e-5)
     same = min_norm_weights(np.ones((2, 2)), epsilon)
-    assert same.tolist() == [0.5, 0.5]  # equal updates: every weighting is the same direction; uniform
-    assert min_norm_weights(np.array([[0.0, 0.0], [0.0, 4.0]]), epsilon)[0] == upper[0]  # a zero update: as much weight as the box allows
+    # equal updates: every weighting is the same direction; uniform
+    assert same.tolist() == [0.5, 0.5]
+    # a zero update: as much weight as the box allows
+    assert min_norm_weights(np.array([[0.0, 0.0], [0.0, 4.0]]), epsilon)[0] == upper[0]
 
 
 # ------------------------------------------------------------------ exactness (the finishing step)

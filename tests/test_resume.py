@@ -15,7 +15,8 @@ CONFIG = dict(dataset="synthetic", algorithm="afl", hparams={"gamma_w": 1.0, "ga
 
 
 def train(cfg_path, out):
-    return subprocess.Popen([sys.executable, "-m", "fedmgda", "train", "--config", str(cfg_path), "--out", str(out)],
+    return subprocess.Popen([sys.executable, "-m", "fedmgda", "train", "--config", str(cfg_path),
+                             "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -45,7 +45,8 @@ def one_line(stderr: str) -> str:
 
 def a_checkpoint_that(form: str, path, marker) -> None:
     """Write at ``path`` a file that must not be resumed from."""
-    valid = {"config": {}, "next_round": 1, "w": torch.zeros(5), "iterate_sum": torch.zeros(5), "algorithm": {},
+    valid = {"config": {}, "next_round": 1, "w": torch.zeros(5), "iterate_sum": torch.zeros(5),
+             "algorithm": {},
              "client_states": {}, "rows": [], "per_user_rows": [], "elapsed": 0.0}
     if form == "is empty":
         path.write_bytes(b"")
@@ -63,14 +64,16 @@ def a_checkpoint_that(form: str, path, marker) -> None:
     elif form == "runs code (torch file)":
         torch.save({**valid, "client_states": {0: SideEffect(marker)}}, path)
     elif form == "runs code (plain pickle)":
-        path.write_bytes(pickle.dumps(SideEffect(marker), protocol=2))  # torch's legacy format is a pickle
+        # torch's legacy format is a pickle
+        path.write_bytes(pickle.dumps(SideEffect(marker), protocol=2))
 
 
 FORMS = {  # what the file is -> what the one line says about it
     "is empty": "is empty",
     "is random bytes": "is not a readable checkpoint",
     "is truncated": "is not a readable checkpoint (truncated or corrupt",
-    "is another torch file": "is a torch file but not a fedmgda checkpoint (it holds keys weight, bias)",
+    "is another torch file": "is a torch file but not a fedmgda checkpoint (it holds keys weight, "
+    "bias)",
     "is a tensor": "is a torch file but not a fedmgda checkpoint (it holds a Tensor)",
     "has a wrong type": "wrong type of w",
     "runs code (torch file)": "holds objects other than tensors and plain data",
@@ -86,18 +89,21 @@ def test_a_checkpoint_that_cannot_be_resumed_from_stops_the_run_in_one_line(tmp_
     assert main(["train", *cli(tmp_path)]) == 2
     line = one_line(capsys.readouterr().err)
     assert line.startswith(f"fedmgda: {out / CHECKPOINT} ") and FORMS[form] in line, line
-    assert line.endswith(f"delete it to start this run afresh (rm {out / CHECKPOINT}), or rerun with --fresh-if-unreadable "
-                         "(FEDMGDA_FRESH_IF_UNREADABLE=1 under Snakemake) to set it aside and restart from round 0")
+    assert line.endswith(f"delete it to start this run afresh (rm {out / CHECKPOINT}), or rerun "
+                         "with --fresh-if-unreadable (FEDMGDA_FRESH_IF_UNREADABLE=1 under "
+                         "Snakemake) to set it aside and restart from round 0")
     assert not marker.exists()  # a crafted file ran nothing
     assert sorted(p.name for p in out.iterdir()) == [CHECKPOINT]  # nothing trained, nothing written
 
 
 def outputs(folder) -> dict[str, bytes]:
     """A finished run's outputs that do not hold its run time."""
-    return {name: (folder / name).read_bytes() for name in ("metrics.csv", "per_user.csv", "per_user_final.csv")}
+    return {name: (folder / name).read_bytes()
+            for name in ("metrics.csv", "per_user.csv", "per_user_final.csv")}
 
 
-@pytest.mark.parametrize("form", ["is truncated", "runs code (torch file)", "is another torch file"])
+@pytest.mark.parametrize("form",
+                         ["is truncated", "runs code (torch file)", "is another torch file"])
 def test_fresh_if_unreadable_sets_the_checkpoint_aside_and_restarts_from_round_0(tmp_path, capsys, form):
     out, marker = tmp_path / "out", tmp_path / "marker"
     out.mkdir()
@@ -107,9 +113,12 @@ def test_fresh_if_unreadable_sets_the_checkpoint_aside_and_restarts_from_round_0
     said = capsys.readouterr().out
     assert f"{out}: {CHECKPOINT} {FORMS[form]}" in said
     assert f"set aside as {CHECKPOINT}.unreadable (--fresh-if-unreadable); this run restarts from round 0" in said
-    assert (out / f"{CHECKPOINT}.unreadable").read_bytes() == refused and not marker.exists()  # kept, never run
-    assert main(["train", "--config", str(tmp_path / "run.yaml"), "--out", str(tmp_path / "fresh")]) == 0
-    assert outputs(out) == outputs(tmp_path / "fresh")  # the run of a folder that never held the file
+    # kept, never run
+    assert (out / f"{CHECKPOINT}.unreadable").read_bytes() == refused and not marker.exists()
+    assert main(["train", "--config", str(tmp_path / "run.yaml"), "--out",
+                 str(tmp_path / "fresh")]) == 0
+    # the run of a folder that never held the file
+    assert outputs(out) == outputs(tmp_path / "fresh")
 
 
 def test_fresh_if_unreadable_comes_from_the_environment_and_still_resumes_a_good_checkpoint(tmp_path, monkeypatch):
@@ -121,14 +130,19 @@ def test_fresh_if_unreadable_comes_from_the_environment_and_still_resumes_a_good
     out = tmp_path / "out"
     killed_at(lambda: main(["train", *cli(tmp_path, config=config)]), out, monkeypatch, 2)
     monkeypatch.setenv("FEDMGDA_FRESH_IF_UNREADABLE", "1")
-    result = subprocess.run([sys.executable, "-m", "fedmgda", "train", *cli(tmp_path, config=config)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-m", "fedmgda", "train",
+                             *cli(tmp_path, config=config)], capture_output=True, text=True,
+                            timeout=300)
     assert result.returncode == 0, result.stderr
     assert f"{out}: resuming from its checkpoint (round 2 of 4 done)" in result.stdout
     (out / "summary.json").unlink()
     (out / CHECKPOINT).write_bytes(b"")
-    result = subprocess.run([sys.executable, "-m", "fedmgda", "train", *cli(tmp_path, config=config)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-m", "fedmgda", "train",
+                             *cli(tmp_path, config=config)], capture_output=True, text=True,
+                            timeout=300)
     assert result.returncode == 0 and "is empty (the run was stopped while writing it?): set aside as" in result.stdout, result.stdout
-    assert main(["train", "--config", str(tmp_path / "run.yaml"), "--out", str(tmp_path / "fresh")]) == 0
+    assert main(["train", "--config", str(tmp_path / "run.yaml"), "--out",
+                 str(tmp_path / "fresh")]) == 0
     assert outputs(out) == outputs(tmp_path / "fresh")
 
 
@@ -136,10 +150,12 @@ def test_a_crafted_checkpoint_runs_no_code_through_the_command_line(tmp_path):
     out, marker = tmp_path / "out", tmp_path / "marker"
     out.mkdir()
     a_checkpoint_that("runs code (torch file)", out / CHECKPOINT, marker)
-    torch.load(out / CHECKPOINT, weights_only=False)  # the file is really harmful when loaded as a pickle ...
+    # the file is really harmful when loaded as a pickle ...
+    torch.load(out / CHECKPOINT, weights_only=False)
     assert marker.exists()
     marker.unlink()
-    result = subprocess.run([sys.executable, "-m", "fedmgda", "train", *cli(tmp_path)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-m", "fedmgda", "train", *cli(tmp_path)],
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and "holds objects other than tensors and plain data" in one_line(result.stderr)
     assert not marker.exists()  # ... and resuming from it ran nothing
 
@@ -151,7 +167,8 @@ def test_a_checkpoint_of_another_model_size_is_refused(tmp_path, capsys):
     assert main(["train", *cli(tmp_path, config=config)]) == 0
     from fedmgda.config import RunConfig
 
-    state = {"config": RunConfig.from_dict(config).to_dict(), "next_round": 1, "w": torch.zeros(5), "iterate_sum": torch.zeros(5),
+    state = {"config": RunConfig.from_dict(config).to_dict(), "next_round": 1, "w": torch.zeros(5),
+             "iterate_sum": torch.zeros(5),
              "algorithm": {}, "client_states": {}, "rows": [], "per_user_rows": [], "elapsed": 0.0}
     torch.save(state, out / CHECKPOINT)
     capsys.readouterr()
@@ -173,7 +190,8 @@ def test_a_second_trainer_on_a_folder_refuses_and_a_killed_ones_lock_is_taken_ov
     out = tmp_path / "out"
     long_run = tmp_path / "long.yaml"
     long_run.write_text(yaml.safe_dump(dict(CONFIG, rounds=100_000, checkpoint_every=0)))
-    first = subprocess.Popen([sys.executable, "-m", "fedmgda", "train", "--config", str(long_run), "--out", str(out)],
+    first = subprocess.Popen([sys.executable, "-m", "fedmgda", "train", "--config", str(long_run),
+                              "--out", str(out)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         wait_for_lock(out, first.pid, first)
@@ -185,15 +203,18 @@ def test_a_second_trainer_on_a_folder_refuses_and_a_killed_ones_lock_is_taken_ov
     finally:
         first.kill()
         first.wait(timeout=60)
-    assert (out / LOCK).read_text().strip() == str(first.pid)  # a killed trainer leaves its lock file ...
-    assert main(["train", *cli(tmp_path, config=dict(CONFIG, rounds=1))]) == 0  # ... which the next one takes over
+    # a killed trainer leaves its lock file ...
+    assert (out / LOCK).read_text().strip() == str(first.pid)
+    # ... which the next one takes over
+    assert main(["train", *cli(tmp_path, config=dict(CONFIG, rounds=1))]) == 0
     said = capsys.readouterr().out
     assert f"{out}: took over the lock left by process {first.pid}, which no longer holds it" in said
     assert (out / "summary.json").exists() and not (out / LOCK).exists()
 
 
 def test_a_stale_lock_file_of_a_dead_process_is_taken_over_and_said(tmp_path, capsys):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True)
     out = tmp_path / "out"
     out.mkdir()
     (out / LOCK).write_text(dead.stdout)
@@ -205,13 +226,15 @@ def test_a_stale_lock_file_of_a_dead_process_is_taken_over_and_said(tmp_path, ca
 def test_one_folder_twice_in_a_pack_is_refused(tmp_path, capsys):
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(CONFIG))
-    assert main(["train", "--config", str(path), str(path), "--out", str(tmp_path / "a"), str(tmp_path / "a")]) == 2
+    assert main(["train", "--config", str(path), str(path), "--out", str(tmp_path / "a"),
+                 str(tmp_path / "a")]) == 2
     assert "more than once" in one_line(capsys.readouterr().err) and not (tmp_path / "a").exists()
 
 
 def test_a_folder_that_cannot_be_written_fails_before_training(tmp_path, capsys):
     (tmp_path / "file").write_text("")
-    assert main(["train", "--config", cli(tmp_path)[1], "--out", str(tmp_path / "file" / "run")]) == 2
+    assert main(["train", "--config", cli(tmp_path)[1], "--out",
+                 str(tmp_path / "file" / "run")]) == 2
     line = one_line(capsys.readouterr().err)
     assert line.startswith(f"fedmgda: {tmp_path / 'file' / 'run'}: cannot write the run folder (")
     assert "[progress]" not in capsys.readouterr().out
@@ -232,7 +255,8 @@ def test_a_read_only_folder_fails_before_training(tmp_path, capsys):
 def test_a_run_that_fails_before_training_leaves_no_folder(tmp_path, capsys):
     out = tmp_path / "new" / "run"
     config = dict(CONFIG, dataset="adult", raw_dir=str(tmp_path / "raw"))
-    assert main(["train", *cli(tmp_path, config=config)[:2], "--out", str(out)]) == 3  # a data error: no raw files
+    # a data error: no raw files
+    assert main(["train", *cli(tmp_path, config=config)[:2], "--out", str(out)]) == 3
     assert "adult.data" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
 
@@ -249,19 +273,24 @@ def test_a_full_disk_during_a_checkpoint_says_so_and_leaves_no_tmp(tmp_path, mon
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(torch, "save", full)
-    with pytest.raises(RunFolderError, match=f"^{tmp_path / CHECKPOINT}: no space left on device; free some space"):
-        run(toy_config(rounds=3, checkpoint_every=1), tmp_path, data=make_toy_federated(), model_name="logreg")
+    with pytest.raises(RunFolderError,
+                       match=f"^{tmp_path / CHECKPOINT}: no space left on device; free some space"):
+        run(toy_config(rounds=3, checkpoint_every=1), tmp_path, data=make_toy_federated(),
+            model_name="logreg")
     assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
-@pytest.mark.parametrize("file,checkpoint_every", [(CHECKPOINT, 1), ("summary.json", 0), ("metrics.csv", 0)])
+@pytest.mark.parametrize("file,checkpoint_every",
+                         [(CHECKPOINT, 1), ("summary.json", 0), ("metrics.csv", 0)])
 def test_a_full_disk_through_the_command_line_is_one_line(tmp_path, capsys, file, checkpoint_every):
     """``<file>.tmp`` links to /dev/full, where every write fails with ENOSPC: a real full disk."""
     out = tmp_path / "out"
     out.mkdir()
     (out / f"{file}.tmp").symlink_to("/dev/full")
-    assert main(["train", *cli(tmp_path, config=dict(CONFIG, checkpoint_every=checkpoint_every))]) == 2
+    assert main(["train",
+                 *cli(tmp_path, config=dict(CONFIG, checkpoint_every=checkpoint_every))]) == 2
     line = one_line(capsys.readouterr().err)
     assert line.startswith(f"fedmgda: {out / file}: no space left on device; "), line
-    assert not any(p.name.endswith(".tmp") for p in out.iterdir()) and not (out / "summary.json").exists()
+    assert not any(p.name.endswith(".tmp")
+                   for p in out.iterdir()) and not (out / "summary.json").exists()

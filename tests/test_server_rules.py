@@ -21,7 +21,8 @@ def context(n, t=0, T=100, pre=None, train=None, users=None, sizes=None):
 @pytest.fixture
 def updates():
     g = torch.Generator().manual_seed(0)
-    return torch.randn(5, 12, generator=g, dtype=torch.float64) * torch.tensor([[1.0], [3.0], [0.2], [5.0], [1.0]], dtype=torch.float64)
+    scales = torch.tensor([[1.0], [3.0], [0.2], [5.0], [1.0]], dtype=torch.float64)
+    return torch.randn(5, 12, generator=g, dtype=torch.float64) * scales
 
 
 def test_fedavg_is_the_uniform_mean(updates):
@@ -40,7 +41,9 @@ def test_fedprox_aggregates_like_fedavg_and_sets_the_client_prox(updates):
 
 
 def test_fedavg_n_steps_eta_along_the_mean_normalised_update(updates):
-    new, info = make_algorithm("fedavg_n", {"eta": 1.5}, 100, 10).aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5))
+    new, info = make_algorithm("fedavg_n", {"eta": 1.5}, 100,
+                               10).aggregate(torch.zeros(12, dtype=torch.float64), updates,
+                                             context(5))
     unit = updates / updates.norm(dim=1, keepdim=True)
     assert torch.allclose(new, 1.5 * unit.mean(0))
     assert info["eta"] == 1.5
@@ -70,7 +73,8 @@ def test_mgda_prox_defaults():
 
 
 def test_decay_schedule_is_the_papers_total_factor_applied_per_100_rounds():
-    # docs/protocol.md §4.4 table: 1/10 at T=2000 -> 0.8913, 1/40 at T=3000 -> 0.8843, 1/3 at T=500 -> 0.8027
+    # docs/protocol.md §4.4 table: 1/10 at T=2000 -> 0.8913, 1/40 at T=3000 -> 0.8843, 1/3 at T=500
+    # -> 0.8027
     assert decay_per_100_rounds(0.1, None, 2000) == pytest.approx(0.8913, abs=1e-4)
     assert decay_per_100_rounds(1 / 40, None, 3000) == pytest.approx(0.8843, abs=1e-4)
     assert decay_per_100_rounds(1 / 3, None, 500) == pytest.approx(0.8027, abs=1e-4)
@@ -87,14 +91,19 @@ def test_decay_schedule_is_the_papers_total_factor_applied_per_100_rounds():
 def test_qfedavg_follows_the_q_ffl_update(updates):
     q, L = 0.5, 2.0
     pre = torch.tensor([0.5, 1.0, 2.0, 3.0, 0.1], dtype=torch.float64)
-    new, _ = make_algorithm("qfedavg", {"q": q, "L": L}, 100, 10).aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5, pre=pre))
+    new, _ = make_algorithm("qfedavg", {"q": q, "L": L}, 100,
+                            10).aggregate(torch.zeros(12, dtype=torch.float64), updates,
+                                          context(5, pre=pre))
     num = sum(pre[i] ** q * L * updates[i] for i in range(5))
-    den = sum(q * pre[i] ** (q - 1) * (L * updates[i]).norm() ** 2 + L * pre[i] ** q for i in range(5))
+    den = sum(q * pre[i] ** (q - 1) * (L * updates[i]).norm() ** 2 + L * pre[i] ** q
+              for i in range(5))
     assert torch.allclose(new, num / den)
 
 
 def test_qfedavg_with_q_zero_and_equal_losses_is_a_scaled_fedavg(updates):
-    new, _ = make_algorithm("qfedavg", {"q": 0.0, "L": 1.0}, 100, 10).aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5, pre=torch.ones(5, dtype=torch.float64)))
+    new, _ = make_algorithm("qfedavg", {"q": 0.0, "L": 1.0}, 100,
+                            10).aggregate(torch.zeros(12, dtype=torch.float64), updates,
+                                          context(5, pre=torch.ones(5, dtype=torch.float64)))
     assert torch.allclose(new, updates.mean(0))  # sum u_i / (n L) with h_i = L
 
 
@@ -102,8 +111,10 @@ def test_afl_steps_with_current_lambda_then_ascends_and_projects():
     u = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
     agg = make_algorithm("afl", {"gamma_w": 0.5, "gamma_lambda": 0.2}, 100, 2)
     assert get_algorithm("afl").averages_iterates
-    new, info = agg.aggregate(torch.zeros(2, dtype=torch.float64), u, context(2, train=torch.tensor([1.0, 0.0], dtype=torch.float64)))
-    assert torch.allclose(new, torch.tensor([0.25, 0.25], dtype=torch.float64))  # old lambda (0.5, 0.5)
+    new, info = agg.aggregate(torch.zeros(2, dtype=torch.float64), u,
+                              context(2, train=torch.tensor([1.0, 0.0], dtype=torch.float64)))
+    # old lambda (0.5, 0.5)
+    assert torch.allclose(new, torch.tensor([0.25, 0.25], dtype=torch.float64))
     assert np.allclose(info["lambda"], [0.6, 0.4])  # (0.7, 0.5) projected onto the simplex
     assert agg.state_dict() == {"lam": [0.6, 0.4]}
 
@@ -115,13 +126,15 @@ def test_samples_weighted_fedavg_weights_each_update_by_its_train_size(updates):
     """aggregation_weights: samples -> lambda = n_i / sum n (FedAvg as McMahan et al. define it)."""
     for name in ("fedavg", "fedprox"):
         agg = make_algorithm(name, {}, 100, 10, aggregation_weights="samples")
-        new, info = agg.aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5, sizes=SIZES))
+        new, info = agg.aggregate(torch.zeros(12, dtype=torch.float64), updates,
+                                  context(5, sizes=SIZES))
         n = torch.tensor(SIZES, dtype=torch.float64)
         assert torch.allclose(new, (n / n.sum()) @ updates)
         assert np.allclose(info["lambda"], np.array(SIZES) / 100)
     # equal sizes: the uniform mean, bit for bit
     uniform, _ = make_algorithm("fedavg", {}, 100, 10).aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5, sizes=SIZES))
-    equal, _ = make_algorithm("fedavg", {}, 100, 10, aggregation_weights="samples").aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5, sizes=[7] * 5))
+    equal, _ = make_algorithm("fedavg", {}, 100, 10,
+                              aggregation_weights="samples").aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5, sizes=[7] * 5))
     assert torch.allclose(uniform, equal) and torch.allclose(uniform, updates.mean(0))
 
 
@@ -129,12 +142,17 @@ def test_samples_weights_are_the_centre_of_the_epsilon_box(updates):
     """FedMGDA+ (eq. 25): lambda within epsilon of lambda0 = n_i / sum n; epsilon = 0 is lambda0."""
     unit = normalise_rows(updates)
     lambda0 = np.array(SIZES) / 100
-    agg = make_algorithm("fedmgda_plus", {"eta": 1.0, "epsilon": 0.1}, 100, 10, aggregation_weights="samples")
-    new, info = agg.aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5, sizes=SIZES))
+    agg = make_algorithm("fedmgda_plus", {"eta": 1.0, "epsilon": 0.1}, 100, 10,
+                         aggregation_weights="samples")
+    new, info = agg.aggregate(torch.zeros(12, dtype=torch.float64), updates,
+                              context(5, sizes=SIZES))
     assert np.allclose(info["lambda"], min_norm_weights((unit @ unit.T).numpy(), 0.1, lambda0))
-    assert all(lo - 1e-9 <= x <= hi + 1e-9 for x, lo, hi in zip(info["lambda"], lambda0 - 0.1, lambda0 + 0.1))
-    assert not np.allclose(info["lambda"], min_norm_weights((unit @ unit.T).numpy(), 0.1))  # not the uniform box
-    _, info = make_algorithm("fedmgda_plus", {"eta": 1.0, "epsilon": 0.0}, 100, 10, aggregation_weights="samples").aggregate(
+    assert all(lo - 1e-9 <= x <= hi + 1e-9
+               for x, lo, hi in zip(info["lambda"], lambda0 - 0.1, lambda0 + 0.1))
+    # not the uniform box
+    assert not np.allclose(info["lambda"], min_norm_weights((unit @ unit.T).numpy(), 0.1))
+    _, info = make_algorithm("fedmgda_plus", {"eta": 1.0, "epsilon": 0.0}, 100, 10,
+                             aggregation_weights="samples").aggregate(
         torch.zeros(12, dtype=torch.float64), updates, context(5, sizes=SIZES))
     assert np.allclose(info["lambda"], lambda0)
 
@@ -143,15 +161,19 @@ def test_afl_uniform_step_is_the_mean_update_while_lambda_still_moves():
     """afl_step_weights: uniform (the q-FFL code's AFL): the model step ignores lambda."""
     u = torch.tensor([[1.0, 0.0], [0.0, 3.0]], dtype=torch.float64)
     losses = torch.tensor([1.0, 0.0], dtype=torch.float64)
-    plain = make_algorithm("afl", {"gamma_w": 0.5, "gamma_lambda": 0.2}, 100, 2, afl_step_weights="uniform")
+    plain = make_algorithm("afl", {"gamma_w": 0.5, "gamma_lambda": 0.2}, 100, 2,
+                           afl_step_weights="uniform")
     paper = make_algorithm("afl", {"gamma_w": 0.5, "gamma_lambda": 0.2}, 100, 2)
     for _ in range(3):  # lambda drifts from uniform, the uniform step does not follow it
-        new, info = plain.aggregate(torch.zeros(2, dtype=torch.float64), u, context(2, train=losses))
+        new, info = plain.aggregate(torch.zeros(2, dtype=torch.float64), u,
+                                    context(2, train=losses))
         assert torch.allclose(new, 0.5 * u.mean(0))
-        ref, ref_info = paper.aggregate(torch.zeros(2, dtype=torch.float64), u, context(2, train=losses))
+        ref, ref_info = paper.aggregate(torch.zeros(2, dtype=torch.float64), u,
+                                        context(2, train=losses))
         assert info["lambda"] == ref_info["lambda"]
     assert np.allclose(info["lambda"], [0.8, 0.2])  # + (0.2, 0) per round, projected: 0.6, 0.7, 0.8
-    assert torch.allclose(ref, 0.5 * torch.tensor([0.7, 0.3 * 3.0], dtype=torch.float64))  # the paper's step: lambda (0.7, 0.3)
+    # the paper's step: lambda (0.7, 0.3)
+    assert torch.allclose(ref, 0.5 * torch.tensor([0.7, 0.3 * 3.0], dtype=torch.float64))
 
 
 def test_unknown_algorithm_and_bad_hparams_are_clear_errors():
@@ -165,4 +187,5 @@ def test_unknown_algorithm_and_bad_hparams_are_clear_errors():
         get_algorithm("fedavg_n").resolve({"eta": -1.0})
     with pytest.raises(ConfigError, match="must be a number"):
         get_algorithm("qfedavg").resolve({"q": "high"})
-    assert set(BUILTIN_ALGORITHMS) == {"fedavg", "fedavg_n", "fedprox", "qfedavg", "afl", "fedmgda", "fedmgda_plus", "mgda_prox"}
+    assert set(BUILTIN_ALGORITHMS) == {"fedavg", "fedavg_n", "fedprox", "qfedavg", "afl", "fedmgda",
+                                       "fedmgda_plus", "mgda_prox"}

@@ -28,7 +28,8 @@ def test_same_config_and_seed_give_identical_metrics():
 
 
 def test_every_algorithm_sees_the_same_participants_and_initial_model():
-    sims = [Simulation(toy_config(algorithm=name), data=make_toy_federated(), model_name="logreg") for name in ("fedavg", "qfedavg", "mgda_prox")]
+    sims = [Simulation(toy_config(algorithm=name), data=make_toy_federated(), model_name="logreg")
+            for name in ("fedavg", "qfedavg", "mgda_prox")]
     for t in range(5):
         assert sims[0].participants(t) == sims[1].participants(t) == sims[2].participants(t)
     assert torch.equal(sims[0].model.initial_vector(), sims[2].model.initial_vector())
@@ -42,7 +43,8 @@ def test_participants_per_round_is_floor_p_m():
         sim = Simulation(toy_config(participation=p), data=data, model_name="logreg")
         users = sim.participants(0)
         assert len(users) == expected and len(set(users)) == expected
-    assert len(Simulation(toy_config(clients_per_round=5), data=data, model_name="logreg").participants(0)) == 5
+    assert len(Simulation(toy_config(clients_per_round=5), data=data,
+                          model_name="logreg").participants(0)) == 5
     every = Simulation(toy_config(clients_per_round=30), data=data, model_name="logreg")
     assert len(every.participants(0)) == 30
     with pytest.raises(ConfigError, match="^clients_per_round = 31 but toy has 30 users"):
@@ -63,22 +65,26 @@ def test_common_descent_keeps_participants_improved(capsys):
     data = make_toy_federated(num_users=10, n_train=30, seed=1)
     common = dict(rounds=300, participation=0.5, batch_size="full", local_lr=0.5, momentum=0.0,
                   eval_every=50, per_user_every=100)
-    mgda = run(toy_config(algorithm="fedmgda_plus", hparams={"eta": 0.5, "decay": 0.05}, **common), data=data, model_name="logreg")
+    mgda = run(toy_config(algorithm="fedmgda_plus", hparams={"eta": 0.5, "decay": 0.05}, **common),
+               data=data, model_name="logreg")
     fedavg = run(toy_config(algorithm="fedavg", **common), data=data, model_name="logreg")
     second_half = slice(150, 300)
     rate_mgda = mgda.metrics["improved_loss"].iloc[second_half].mean()
     rate_fedavg = fedavg.metrics["improved_loss"].iloc[second_half].mean()
     with capsys.disabled():
-        print(f"\n  improved participants over rounds 151-300: FedMGDA+ {100 * rate_mgda:.1f} %, FedAvg {100 * rate_fedavg:.1f} %")
+        print(f"\n  improved participants over rounds 151-300: FedMGDA+ {100 * rate_mgda:.1f} %, "
+              f"FedAvg {100 * rate_fedavg:.1f} %")
     assert rate_mgda >= 0.95
     assert rate_mgda > rate_fedavg
 
 
 def test_outputs_and_protocol_round(tmp_path):
-    result = run(toy_config(algorithm="fedavg", rounds=20, per_user_every=10, eval_every=5), tmp_path, data=make_toy_federated(), model_name="logreg")
+    result = run(toy_config(algorithm="fedavg", rounds=20, per_user_every=10, eval_every=5),
+                 tmp_path, data=make_toy_federated(), model_name="logreg")
     metrics = pd.read_csv(tmp_path / "metrics.csv")
     assert list(metrics["round"]) == list(range(1, 21))
-    for column in ("eta", "train_loss", "improved_loss", "improved_acc", "mean_acc", "std_acc", "worst5_acc", "best5_acc", "weighted_acc", "test_acc_pooled"):
+    for column in ("eta", "train_loss", "improved_loss", "improved_acc", "mean_acc", "std_acc",
+                   "worst5_acc", "best5_acc", "weighted_acc", "test_acc_pooled"):
         assert column in metrics
     assert metrics["mean_acc"].notna().sum() == 5  # rounds 1, 6, 11, 16 and the last
     per_user = pd.read_csv(tmp_path / "per_user.csv")
@@ -94,7 +100,8 @@ def test_outputs_and_protocol_round(tmp_path):
 
 
 def test_divergence_is_recorded_not_raised(tmp_path):
-    result = run(toy_config(algorithm="fedavg_n", hparams={"eta": 1e39}, rounds=10), tmp_path, data=make_toy_federated(), model_name="logreg")
+    result = run(toy_config(algorithm="fedavg_n", hparams={"eta": 1e39}, rounds=10), tmp_path,
+                 data=make_toy_federated(), model_name="logreg")
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "diverged"
     assert 1 <= summary["diverged_round"] <= 10
@@ -123,11 +130,14 @@ def test_resume_after_a_crash_gives_identical_results(tmp_path, monkeypatch, cfg
 def test_a_checkpoint_with_the_old_key_aggregator_resumes(tmp_path, monkeypatch):
     """Checkpoints written before the key "algorithm" was named so hold the algorithm's state
     under "aggregator": they resume to the same result (AFL's lambda is that state)."""
-    cfg = toy_config(algorithm="afl", hparams={"gamma_w": 1.0, "gamma_lambda": 0.3}, rounds=12, checkpoint_every=3)
+    cfg = toy_config(algorithm="afl", hparams={"gamma_w": 1.0, "gamma_lambda": 0.3}, rounds=12,
+                     checkpoint_every=3)
     uninterrupted = run(cfg, data=make_toy_federated(), model_name="logreg")
-    killed_at(lambda: run(cfg, tmp_path, data=make_toy_federated(), model_name="logreg"), tmp_path, monkeypatch, kill_at=7)
+    killed_at(lambda: run(cfg, tmp_path, data=make_toy_federated(),
+                          model_name="logreg"), tmp_path, monkeypatch, kill_at=7)
     payload = torch.load(tmp_path / CHECKPOINT, weights_only=True)
-    assert "lam" in payload["algorithm"] and "aggregator" not in payload  # written under the new key
+    # written under the new key
+    assert "lam" in payload["algorithm"] and "aggregator" not in payload
     payload["aggregator"] = payload.pop("algorithm")
     torch.save(payload, tmp_path / CHECKPOINT)
     resumed = run(cfg, tmp_path, data=make_toy_federated(), model_name="logreg")
@@ -145,10 +155,13 @@ def test_checkpoint_of_another_config_is_refused(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Simulation, "_round", crash)
     with pytest.raises(KeyboardInterrupt):
-        run(toy_config(rounds=8, checkpoint_every=2), tmp_path, data=make_toy_federated(), model_name="logreg")
+        run(toy_config(rounds=8, checkpoint_every=2), tmp_path, data=make_toy_federated(),
+            model_name="logreg")
     monkeypatch.setattr(Simulation, "_round", original)
-    with pytest.raises(RunFolderError, match="belongs to a different run config; delete it to start this run afresh"):
-        run(toy_config(rounds=8, checkpoint_every=2, seed=9), tmp_path, data=make_toy_federated(), model_name="logreg")
+    with pytest.raises(RunFolderError,
+                       match="belongs to a different run config; delete it to start this run afresh"):
+        run(toy_config(rounds=8, checkpoint_every=2, seed=9), tmp_path, data=make_toy_federated(),
+            model_name="logreg")
 
 
 def test_afl_final_model_is_the_average_iterate():
@@ -159,7 +172,8 @@ def test_afl_final_model_is_the_average_iterate():
 
 
 def test_final_model_average_is_the_mean_of_the_iterates():
-    sim = Simulation(toy_config(algorithm="fedavg", rounds=4, final_model="average"), data=make_toy_federated(), model_name="logreg")
+    sim = Simulation(toy_config(algorithm="fedavg", rounds=4, final_model="average"),
+                     data=make_toy_federated(), model_name="logreg")
     iterates = []
     original = sim._round
 
@@ -194,7 +208,8 @@ def test_afl_gamma_w_as_local_lr_is_a_server_step_of_one():
     assert not torch.allclose(multiplier.final_weights, literal.final_weights)
 
 
-# ---------------------------------------------------------------- options for checks (scripts/lockstep_authors_fmnist.py)
+# ---------------------------------------------------------------- options for checks
+# (scripts/lockstep_authors_fmnist.py)
 def test_one_round_at_a_time_is_the_run():
     """``run_round`` from each round's own model gives the run's models and metrics bit for bit; its
     record names the participants and holds the updates the aggregation used."""
@@ -210,19 +225,23 @@ def test_one_round_at_a_time_is_the_run():
         rows.append(record.row)
     assert torch.equal(w, whole.final_weights)
     pd.testing.assert_frame_equal(pd.DataFrame(rows), whole.metrics[pd.DataFrame(rows).columns])
-    start = torch.zeros_like(w)  # any model: the round starts there (a scheduler of its own by default)
-    again = [run_round(Simulation(cfg, data=make_toy_federated(), model_name="logreg"), start, 2) for _ in range(2)]
+    # any model: the round starts there (a scheduler of its own by default)
+    start = torch.zeros_like(w)
+    again = [run_round(Simulation(cfg, data=make_toy_federated(), model_name="logreg"), start, 2)
+             for _ in range(2)]
     assert torch.equal(again[0].w_next, again[1].w_next) and not torch.equal(again[0].w_next, w)
 
 
 def test_dtype_casts_the_model_and_the_samples_after_the_model_is_initialised():
     single = Simulation(toy_config(), data=make_toy_federated(), model_name="logreg")
-    double = Simulation(toy_config(), data=make_toy_federated(), model_name="logreg", dtype=torch.float64)
+    double = Simulation(toy_config(), data=make_toy_federated(), model_name="logreg",
+                        dtype=torch.float64)
     assert torch.equal(double.model.initial_vector(), single.model.initial_vector().double())
     assert double.inputs.data.x.dtype == double.inputs.test_x.dtype == double.data.global_test["pooled"][0].dtype == torch.float64
     result = run_packed([double], [None])[0]
     assert result.summary["status"] == "ok" and result.final_weights.dtype == torch.float64
-    assert torch.allclose(result.final_weights.float(), run_packed([single], [None])[0].final_weights, atol=1e-4)
+    assert torch.allclose(result.final_weights.float(),
+                          run_packed([single], [None])[0].final_weights, atol=1e-4)
 
 
 def test_without_dropout_the_clients_train_without_masks():
@@ -232,7 +251,8 @@ def test_without_dropout_the_clients_train_without_masks():
     on = Simulation(cfg, data=images(), model_name="cnn_fmnist")
     off = Simulation(cfg, data=images(), model_name="cnn_fmnist", dropout=False)
     assert on.trainer.minibatches.sites and off.trainer.minibatches.sites == () and not off.trainer.dropout
-    assert not torch.equal(run_packed([on], [None])[0].final_weights, run_packed([off], [None])[0].final_weights)
+    assert not torch.equal(run_packed([on], [None])[0].final_weights,
+                           run_packed([off], [None])[0].final_weights)
 
 
 def test_moved_names_still_import_from_the_simulator_with_one_deprecation_each(capsys):
@@ -251,15 +271,20 @@ def test_moved_names_still_import_from_the_simulator_with_one_deprecation_each(c
             value = getattr(simulator, name)
             assert getattr(simulator, name) is value  # the second time: no warning
         assert value is getattr(importlib.import_module(home), name)
-        assert [str(w.message) for w in caught] == [f"fedmgda.simulator.{name} is deprecated: import it from {home} "
-                                                    f"(from {home} import {name}); the old place goes in fedmgda 0.2.0"]
+        assert [str(w.message)
+                for w in caught] == [f"fedmgda.simulator.{name} is deprecated: import it from "
+                                     f"{home} "
+                                                    f"(from {home} import {name}); the old place "
+                                     "goes in fedmgda 0.2.0"]
         assert caught[0].category is DeprecationWarning and caught[0].filename == __file__
     assert capsys.readouterr().err.count("fedmgda: deprecated: fedmgda.simulator.") == len(simulator.MOVED)
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         _ = simulator.nothing_here
 
 
-@pytest.mark.parametrize("algorithm, hparams", [("fedmgda_plus", {"eta": 1.0, "decay": 0.1}), ("fedavg", {}), ("qfedavg", {"q": 1.0, "L": 1.0})])
+@pytest.mark.parametrize("algorithm, hparams",
+                         [("fedmgda_plus", {"eta": 1.0, "decay": 0.1}), ("fedavg", {}),
+                          ("qfedavg", {"q": 1.0, "L": 1.0})])
 def test_track_improvement_only_adds_its_columns(algorithm, hparams):
     """The pre- and post-round participant losses are bookkeeping: without them (the paper
     profile's runs that no figure or claim reads them from) every other metric, the per-user table
@@ -269,6 +294,7 @@ def test_track_improvement_only_adds_its_columns(algorithm, hparams):
     untracked = simulate(algorithm=algorithm, hparams=hparams, track_improvement=False)
     improved = ["improved_loss", "improved_acc"]
     assert tracked.metrics[improved].notna().all().all() and untracked.metrics[improved].isna().all().all()
-    pd.testing.assert_frame_equal(tracked.metrics.drop(columns=improved), untracked.metrics.drop(columns=improved))
+    pd.testing.assert_frame_equal(tracked.metrics.drop(columns=improved),
+                                  untracked.metrics.drop(columns=improved))
     pd.testing.assert_frame_equal(tracked.per_user, untracked.per_user)
     assert torch.equal(tracked.final_weights, untracked.final_weights)

@@ -13,7 +13,8 @@ from fedmgda.scheduler import run
 from fedmgda.simulator import Simulation
 
 
-def make_toy_federated(num_users: int = 8, dim: int = 10, classes: int = 3, n_train: int = 24, n_test: int = 8, seed: int = 0) -> FederatedDataset:
+def make_toy_federated(num_users: int = 8, dim: int = 10, classes: int = 3, n_train: int = 24,
+                       n_test: int = 8, seed: int = 0) -> FederatedDataset:
     """Users with their own linear labelling rule plus a shared one (heterogeneous, learnable)."""
     g = torch.Generator().manual_seed(seed)
     shared = torch.randn(dim, classes, generator=g)
@@ -60,5 +61,6 @@ def killed_at(train, out, monkeypatch, kill_at: int) -> None:
 def killed_then_resumed(cfg: RunConfig, out, monkeypatch, kill_at: int):
     """``cfg`` run into ``out``, killed when round ``kill_at`` (0-based) starts, then run again
     (resuming from its last checkpoint): the resumed run's result."""
-    killed_at(lambda: run(cfg, out, data=make_toy_federated(), model_name="logreg"), out, monkeypatch, kill_at)
+    killed_at(lambda: run(cfg, out, data=make_toy_federated(),
+                          model_name="logreg"), out, monkeypatch, kill_at)
     return run(cfg, out, data=make_toy_federated(), model_name="logreg")

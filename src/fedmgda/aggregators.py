@@ -13,9 +13,11 @@ from fedmgda.algorithms.qfedavg import QFedAvg
 from fedmgda.catalog import make_algorithm as make_aggregator
 from fedmgda.errors import warn_deprecated
 
-__all__ = ["AFL", "Aggregator", "ClientRound", "HParam", "QFedAvg", "RoundContext", "WeightedUpdates",
+__all__ = ["AFL", "Aggregator", "ClientRound", "HParam", "QFedAvg", "RoundContext",
+           "WeightedUpdates",
            "decay_per_100_rounds", "gram_matrix", "make_aggregator", "normalise_rows", "unit_rows"]
 
-warn_deprecated("fedmgda.aggregators is deprecated (plug-in interface 1): import Algorithm (its Aggregator), "
-                "HParam, RoundContext and ClientRound from fedmgda.algorithms; it still imports until fedmgda "
-                f"{INTERFACE_1_REMOVED_IN} (docs/plugins.md, \"Interface versions\")")
+warn_deprecated("fedmgda.aggregators is deprecated (plug-in interface 1): import Algorithm (its "
+                "Aggregator), HParam, RoundContext and ClientRound from fedmgda.algorithms; it "
+                f"still imports until fedmgda {INTERFACE_1_REMOVED_IN} (docs/plugins.md, "
+                "\"Interface versions\")")

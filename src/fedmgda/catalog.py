@@ -121,7 +121,8 @@ class AlgorithmInfo:
         unknown = sorted(set(hparams) - set(self.hparams))
         if unknown:
             allowed = ", ".join(self.hparams) or "none"
-            raise ConfigError(f"{self.name}: unknown hyper-parameter(s) {', '.join(unknown)}; allowed: {allowed}")
+            raise ConfigError(f"{self.name}: unknown hyper-parameter(s) {', '.join(unknown)}; "
+                              f"allowed: {allowed}")
         out: dict[str, float | None] = {}
         for name, rule in self.hparams.items():
             value = hparams.get(name, rule.default)
@@ -151,21 +152,25 @@ def describe(cls: Any, plugin: str | None = None) -> AlgorithmInfo:
     hparams = dict(cls.hparams or {})
     bad = [k for k, v in hparams.items() if not isinstance(v, HParam)]
     if bad:
-        raise ConfigError(f"{where}: hparams must map names to fedmgda.algorithms.HParam ({', '.join(bad)})")
+        raise ConfigError(f"{where}: hparams must map names to fedmgda.algorithms.HParam "
+                          f"({', '.join(bad)})")
     implied = tuple(cls.implied or ())
     if set(implied) - set(hparams):
-        raise ConfigError(f"{where}: implied names unknown hyper-parameters {sorted(set(implied) - set(hparams))}")
+        raise ConfigError(f"{where}: implied names unknown hyper-parameters "
+                          f"{sorted(set(implied) - set(hparams))}")
     if plugin and cls.own_options:
-        raise ConfigError(f"{where}: own_options is for built-ins (a new run option is a RunConfig field); "
-                          "name the run-config options it reads in run_options")
+        raise ConfigError(f"{where}: own_options is for built-ins (a new run option is a RunConfig "
+                          "field); name the run-config options it reads in run_options")
     if cls.proximal and "mu" not in hparams:
-        raise ConfigError(f"{where}: a proximal algorithm declares its coefficient as hyper-parameter mu")
+        raise ConfigError(f"{where}: a proximal algorithm declares its coefficient as "
+                          "hyper-parameter mu")
     info = AlgorithmInfo(cls, plugin)
     _check_build(info, where)
     return info
 
 
-_WARNED_OLD_BUILD: set[type] = set()  # the classes whose interface-1 build was announced (once each)
+# the classes whose interface-1 build was announced (once each)
+_WARNED_OLD_BUILD: set[type] = set()
 
 
 def _old_build(info: AlgorithmInfo) -> bool:
@@ -184,25 +189,29 @@ def _check_build(info: AlgorithmInfo, where: str) -> None:
     try:
         inspect.signature(info.cls.build).bind({}, **dict.fromkeys(keywords))
     except TypeError as err:
-        raise ConfigError(f"{where}: build cannot be called as build(hparams, *, {', '.join(k + '=' for k in keywords)}): "
+        raise ConfigError(f"{where}: build cannot be called as build(hparams, *, "
+                          f"{', '.join(k + '=' for k in keywords)}): "
                           f"{err} (docs/plugins.md §1)") from None
     if old and info.cls not in _WARNED_OLD_BUILD:
         _WARNED_OLD_BUILD.add(info.cls)
-        warn_deprecated(f"{where}: build(cls, hparams, *, algorithm, rounds, num_users) is plug-in interface 1; "
-                        "since interface 2 build no longer receives algorithm= (the facts are the class's own: "
-                        f"cls.name, cls.hparams, ...). It still gets it until fedmgda {INTERFACE_1_REMOVED_IN}, "
+        warn_deprecated(f"{where}: build(cls, hparams, *, algorithm, rounds, num_users) is plug-in "
+                        "interface 1; since interface 2 build no longer receives algorithm= (the "
+                        "facts are the class's own: cls.name, cls.hparams, ...). It still gets it "
+                        f"until fedmgda {INTERFACE_1_REMOVED_IN}, "
                         "which removes it: delete `algorithm` from build's parameters "
                         "(docs/plugins.md, \"Interface versions\")", stacklevel=4)
 
 
-# The built-in algorithms (in the order config/README.md lists them), one module each (docs/plugins.md §5)
+# The built-in algorithms (in the order config/README.md lists them), one module each
+# (docs/plugins.md §5)
 BUILTIN_CLASSES: tuple[type[Algorithm], ...] = (
     fedavg.FedAvg, fedavg_n.FedAvgN, fedprox.FedProx, qfedavg.QFedAvg, afl.AFL,
     fedmgda.FedMGDA, fedmgda_plus.FedMGDAPlus, mgda_prox.MGDAProx,
 )
 BUILTIN_ALGORITHMS: Mapping[str, AlgorithmInfo] = MappingProxyType({
     info.name: info for info in map(describe, BUILTIN_CLASSES)})
-# the run options the built-ins own (``Algorithm.own_options``): name -> its values, the default first
+# the run options the built-ins own (``Algorithm.own_options``): name -> its values, the default
+# first
 ALGORITHM_OPTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     name: values for cls in BUILTIN_CLASSES for name, values in cls.own_options.items()})
 
@@ -246,7 +255,8 @@ def import_object(path: str) -> Any:
     """The object at ``path/to/file.py:Name`` (relative to the working directory) or ``module:Name``."""
     where, sep, attr = path.rpartition(":")
     if not sep or not where or not attr:
-        raise ConfigError(f"plug-in {path!r}: expected path/to/file.py:Class or package.module:Class")
+        raise ConfigError(f"plug-in {path!r}: expected path/to/file.py:Class or "
+                          "package.module:Class")
     if where.endswith(".py"):
         file = Path(where).resolve()
         if not file.is_file():
@@ -279,9 +289,11 @@ def load_plugins(paths: Iterable[str]) -> list[AlgorithmInfo]:
     for path in paths:
         info = describe(import_object(path), plugin=path)
         if info.name in BUILTIN_ALGORITHMS:
-            raise ConfigError(f"plug-in {path!r}: {info.name!r} is a built-in algorithm; choose another name")
+            raise ConfigError(f"plug-in {path!r}: {info.name!r} is a built-in algorithm; choose "
+                              "another name")
         if info.name in _PLUGINS and _PLUGINS[info.name].plugin != path:
-            raise ConfigError(f"plug-in {path!r}: {info.name!r} is already declared by {_PLUGINS[info.name].plugin}")
+            raise ConfigError(f"plug-in {path!r}: {info.name!r} is already declared by "
+                              f"{_PLUGINS[info.name].plugin}")
         _PLUGINS[info.name] = info
         loaded.append(info)
     return loaded
@@ -289,7 +301,8 @@ def load_plugins(paths: Iterable[str]) -> list[AlgorithmInfo]:
 
 # the least value of each numeric dataset option (its type: its default's); 0 means "all" for
 # max_users and max_samples; alpha and beta are synthetic's standard deviations
-OPTION_MINIMA = {"num_users": 1, "num_shards": 1, "shard_size": 1, "shards_per_user": 1, "max_users": 0,
+OPTION_MINIMA = {"num_users": 1, "num_shards": 1, "shard_size": 1, "shards_per_user": 1,
+                 "max_users": 0,
                  "max_samples": 0, "data_seed": 0, "alpha": 0, "beta": 0, "dirichlet_alpha": 0,
                  "dirichlet_min_samples": 2}
 
@@ -341,10 +354,12 @@ class Dataset:
         for key, allowed in self.option_values.items():
             if out[key] not in allowed:
                 return f"{self.name}: option {key}={out[key]!r} not in {list(allowed)}"
-        for key, least in OPTION_MINIMA.items():  # counts and numbers: typed and ranged here, not in a job's traceback
+        # counts and numbers: typed and ranged here, not in a job's traceback
+        for key, least in OPTION_MINIMA.items():
             if key in options:
                 kind, value = type(self.options[key]), options[key]
-                typed = isinstance(value, int) if kind is int else isinstance(value, (int, float)) and math.isfinite(value)
+                typed = (isinstance(value, int) if kind is int
+                         else isinstance(value, (int, float)) and math.isfinite(value))
                 if isinstance(value, bool) or not typed or value < least:
                     what = "an integer" if kind is int else "a finite number"
                     return f"{self.name}: option {key} must be {what} >= {least}, got {value!r}"
@@ -379,7 +394,8 @@ class Dataset:
         error = options_error(scheme, out, self.options)
         if error:
             return f"{self.name}: {error}"
-        return partitioner.size_error(self.name, self.samples, partitioner.select(out)) if self.samples else None
+        return (partitioner.size_error(self.name, self.samples, partitioner.select(out))
+                if self.samples else None)
 
     def user_count(self, partition: str | None, options: Mapping[str, Any] | None) -> int | None:
         """How many users ``partition`` (None: the default) makes under ``options`` (valid ones),
@@ -397,13 +413,15 @@ class Dataset:
         """Whether ``partition`` (None: the default) under ``options`` depends on the run seed (its
         partitioner's ``seeded``); a partition that does not is stored once, with seed 0."""
         partitioner = PARTITIONERS.get(partition or self.default_partition)
-        return partitioner is not None and partitioner.is_seeded({**self.options, **(options or {})})
+        return (partitioner is not None
+                and partitioner.is_seeded({**self.options, **(options or {})}))
 
     @property
     def seeded_partitions(self) -> tuple[str, ...]:
         """The partitions it offers whose partitioner is always seeded (``is_seeded`` with options
         says it for a given run)."""
-        return tuple(p for p in self.partitions if p in PARTITIONERS and PARTITIONERS[p].seeded is True)
+        return tuple(p for p in self.partitions if p in PARTITIONERS
+                     and PARTITIONERS[p].seeded is True)
 
     @property
     def raw_folder(self) -> str:
@@ -424,10 +442,12 @@ DATASETS: Mapping[str, Dataset] = MappingProxyType({d.name: d for d in (
             option_values=_SORT, samples=50_000),
     Dataset("fmnist", "cnn_fmnist", "shards", ("shards", "iid", "dirichlet"),
             description="Fashion-MNIST, 100 users; code: 300 shards of 200, 3 per user; "
-                        "paper text: 500 shards of 120, 5 per user; fedmdfg: 200 shards of 300, 2 per user",
+                        "paper text: 500 shards of 120, 5 per user; fedmdfg: 200 shards of 300, 2 "
+            "per user",
             options={"num_users": 100, "shard_setting": "code", "sort": "stable",
                      "local_test": "own_shard", **_DIRICHLET},
-            option_values={**_SORT, "shard_setting": tuple(FMNIST_SHARD_SETTINGS), "local_test": LOCAL_TESTS},
+            option_values={**_SORT, "shard_setting": tuple(FMNIST_SHARD_SETTINGS),
+                           "local_test": LOCAL_TESTS},
             presets={"shard_setting": {setting: {"num_shards": shards, "shard_size": size}
                                        for setting, (shards, size) in FMNIST_SHARD_SETTINGS.items()}},
             samples=60_000),
@@ -453,15 +473,19 @@ DATASETS: Mapping[str, Dataset] = MappingProxyType({d.name: d for d in (
             description="q-FFL Synthetic(alpha, beta), one user per generated device",
             options={"alpha": 1.0, "beta": 1.0, "num_users": 30, "data_seed": 0, "max_samples": 500,
                      "split": "80_10_10", "shuffle": False, "sizes": "script"},
-            option_values={"split": ("80_10_10",), "shuffle": (False, True), "sizes": ("script", "table4")}),
+            option_values={"split": ("80_10_10",), "shuffle": (False, True),
+                           "sizes": ("script", "table4")}),
     Dataset("digits", "mlp_digits", "shards", ("shards", "iid", "dirichlet"), offline=True,
             description="scikit-learn digits (1 797 8x8 images), 20 users x 2 label-sorted shards",
             options={"num_users": 20, "shards_per_user": 2, "sort": "stable", **_DIRICHLET},
             option_values=_SORT, samples=1_797),
 )})
-# the names of fedmgda.models.MODELS (kept here without torch; tests/test_models.py checks they agree)
-MODELS = ("cnn_cifar", "cnn_fmnist", "cnn_femnist", "lstm_shakespeare", "logreg", "mlp_digits", "mlp_fmnist")
-# fedmgda.models.CONVOLUTIONS (the run config's ``conv``, the default first; tests/test_models.py checks they agree)
+# the names of fedmgda.models.MODELS (kept here without torch; tests/test_models.py checks they
+# agree)
+MODELS = ("cnn_cifar", "cnn_fmnist", "cnn_femnist", "lstm_shakespeare", "logreg", "mlp_digits",
+          "mlp_fmnist")
+# fedmgda.models.CONVOLUTIONS (the run config's ``conv``, the default first; tests/test_models.py
+# checks they agree)
 CONVOLUTIONS = ("torch", "im2col")
 OFFLINE_DATASETS = tuple(name for name, d in DATASETS.items() if d.offline)
 DOWNLOADED_DATASETS = tuple(name for name, d in DATASETS.items() if not d.offline)

@@ -35,7 +35,8 @@ CHECKPOINT = "checkpoint.pt"  # its name in the run folder
 
 # what a checkpoint holds, and the type of each entry
 FIELDS: dict[str, type | tuple[type, ...]] = {
-    "config": dict, "next_round": int, "w": torch.Tensor, "iterate_sum": torch.Tensor, "algorithm": dict,
+    "config": dict, "next_round": int, "w": torch.Tensor, "iterate_sum": torch.Tensor,
+    "algorithm": dict,
     "client_states": dict, "rows": list, "per_user_rows": list, "elapsed": (int, float),
 }
 
@@ -66,7 +67,8 @@ class Resumed:
     client_states: dict[int, Any]
 
 
-def save(out: Path, state: RunState, config: dict, algorithm: dict, client_states: dict, environment: dict) -> None:
+def save(out: Path, state: RunState, config: dict, algorithm: dict, client_states: dict,
+         environment: dict) -> None:
     """Write the checkpoint of a run of ``config`` (``RunConfig.to_dict``) into its folder ``out``:
     ``state``'s rounds, models and outputs, the algorithm's ``state_dict``, the clients' states."""
     out.mkdir(parents=True, exist_ok=True)
@@ -82,8 +84,10 @@ def save(out: Path, state: RunState, config: dict, algorithm: dict, client_state
         "elapsed": state.elapsed,
         "environment": environment,
     }
-    with writing(out / CHECKPOINT) as tmp, open(tmp, "wb") as file:  # atomic: a kill leaves the previous checkpoint intact
-        torch.save(payload, file)  # to a Python file: a full disk is an OSError (torch's own writer says "iostream error")
+    # atomic: a kill leaves the previous checkpoint intact
+    with writing(out / CHECKPOINT) as tmp, open(tmp, "wb") as file:
+        # to a Python file: a full disk is an OSError (torch's own writer says "iostream error")
+        torch.save(payload, file)
 
 
 def load(path: Path, device: torch.device, config: dict, num_params: int) -> Resumed:
@@ -94,7 +98,8 @@ def load(path: Path, device: torch.device, config: dict, num_params: int) -> Res
         raise refuse(path, "belongs to a different run config")
     size = (num_params,)
     if payload["w"].shape != size or payload["iterate_sum"].shape != size:
-        raise refuse(path, f"holds a model of {payload['w'].numel()} weights; this run's has {size[0]}")
+        raise refuse(path,
+                     f"holds a model of {payload['w'].numel()} weights; this run's has {size[0]}")
     state = RunState(
         next_round=payload["next_round"],
         w=payload["w"].to(device),
@@ -102,7 +107,8 @@ def load(path: Path, device: torch.device, config: dict, num_params: int) -> Res
         rows=payload["rows"],
         per_user_rows=[frame(columns) for columns in payload["per_user_rows"]],
         elapsed=payload["elapsed"],
-        made_under=payload.get("environment") if isinstance(payload.get("environment"), dict) else None,
+        made_under=payload.get("environment") if isinstance(payload.get("environment"), dict)
+        else None,
     )
     return Resumed(state, payload["algorithm"], payload["client_states"])
 
@@ -125,7 +131,8 @@ def resume(out: Path, device: torch.device, config: dict, num_params: int, envir
         print(f"{out}: {path.name} {refused.why}: set aside as {aside.name} ({FRESH_OPTION}); "
               "this run restarts from round 0", flush=True)
         return None
-    print(f"{out}: resuming from its checkpoint (round {resumed.state.next_round} of {config['rounds']} done)", flush=True)
+    print(f"{out}: resuming from its checkpoint (round {resumed.state.next_round} of "
+          f"{config['rounds']} done)", flush=True)
     note = provenance.resume_note(resumed.state.made_under, environment)
     if note:
         print(f"{out}: {note}", flush=True)
@@ -137,8 +144,10 @@ class UnusableCheckpoint(RunFolderError):
 
     def __init__(self, path: Path, why: str):
         self.path, self.why = Path(path), why
-        super().__init__(f"{path} {why}; delete it to start this run afresh (rm {shlex.quote(str(path))}), or rerun with "
-                         f"{FRESH_OPTION} ({FRESH_ENV}=1 under Snakemake) to set it aside and restart from round 0")
+        super().__init__(f"{path} {why}; delete it to start this run afresh (rm "
+                         f"{shlex.quote(str(path))}), or rerun with "
+                         f"{FRESH_OPTION} ({FRESH_ENV}=1 under Snakemake) to set it aside and "
+                         "restart from round 0")
 
 
 def refuse(path: Path, what: str) -> UnusableCheckpoint:
@@ -153,7 +162,8 @@ def set_aside(refused: UnusableCheckpoint) -> Path:
     try:
         os.replace(refused.path, aside)
     except OSError as err:
-        raise RunFolderError(f"{refused.path}: cannot set it aside as {aside.name} ({err.strerror or err}); delete it "
+        raise RunFolderError(f"{refused.path}: cannot set it aside as {aside.name} "
+                             f"({err.strerror or err}); delete it "
                              "and rerun") from err
     return aside
 
@@ -163,7 +173,8 @@ def _numpy_scalars() -> list:
     numpy's scalar constructor and dtypes, data only."""
     core = getattr(np, "_core", None) or np.core
     dtypes = getattr(np, "dtypes", None)  # numpy >= 1.25
-    return [core.multiarray.scalar, np.dtype, *(getattr(dtypes, n) for n in dir(dtypes) if n.endswith("DType"))]
+    return [core.multiarray.scalar, np.dtype, *(getattr(dtypes, n) for n in dir(dtypes)
+                                                if n.endswith("DType"))]
 
 
 def allowing(types: list):
@@ -180,19 +191,25 @@ def read(path: Path, device: torch.device) -> dict[str, Any]:
         with allowing(_numpy_scalars()):
             payload = torch.load(path, map_location=device, weights_only=True)
     except pickle.UnpicklingError as err:
-        # torch's restricted unpickler says why after "WeightsUnpickler error:": a global (a class or
-        # function) it will not build, or an operand it does not know (bytes that are no pickle)
+        # torch's restricted unpickler says why after "WeightsUnpickler error:": a global (a class
+        # or function) it will not build, or an operand it does not know (bytes that are no pickle)
         why = str(err).partition("WeightsUnpickler error:")[2].strip() or str(err)
         if "global" in why or "reduce" in why:
-            raise refuse(path, "holds objects other than tensors and plain data (a crafted file, or one written before "
-                         "checkpoints held data only): not loaded, as loading them could run code") from err
+            raise refuse(path,
+                         "holds objects other than tensors and plain data (a crafted file, or one "
+                         "written before checkpoints held data only): not loaded, as loading them "
+                         "could run code") from err
         raise refuse(path, f"is not a readable checkpoint (corrupt: {_first_line(why)})") from err
     except Exception as err:  # truncated zip, random bytes, end of file: torch raises many kinds
-        raise refuse(path, f"is not a readable checkpoint (truncated or corrupt: {type(err).__name__}: {_first_line(err)})") from err
+        raise refuse(path,
+                     f"is not a readable checkpoint (truncated or corrupt: {type(err).__name__}: "
+                     f"{_first_line(err)})") from err
     if isinstance(payload, dict) and "aggregator" in payload and "algorithm" not in payload:
-        payload["algorithm"] = payload.pop("aggregator")  # its old name, in checkpoints written before: resumed alike
+        # its old name, in checkpoints written before: resumed alike
+        payload["algorithm"] = payload.pop("aggregator")
     if not isinstance(payload, dict) or not set(FIELDS) <= set(payload):
-        found = f"keys {', '.join(map(str, payload))}"[:200] if isinstance(payload, dict) else f"a {type(payload).__name__}"
+        found = (f"keys {', '.join(map(str, payload))}"[:200] if isinstance(payload, dict)
+                 else f"a {type(payload).__name__}")
         raise refuse(path, f"is a torch file but not a fedmgda checkpoint (it holds {found})")
     wrong = [key for key, kind in FIELDS.items() if not isinstance(payload[key], kind)]
     if wrong:

@@ -32,7 +32,7 @@ Verdict. Each judged unit (a seed when paired, the means otherwise) gets a score
 whether the claim holds there (at_least: s = A - B - margin; close / identical: s = tolerance -
 |A - B|; monotone: the smallest step in the claimed direction + tolerance, or the total change -
 margin if smaller, margin defaulting to a hair above 0). A score within the float resolution of the
-statistics it compares, |s| <= 1e-5 x their size + 1e-9 (:data:`FLOAT_RTOL`, :func:`tie`), is a
+statistics it compares, |s| <= 1e-5 x their size + 1e-9 (:data:`FLOAT_RTOL`, :func:`settle_tie`), is a
 tie, exactly 0: another machine may put it on either side. A tie holds (A - B >= margin, |A - B| <=
 tolerance, a monotone step) except for a monotone total change without a margin, which must be
 positive: a flat series is no trend. Paired, over n seeds with mean m and sample std sd (ddof 1) of s:
@@ -71,7 +71,7 @@ from fedmgda.experiments import (
     to_number,
     unrecorded,
 )
-from fedmgda.metrics import display_scale, paired_interval
+from fedmgda.metrics import display_scale
 from fedmgda.results import (
     RunFolder,
     RunFolders,
@@ -89,10 +89,11 @@ SERIES_KINDS = ("identical", "monotone")
 KINDS = ("identical", "at_least", "close", "monotone")
 SOURCE_RE = re.compile(r"^(final|protocol)\.[A-Za-z0-9_]+$|^final_(user|others)\.[0-9]+$|^metrics\.[A-Za-z0-9_]+$")
 VERDICTS = ("holds", "fails", "inconclusive", "not run")
-FLAT = 1e-9  # a hair above 0: a monotone total change without a margin must exceed it (and tie's floor)
+# a hair above 0: a monotone total change without a margin must exceed it (and settle_tie's floor)
+FLAT = 1e-9
 # The float resolution of a compared statistic, relative to its size (plus FLAT, for statistics
-# near 0): a score within it is a tie, exactly 0 (:func:`tie`). Runs train in float32 (machine
-# epsilon 1.2e-7), and a run's statistics move from one CPU to another: the committed quick
+# near 0): a score within it is a tie, exactly 0 (:func:`settle_tie`). Runs train in float32
+# (machine epsilon 1.2e-7), and a run's statistics move from one CPU to another: the committed quick
 # claims.csv against a rerun on another machine, a 3-seed mean train loss by 8e-7 relative, and the
 # FedMGDA runs at epsilon 0.5 and 1 on iid users (equal in exact arithmetic: the bound is inactive)
 # from equal to -3.7e-10 apart (2 ulps in 37 of 100 rounds' losses). 1e-5 is 10x the former and far
@@ -124,15 +125,17 @@ def _pick(reg: Registry, cid: str, side: str, value: Any, experiment: str | None
     else:
         pattern = value
     if not isinstance(pattern, str):
-        raise ClaimError(f"claim {cid}: {side} must be a row pattern, {{experiment, select}} or (b) a number")
+        raise ClaimError(f"claim {cid}: {side} must be a row pattern, {{experiment, select}} or "
+                         "(b) a number")
     if experiment is None:
         raise ClaimError(f"claim {cid}: {side} names no experiment")
     hits = [r for r in reg.rows[experiment] if fnmatch.fnmatchcase(r.key, pattern)]
     if len(hits) != 1:
         keys = ", ".join(r.key for r in reg.rows[experiment])
-        what = "matches no row" if not hits else f"matches {len(hits)} rows ({', '.join(r.key for r in hits)})"
-        raise ClaimError(f"claim {cid}: {side} {pattern!r} {what} of experiment {experiment}; it must "
-                         f"match exactly one. Rows: {keys}")
+        what = ("matches no row" if not hits
+                else f"matches {len(hits)} rows ({', '.join(r.key for r in hits)})")
+        raise ClaimError(f"claim {cid}: {side} {pattern!r} {what} of experiment {experiment}; it "
+                         f"must match exactly one. Rows: {keys}")
     return hits[0]
 
 
@@ -178,7 +181,8 @@ def parse_claims(config: dict[str, Any], reg: Registry) -> list[ClaimSpec]:
 
 def _check_recorded(cid: str, claim: ClaimSpec, reg: Registry) -> None:
     """A claim on a metrics.csv column that only some runs record reads it from runs that do."""
-    if claim.quantity.startswith("metrics.") and (problem := unrecorded(reg, claim_runs([claim]), claim.quantity.partition(".")[2])):
+    if (claim.quantity.startswith("metrics.")
+        and (problem := unrecorded(reg, claim_runs([claim]), claim.quantity.partition(".")[2]))):
         raise ClaimError(f"claim {cid}: {problem}")
 
 
@@ -186,7 +190,8 @@ def _rounds(config: dict[str, Any], exp: dict[str, Any], overridden: bool) -> An
     """The rounds T of an experiment's runs (as :func:`fedmgda.experiments._run_layers` layers
     them); ``overridden``: with the top-level ``rounds`` and ``run_overrides`` laid over."""
     setting = exp.get("setting")
-    setting = (config.get("settings") or {}).get(setting, {}) if isinstance(setting, str) else (setting or {})
+    setting = ((config.get("settings") or {}).get(setting, {}) if isinstance(setting, str)
+               else (setting or {}))
     rounds = (config.get("run_defaults") or {}).get("rounds")
     rounds = (exp.get("run") or {}).get("rounds", setting.get("rounds", rounds))
     if exp.get("rounds") is not None:
@@ -213,8 +218,10 @@ def evaluation_tag(config: dict[str, Any], experiments: list[str]) -> str:
     rounds = [_rounds(config, layered[e], True) for e in experiments]
     if rounds != [_rounds(config, registered[e], False) for e in experiments]:
         parts.append(f"T={rounds[0]}")
-    judged = list(dict.fromkeys(s for e in experiments for s in (config.get("seeds") or layered[e].get("seeds") or [1])))
-    if judged != list(dict.fromkeys(s for e in experiments for s in (registered[e].get("seeds") or [1]))):
+    judged = list(dict.fromkeys(s for e in experiments
+                                for s in (config.get("seeds") or layered[e].get("seeds") or [1])))
+    if judged != list(dict.fromkeys(s for e in experiments
+                                    for s in (registered[e].get("seeds") or [1]))):
         parts.append("seeds=" + ",".join(str(s) for s in judged))
     return "@" + ";".join(parts) if parts else ""
 
@@ -227,8 +234,8 @@ def _claim_form(cid: str, claim: dict[str, Any]) -> tuple[str, str, dict[str, An
         raise ClaimError(f"claim {cid}: unknown comparison {kind!r}; known: {', '.join(KINDS)}")
     quantity = claim.get("quantity", "")
     if not isinstance(quantity, str) or not SOURCE_RE.match(quantity):
-        raise ClaimError(f"claim {cid}: quantity {quantity!r} is not final.<stat>, protocol.<stat>, "
-                         f"final_user.<k>, final_others.<k> or metrics.<column>")
+        raise ClaimError(f"claim {cid}: quantity {quantity!r} is not final.<stat>, "
+                         f"protocol.<stat>, final_user.<k>, final_others.<k> or metrics.<column>")
     if "window" in claim and not quantity.startswith("metrics."):
         raise ClaimError(f"claim {cid}: a window applies to metrics.<column> quantities only")
     window = claim.get("window") or {}
@@ -244,11 +251,13 @@ def _claim_experiments(cid: str, claim: dict[str, Any], known: set[str]) -> list
         raise ClaimError(f"claim {cid}: names no experiment")
     unknown = sorted(set(exps) - known)
     if unknown:
-        raise ClaimError(f"claim {cid}: unknown experiment(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        raise ClaimError(f"claim {cid}: unknown experiment(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(sorted(known))}")
     return exps
 
 
-def _claim_spec(cid: str, claim: dict[str, Any], kind: str, quantity: str, window: dict[str, Any]) -> dict[str, Any]:
+def _claim_spec(cid: str, claim: dict[str, Any], kind: str, quantity: str,
+                window: dict[str, Any]) -> dict[str, Any]:
     """The claim's spec (:class:`ClaimSpec` fields) before its rows: what it says and how it is
     judged, defaults filled in (seeds paired, agg mean, scale the quantity's display scale,
     tolerance 1e-6 for identical)."""
@@ -322,7 +331,8 @@ def _gap_rows(cid: str, claim: dict[str, Any], kind: str, reg: Registry) -> dict
             "params": values}
 
 
-def _pair_rows(cid: str, claim: dict[str, Any], kind: str, seeds_mode: str, reg: Registry) -> dict[str, Any]:
+def _pair_rows(cid: str, claim: dict[str, Any], kind: str, seeds_mode: str,
+               reg: Registry) -> dict[str, Any]:
     """A pairwise claim's rows: ``a`` (one row) and ``b`` (another row, or a number: the
     ``threshold``); paired seeds need a seed both rows have."""
     if kind not in PAIR_KINDS:
@@ -383,7 +393,7 @@ def row_values(row: Row, claim: ClaimSpec,
     return values, missing
 
 
-def tie(score: float, *values: float) -> float:
+def settle_tie(score: float, *values: float) -> float:
     """``score``, a comparison of the statistics ``values`` (s >= 0 on the claimed side), or exactly
     0.0 -- a tie -- when |score| <= FLOAT_RTOL * max |values| + FLAT: within the float resolution
     of those statistics, where another machine may land on either side. Every score is settled by
@@ -396,24 +406,25 @@ def tie(score: float, *values: float) -> float:
 def _score_pair(a: float, b: float, claim: ClaimSpec) -> float:
     d = a - b
     if claim.compare == "at_least":
-        return tie(d - (claim.margin or 0.0), a, b)
-    return tie(claim.tolerance - abs(d), a, b)
+        return settle_tie(d - (claim.margin or 0.0), a, b)
+    return settle_tie(claim.tolerance - abs(d), a, b)
 
 
 def _score_series(vals: list[float], claim: ClaimSpec) -> float:
     if claim.compare == "identical":
-        return tie(claim.tolerance - (max(vals) - min(vals)), *vals)
+        return settle_tie(claim.tolerance - (max(vals) - min(vals)), *vals)
     sign = 1.0 if claim.direction == "increasing" else -1.0
-    steps = [tie(sign * (b - a) + claim.tolerance, a, b) for a, b in zip(vals, vals[1:], strict=False)]
+    steps = [settle_tie(sign * (b - a) + claim.tolerance, a, b)
+             for a, b in zip(vals, vals[1:], strict=False)]
     total = sign * (vals[-1] - vals[0])
     if claim.margin is not None:
-        return min(min(steps), tie(total - claim.margin, vals[0], vals[-1]))
+        return min(min(steps), settle_tie(total - claim.margin, vals[0], vals[-1]))
     # a flat series is not a trend: the total change, a tie counting as 0, must be positive
-    return min(min(steps), tie(total, vals[0], vals[-1]) - FLAT)
+    return min(min(steps), settle_tie(total, vals[0], vals[-1]) - FLAT)
 
 
 def decide(scores: list[float], kind: str, spread: float | None = None) -> tuple[str, str]:
-    """Verdict and a note from the judged units' scores, ties already settled by :func:`tie`
+    """Verdict and a note from the judged units' scores, ties already settled by :func:`settle_tie`
     (see the module docstring)."""
     s = np.asarray(scores, dtype=float)
     n = len(s)
@@ -421,7 +432,8 @@ def decide(scores: list[float], kind: str, spread: float | None = None) -> tuple
         return "inconclusive", "no seed with a value for every row (diverged?)"
     if kind == "identical":
         bad = int((s < 0).sum())
-        return ("holds", "") if not bad else ("fails", f"{bad}/{n} seed(s) differ beyond the tolerance")
+        return (("holds", "") if not bad
+                else ("fails", f"{bad}/{n} seed(s) differ beyond the tolerance"))
     m = float(s.mean())
     sd = spread if spread is not None else (float(s.std(ddof=1)) if n > 1 else 0.0)
     if (s >= 0).all() and m >= sd:
@@ -429,34 +441,26 @@ def decide(scores: list[float], kind: str, spread: float | None = None) -> tuple
     if (s < 0).all() and -m >= sd:
         return "fails", "1 seed" if n == 1 and spread is None else ""
     if (s >= 0).any() and (s < 0).any():
-        return "inconclusive", (f"seeds straddle the threshold ({int((s >= 0).sum())}/{n} on the claimed side); "
-                                "more seeds would decide")
+        return "inconclusive", (f"seeds straddle the threshold ({int((s >= 0).sum())}/{n} on the "
+                                "claimed side); more seeds would decide")
     return "inconclusive", (f"mean margin {m:+.3g} is smaller than its spread over seeds {sd:.3g}; "
                             "more seeds would decide")
 
 
-def judge_differences(differences: list[float], margin: float = 0.0, size: float = 0.0) -> dict[str, Any]:
+def judge_differences(differences: list[float], margin: float = 0.0,
+                      size: float = 0.0) -> dict[str, Any]:
     """The one rule (:func:`decide`) applied to paired differences A - B, one per seed, for a
     comparison that no claim runs (e.g. a script's package-against-authors gap): "A - B >= margin".
-    ``size``: the magnitude of A and B, for the float resolution (:func:`tie`). Returns n, mean,
+    ``size``: the magnitude of A and B, for the float resolution (:func:`settle_tie`). Returns n, mean,
     sd (ddof 1), the interval mean ± sd, the seeds on the claimed side, the verdict and its note."""
     d = np.asarray([x for x in differences if not math.isnan(x)], dtype=float)
-    scores = np.asarray([tie(x - margin, size) for x in d], dtype=float)
+    scores = np.asarray([settle_tie(x - margin, size) for x in d], dtype=float)
     verdict, note = decide(list(scores), "at_least")
     n = len(d)
     mean = float(d.mean()) if n else math.nan
     sd = float(d.std(ddof=1)) if n > 1 else 0.0
     return {"n": n, "mean": mean, "sd": sd, "low": mean - sd, "high": mean + sd,
             "on_side": int((scores >= 0).sum()), "verdict": verdict, "note": note}
-
-
-def judgement_text(j: dict[str, Any], unit: str = "", digits: int = 2) -> str:
-    """One line for :func:`judge_differences`' result, as scripts print it."""
-    note = f" ({j['note']})" if j["note"] else ""
-    f = f".{digits}f"
-    return (f"A - B = {j['mean']:+{f}} ± {j['sd']:{f}}{unit} over {j['n']} seeds (mean ± sd, interval "
-            f"{j['low']:+{f}} to {j['high']:+{f}}), {j['on_side']}/{j['n']} on the claimed side: "
-            f"{j['verdict']}{note} (the claims' rule, docs/workflow.md)")
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -470,7 +474,8 @@ def _series_names(c: ClaimSpec) -> list[str]:
 
 
 def expected_text(c: ClaimSpec) -> str:
-    q = c.quantity + (f" ({c.agg} over {next(iter(c.window))} {next(iter(c.window.values()))} rounds)"
+    q = c.quantity + (f" ({c.agg} over {next(iter(c.window))} {next(iter(c.window.values()))} "
+                      "rounds)"
                       if c.window else "")
     unit = " pp" if c.scale == 100.0 else ""
     if c.minus:
@@ -493,7 +498,8 @@ def expected_text(c: ClaimSpec) -> str:
         rel = f">= {b}" if m == 0 else f"- {b} >= {fmt_num(m)}{unit}"
         return f"{q}: {a} {rel}"
     word = "identical to" if c.compare == "identical" else "close to"
-    slack = spread + (f" + {fmt_num(c.tolerance)}{unit}" if c.tolerance else "") if c.spread_of else f"{fmt_num(c.tolerance)}{unit}"
+    slack = (spread + (f" + {fmt_num(c.tolerance)}{unit}" if c.tolerance else "") if c.spread_of
+             else f"{fmt_num(c.tolerance)}{unit}")
     return f"{q}: {a} {word} {b} (difference within ±{slack})"
 
 
@@ -518,10 +524,12 @@ def evaluate_claim(c: ClaimSpec, runs_dir: str | Path | RunFolders) -> dict[str,
         per_row.append(vals)
         missing += miss
     rec: dict[str, Any] = {"claim": c.id, "source": c.source, "paper": c.paper,
-                           "expected": expected_text(c), "compare": c.compare, "seeds_mode": c.seeds}
+                           "expected": expected_text(c), "compare": c.compare,
+                           "seeds_mode": c.seeds}
     if missing:
         total = sum(len(r.runs) for r in rows)
-        rec.update(measured=f"{missing}/{total} runs missing", verdict="not run", note="build the runs first",
+        rec.update(measured=f"{missing}/{total} runs missing", verdict="not run",
+                   note="build the runs first",
                    n_seeds=0)
         return rec
     if c.threshold is not None:
@@ -533,7 +541,8 @@ def evaluate_claim(c: ClaimSpec, runs_dir: str | Path | RunFolders) -> dict[str,
     common = sorted(set.intersection(*(set(v) for v in per_row)))
     complete = [s for s in common if all(not math.isnan(v[s]) for v in per_row)]
     dropped = sorted(set().union(*(set(v) for v in per_row)) - set(complete))
-    notes = [f"seed(s) {', '.join(map(str, dropped))} left out (no value or not shared)"] if dropped else []
+    notes = ([f"seed(s) {', '.join(map(str, dropped))} left out (no value or not shared)"]
+             if dropped else [])
     judge = _judge_series if c.is_series else _judge_pair
     measured, scores, spread = judge(c, per_row, complete, rec, notes)
     if scores:
@@ -546,7 +555,8 @@ def evaluate_claim(c: ClaimSpec, runs_dir: str | Path | RunFolders) -> dict[str,
     return rec
 
 
-def _judge_series(c: ClaimSpec, per_row: list[dict[int, float]], complete: list[int], rec: dict[str, Any],
+def _judge_series(c: ClaimSpec, per_row: list[dict[int, float]], complete: list[int],
+                  rec: dict[str, Any],
                   notes: list[str]) -> tuple[str, list[float], float | None]:
     """A series claim's measured text, scores and (``seeds: mean``) spread; its values into ``rec``."""
     means = [seed_stats(v.values()) for v in per_row]
@@ -554,11 +564,13 @@ def _judge_series(c: ClaimSpec, per_row: list[dict[int, float]], complete: list[
     rec["values"] = json.dumps({n: round(m, 4) for n, (m, _) in zip(names, means, strict=True)})
     measured = ", ".join(f"{n}: {m:.2f}±{sd:.2f}" for n, (m, sd) in zip(names, means, strict=True))
     if c.seeds == "mean":
-        return measured, [_score_series([m for m, _ in means], c)], math.sqrt(sum(sd ** 2 for _, sd in means))
+        return (measured, [_score_series([m for m, _ in means], c)],
+                math.sqrt(sum(sd ** 2 for _, sd in means)))
     return measured, [_score_series([v[s] for v in per_row], c) for s in complete], None
 
 
-def _judge_pair(c: ClaimSpec, per_row: list[dict[int, float]], complete: list[int], rec: dict[str, Any],
+def _judge_pair(c: ClaimSpec, per_row: list[dict[int, float]], complete: list[int],
+                rec: dict[str, Any],
                 notes: list[str]) -> tuple[str, list[float], float | None]:
     """A pairwise claim's measured text, scores and (``seeds: mean``) spread; its A, B and paired
     differences (sample sd, ddof 1) into ``rec``, a tie at every seed into ``notes``."""
@@ -573,7 +585,8 @@ def _judge_pair(c: ClaimSpec, per_row: list[dict[int, float]], complete: list[in
     b_text = f"threshold {bm:g}" if c.threshold is not None else f"B {bm:.2f}±{bsd:.2f}"
     measured = f"A {am:.2f}±{asd:.2f}, {b_text}"
     if diffs and c.compare == "at_least" and all(
-            tie(per_row[0][s] - per_row[1][s], per_row[0][s], per_row[1][s]) == 0 for s in complete):
+            settle_tie(per_row[0][s] - per_row[1][s], per_row[0][s], per_row[1][s]) == 0
+            for s in complete):
         notes.append("A equals B at every seed (a tie)")
     if c.seeds == "mean":
         scores = [_score_pair(am, bm, c)] if not (math.isnan(am) or math.isnan(bm)) else []
@@ -584,8 +597,10 @@ def _judge_pair(c: ClaimSpec, per_row: list[dict[int, float]], complete: list[in
     return measured, [_score_pair(per_row[0][s], per_row[1][s], c) for s in complete], None
 
 
-COLUMNS = ["claim", "source", "paper", "expected", "measured", "verdict", "note", "compare", "seeds_mode",
-           "n_seeds", "a", "b", "a_mean", "a_std", "b_mean", "b_std", "diff_mean", "diff_std", "diff_min",
+COLUMNS = ["claim", "source", "paper", "expected", "measured", "verdict", "note", "compare",
+           "seeds_mode",
+           "n_seeds", "a", "b", "a_mean", "a_std", "b_mean", "b_std", "diff_mean", "diff_std",
+           "diff_min",
            "diff_max", "score_mean", "score_min", "score_max", "values"]
 
 
@@ -608,21 +623,24 @@ def to_markdown(df: pd.DataFrame, profile: str = "") -> str:
     lines = [f"## The paper's claims, checked{f' ({profile})' if profile else ''}", "",
              f"{len(df)} claims: {summary}.", "",
              "A = first row, B = second (or a threshold); values in % (pp) for accuracies. Paired "
-             "differences are per seed (shared initial model and participants). *inconclusive*: the "
-             "seeds straddle the threshold or the mean margin is below the sample sd (ddof 1) of the "
-             "per-seed differences (more seeds would decide). A difference within the float resolution "
-             "of its values (10⁻⁵ relative) is a tie. See docs/workflow.md.", "",
+             "differences are per seed (shared initial model and participants). *inconclusive*: "
+             "the seeds straddle the threshold or the mean margin is below the sample sd (ddof 1) "
+             "of the per-seed differences (more seeds would decide). A difference within the float "
+             "resolution of its values (10⁻⁵ relative) is a tie. See docs/workflow.md.", "",
              f"| Claim | Paper source | Expected | {MEASURED} | Verdict |",
              "|---|---|---|---|---|"]
     for _, r in df.iterrows():
-        verdict = f"**{r['verdict']}**" + (f" ({r['note']})" if isinstance(r["note"], str) and r["note"] else "")
+        verdict = f"**{r['verdict']}**" + (f" ({r['note']})" if isinstance(r["note"], str)
+                                           and r["note"] else "")
         paper = f"{r['source']}: “{r['paper']}”" if r["paper"] else r["source"]
         cells = [str(r["claim"]), paper, str(r["expected"]), str(r["measured"]), verdict]
-        lines.append("| " + " | ".join(c.replace("|", "/").replace("\n", " ") for c in cells) + " |")
+        lines.append("| " + " | ".join(c.replace("|", "/").replace("\n", " ")
+                                       for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def write_claims(claims: list[ClaimSpec], runs_dir: str | Path, out_csv: str | Path, out_md: str | Path,
+def write_claims(claims: list[ClaimSpec], runs_dir: str | Path, out_csv: str | Path,
+                 out_md: str | Path,
                  profile: str = "") -> pd.DataFrame:
     df = evaluate(claims, runs_dir)
     Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
@@ -635,26 +653,19 @@ def table_verdicts(csv_path: str | Path) -> dict[str, int]:
     """Count of the verdict words (within, outside, not run, n/a, ...) over a table csv's cells."""
     df = pd.read_csv(csv_path, keep_default_na=False)
     cols = [c for c in df.columns if c.endswith(" verdict")]
-    words = df[cols].stack().astype(str).str.split(" (", regex=False).str[0] if cols else pd.Series([], dtype=str)
+    words = (df[cols].stack().astype(str).str.split(" (", regex=False).str[0] if cols
+             else pd.Series([], dtype=str))
     return {k: int(v) for k, v in words.value_counts().items()}
 
 
-# --------------------------------------------------------------------------- verdicts stated in docs
-# A page states verdicts in blocks generated from a committed claims.csv:
-#   <!-- verdicts: docs/results/fmnist/claims_fedmdfg.csv fmnist_fedmdfg_* -->
-#   (the table verdict_table writes)
-#   <!-- /verdicts -->
-# the path relative to the repository root, then an optional fnmatch pattern on the claim ids.
-VERDICT_BLOCK_RE = re.compile(r"<!-- verdicts: (?P<path>\S+)(?: (?P<pattern>\S+))? -->\n(?P<body>.*?)<!-- /verdicts -->",
-                              re.S)
-
-
+# --------------------------------------------------------------------------- claims files
 def read_claims(path: str | Path) -> pd.DataFrame:
     """A committed claims file: claims.csv, or claims.md as :func:`to_markdown` writes it (its
     claim, expected, measured, verdict and note; the other columns empty)."""
     path = Path(path)
     if path.suffix == ".csv":
-        return pd.read_csv(path, keep_default_na=False, dtype={"note": str, "a": str, "b": str, "values": str})
+        return pd.read_csv(path, keep_default_na=False,
+                           dtype={"note": str, "a": str, "b": str, "values": str})
     records = []
     for line in path.read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
@@ -663,7 +674,8 @@ def read_claims(path: str | Path) -> pd.DataFrame:
         m = re.fullmatch(r"\*\*([a-z ]+)\*\*(?: \((.*)\))?", cells[4])
         if m is None:
             raise ClaimError(f"{path}: verdict cell {cells[4]!r} is not as to_markdown writes it")
-        records.append({"claim": cells[0], "expected": cells[2], "measured": cells[3], "verdict": m[1],
+        records.append({"claim": cells[0], "expected": cells[2], "measured": cells[3],
+                        "verdict": m[1],
                         "note": m[2] or ""})
     df = pd.DataFrame.from_records(records)
     for col in COLUMNS:
@@ -693,42 +705,6 @@ def id_conflicts(paths: list[str | Path]) -> list[str]:
             if row["verdict"] == "not run":
                 continue
             seen.setdefault(str(row["claim"]), {}).setdefault(claim_meaning(row), str(path))
-    return [f"{cid}: " + "; ".join(f"{where}: {exp} (n={n})" for (exp, n), where in meanings.items())
+    return [f"{cid}: "
+            + "; ".join(f"{where}: {exp} (n={n})" for (exp, n), where in meanings.items())
             for cid, meanings in seen.items() if len(meanings) > 1]
-
-
-def verdict_table(df: pd.DataFrame, pattern: str | None = None) -> str:
-    """The claims of a claims.csv (those matching ``pattern``) as a short markdown table: the claim,
-    what it expects, the paired A - B over seeds (mean ± sd, min to max, and its 95 % t interval,
-    :func:`paired_interval`; the measured values for a series) and the verdict with its note."""
-    rows = df if pattern is None else df[[fnmatch.fnmatchcase(str(c), pattern) for c in df["claim"]]]
-    if not len(rows):
-        raise ClaimError(f"no claim matches {pattern!r}")
-    lines = ["| claim | expected | measured: A − B per seed, mean ± sd (min to max); 95 % interval of the mean | verdict |",
-             "|---|---|---|---|"]
-    for _, r in rows.iterrows():
-        if r["diff_mean"] != "":
-            mean, sd, n = float(r["diff_mean"]), float(r["diff_std"]), int(r["n_seeds"])
-            low_seed, high_seed = float(r["diff_min"]), float(r["diff_max"])
-            d = 2 if max(abs(mean), sd, abs(low_seed), abs(high_seed)) >= 0.1 else 4  # a loss gap of 0.006 stays visible
-            measured = f"{mean:+.{d}f} ± {sd:.{d}f} ({low_seed:+.{d}f} to {high_seed:+.{d}f}), n = {n}"
-            if n > 1:
-                low, high = paired_interval(mean, sd, n)
-                measured += f"; [{low:+.{d}f}, {high:+.{d}f}]"
-        else:
-            measured = str(r["measured"])
-        verdict = f"*{r['verdict']}*" + (f" ({r['note']})" if r["note"] else "")
-        cells = [f"`{r['claim']}`", str(r["expected"]), measured, verdict]
-        lines.append("| " + " | ".join(c.replace("|", "/").replace("\n", " ") for c in cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def render_verdict_blocks(text: str, root: str | Path) -> str:
-    """``text`` with every verdicts block's table regenerated from its claims.csv (under ``root``)."""
-    def table(m: re.Match) -> str:
-        path = Path(root) / m["path"]
-        if not path.exists():
-            raise ClaimError(f"{m['path']}: no such claims file, named by a verdicts block; fix the path")
-        pattern = f" {m['pattern']}" if m["pattern"] else ""
-        return f"<!-- verdicts: {m['path']}{pattern} -->\n{verdict_table(read_claims(path), m['pattern'])}<!-- /verdicts -->"
-    return VERDICT_BLOCK_RE.sub(table, text)

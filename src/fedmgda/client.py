@@ -52,17 +52,20 @@ class FlatModel:
 
     def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         chunks = torch.split(flat, self.sizes)
-        return {name: chunk.view(shape) for name, chunk, shape in zip(self.names, chunks, self.shapes)}
+        return {name: chunk.view(shape)
+                for name, chunk, shape in zip(self.names, chunks, self.shapes)}
 
     @property
     def dropout_sites(self) -> tuple[tuple[float, tuple[int, ...]], ...]:
         """The module's dropout sites (rate, per-sample mask shape), () without dropout (``fedmgda.models``)."""
         return getattr(self.module, "dropout_sites", ())
 
-    def __call__(self, flat: torch.Tensor, x: torch.Tensor, keep: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
+    def __call__(self, flat: torch.Tensor, x: torch.Tensor,
+                 keep: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
         """The module's output for ``x`` under the weights ``flat``; ``keep``: its dropout masks, one
         per site, or None (eval mode: none; train mode: ``F.dropout``'s own draws)."""
-        return functional_call(self.module, self.unflatten(flat), (x,) if keep is None else (x, keep))
+        return functional_call(self.module, self.unflatten(flat),
+                               (x,) if keep is None else (x, keep))
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,8 @@ class ProximalTerm:
         tail differently from its body)."""
         return gap * self.slope
 
-    def add_gradient_(self, buf: torch.Tensor, moves: torch.Tensor, move_scale: float = 1.0) -> None:
+    def add_gradient_(self, buf: torch.Tensor, moves: torch.Tensor,
+                      move_scale: float = 1.0) -> None:
         """buf += the gradient of the moves w - w_start = ``move_scale`` * ``moves``, in one fused
         multiply-add (the linear-softmax path's momentum buffer)."""
         buf.add_(moves, alpha=self.slope * move_scale)
@@ -133,7 +137,8 @@ class LocalTrainer:
         self.model = model
         self.hparams = hparams
         self.dropout = dropout  # False: train in eval mode, without dropout
-        self.minibatches = Minibatches(hparams.epochs, hparams.batch_size, model.dropout_sites if dropout else ())
+        self.minibatches = Minibatches(hparams.epochs, hparams.batch_size,
+                                       model.dropout_sites if dropout else ())
         self._grad_and_loss = grad_and_value(self._objective)
 
     def _objective(self, w, w_start, x, y, scale, mask=None, keep=None, state=None, term=None):
@@ -146,7 +151,8 @@ class LocalTrainer:
             loss = loss + term(w, w_start, state)
         return loss
 
-    def step(self, w, buf, w_start, x, y, scale, first: bool, mask=None, keep=None, state=None, term=None):
+    def step(self, w, buf, w_start, x, y, scale, first: bool, mask=None, keep=None, state=None,
+             term=None):
         """One SGD-with-momentum step; pure, so that ``VmapSteps`` vmaps it over clients (there
         ``mask`` marks the real samples of a minibatch padded to a common width, and ``state`` is
         the client's slice of the stacked states). ``keep``: the minibatch's dropout masks
@@ -156,7 +162,9 @@ class LocalTrainer:
         buf = grad if first else self.hparams.momentum * buf + grad
         return w - self.hparams.lr * buf, buf, loss
 
-    def train(self, w_start: torch.Tensor, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator, scale: float = 1.0, term=None, state=None, dropout_generator: torch.Generator | None = None) -> ClientResult:
+    def train(self, w_start: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
+              generator: torch.Generator, scale: float = 1.0, term=None, state=None,
+              dropout_generator: torch.Generator | None = None) -> ClientResult:
         """The client update: local SGD from ``w_start`` on (x, y); returns u and the mean loss.
         ``generator`` draws the minibatch order, ``dropout_generator`` the dropout masks
         (``Minibatches``). ``term(w, w_start, state)``: a term added to the objective (an
@@ -165,13 +173,16 @@ class LocalTrainer:
         w, buf = w_start, None
         losses = []
         order = self.minibatches.batch_order(len(y), generator)
-        keep = self.minibatches.dropout_masks(len(order), len(order[0]) if order else 0, dropout_generator, x.device)
+        keep = self.minibatches.dropout_masks(len(order), len(order[0]) if order else 0,
+                                              dropout_generator, x.device)
         for s, position in enumerate(order):
             position = position.to(x.device)
             masks = None if keep is None else tuple(site[s, : len(position)] for site in keep)
-            w, buf, loss = self.step(w, buf, w_start, x[position], y[position], scale, first=buf is None, keep=masks, state=state, term=term)
+            w, buf, loss = self.step(w, buf, w_start, x[position], y[position], scale,
+                                     first=buf is None, keep=masks, state=state, term=term)
             losses.append(loss)
-        return ClientResult(update=(w - w_start).detach(), train_loss=torch.stack(losses).mean().detach())
+        return ClientResult(update=(w - w_start).detach(),
+                            train_loss=torch.stack(losses).mean().detach())
 
 
 class ClientSteps(Protocol):
@@ -192,7 +203,8 @@ class ClientSteps(Protocol):
     @property
     def trains_one_alone(self) -> bool: ...
 
-    def train(self, plan: ClientsPlan, w_start: torch.Tensor, data_x: torch.Tensor, data_y: torch.Tensor, scales: torch.Tensor) -> list[ClientResult]: ...
+    def train(self, plan: ClientsPlan, w_start: torch.Tensor, data_x: torch.Tensor,
+              data_y: torch.Tensor, scales: torch.Tensor) -> list[ClientResult]: ...
 
 
 class VmapSteps:
@@ -215,13 +227,16 @@ class VmapSteps:
     def __init__(self, trainer: LocalTrainer, graphs=None):
         self.trainer = trainer
         self.graphs = graphs
-        self._batched_steps: dict[tuple[bool, bool], Any] = {}  # (with masks, with states) -> the step vmap-ed
+        # (with masks, with states) -> the step vmap-ed
+        self._batched_steps: dict[tuple[bool, bool], Any] = {}
 
     @property
     def trains_one_alone(self) -> bool:
         return self.graphs is not None  # a replayed group of one beats the reference path
 
-    def train(self, plan: ClientsPlan, w_start: torch.Tensor, data_x: torch.Tensor, data_y: torch.Tensor, scales: torch.Tensor, term=None, states=None) -> list[ClientResult]:
+    def train(self, plan: ClientsPlan, w_start: torch.Tensor, data_x: torch.Tensor,
+              data_y: torch.Tensor, scales: torch.Tensor, term=None,
+              states=None) -> list[ClientResult]:
         """``ClientSteps.train``; with an algorithm's ``term(w, w_start, state)`` and the clients'
         ``states`` stacked along dim 0 (None: the term gets None)."""
         self.trainer.model.module.train(self.trainer.dropout)
@@ -234,7 +249,8 @@ class VmapSteps:
             states = tree_map(lambda leaf: leaf[torch.tensor(order, device=leaf.device)], states)
         scales = scales.to(device=device, dtype=w_start.dtype)[order]
         graphs = self.graphs if term is None and states is None else None
-        updates, mean_loss = self._local_steps(w_start, data_x, data_y, padded.positions.to(device), scales, padded.keep,
+        updates, mean_loss = self._local_steps(w_start, data_x, data_y, padded.positions.to(device),
+                                               scales, padded.keep,
                                                padded.active, term, states, graphs)
         results: list[ClientResult | None] = [None] * len(order)
         for row, i in enumerate(order):
@@ -248,10 +264,12 @@ class VmapSteps:
         if term is not None:  # a term may read its algorithm's attributes: vmap-ed afresh each time
             return vmap(partial(self.trainer.step, term=term), in_dims=in_dims, randomness="error")
         if (with_keep, with_states) not in self._batched_steps:
-            self._batched_steps[with_keep, with_states] = vmap(self.trainer.step, in_dims=in_dims, randomness="error")
+            self._batched_steps[with_keep, with_states] = vmap(self.trainer.step, in_dims=in_dims,
+                                                               randomness="error")
         return self._batched_steps[with_keep, with_states]
 
-    def _local_steps(self, w_start, data_x, data_y, positions, scales, keep, active: tuple[int, ...], term=None, states=None,
+    def _local_steps(self, w_start, data_x, data_y, positions, scales, keep,
+                     active: tuple[int, ...], term=None, states=None,
                      graphs=None) -> tuple[torch.Tensor, torch.Tensor]:
         """The local SGD on device tensors only (no host sync). positions: (clients, steps, width)
         sample indices, -1 = pad; keep: per dropout site, (clients, steps, width, *mask shape)
@@ -267,7 +285,8 @@ class VmapSteps:
         real = positions >= 0
         mask = real.to(w_start.dtype)
         positions = torch.where(real, positions, positions.amax(dim=2, keepdim=True).clamp(min=0))
-        w = w_start.expand(n, -1).contiguous()  # one start for all, or one row per client (packed runs)
+        # one start for all, or one row per client (packed runs)
+        w = w_start.expand(n, -1).contiguous()
         starts = w.clone()
         buf = torch.zeros_like(w)
         loss_sum = torch.zeros(n, device=w.device, dtype=w.dtype)
@@ -275,28 +294,34 @@ class VmapSteps:
         for first in range(0, len(active), span):
             cut = slice(first, first + span)
             run = partial(self._steps, data_x, data_y, active[cut], first == 0, term, states)
-            inputs = (w, buf, starts, loss_sum, scales, positions[:, cut], mask[:, cut], *(site[:, cut] for site in keep or ()))
+            inputs = (w, buf, starts, loss_sum, scales, positions[:, cut], mask[:, cut],
+                      *(site[:, cut] for site in keep or ()))
             if graphs is None:
                 w, buf, loss_sum = run(*inputs)
             else:
-                key = (tuple(positions[:, cut].shape), active[cut], first == 0, w.dtype, data_x.data_ptr(), self.trainer.dropout)
+                key = (tuple(positions[:, cut].shape), active[cut], first == 0, w.dtype,
+                       data_x.data_ptr(), self.trainer.dropout)
                 w, buf, loss_sum = graphs(key, run, inputs)
-        steps_done = real[:, :, 0].sum(dim=1).to(w.dtype)  # a client's minibatch s is real iff its first slot is
+        # a client's minibatch s is real iff its first slot is
+        steps_done = real[:, :, 0].sum(dim=1).to(w.dtype)
         return (w - starts).detach(), (loss_sum / steps_done).detach()
 
     def _steps(self, data_x, data_y, active: tuple[int, ...], from_start: bool, term, states,
-               w, buf, starts, loss_sum, scales, positions, mask, *keep) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+               w, buf, starts, loss_sum, scales, positions, mask,
+               *keep) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """A span of local steps (``_local_steps``'s arguments sliced to it; ``from_start``: it
         holds the first step, whose momentum buffer is the gradient): the weights, momentum
         buffers and summed losses after it."""
         n = w.shape[0]
         keep = keep or None
         step = self._vmapped_step(keep is not None, states is not None, term)
-        state_of = {k: None if states is None else tree_map(lambda leaf, k=k: leaf[:k], states) for k in set(active)}
+        state_of = {k: None if states is None else tree_map(lambda leaf, k=k: leaf[:k], states)
+                    for k in set(active)}
         for s, k in enumerate(active):
             pos = positions[:k, s]
             masks = None if keep is None else tuple(site[:k, s] for site in keep)
-            w_k, buf_k, loss = step(w[:k], buf[:k], starts[:k], data_x[pos], data_y[pos], scales[:k], from_start and s == 0,
+            w_k, buf_k, loss = step(w[:k], buf[:k], starts[:k], data_x[pos], data_y[pos],
+                                    scales[:k], from_start and s == 0,
                                     mask[:k, s], masks, state_of[k])
             if k == n:
                 w, buf, loss_sum = w_k, buf_k, loss_sum + loss
@@ -322,13 +347,17 @@ def stack_states(states: list) -> Any:
             if not isinstance(leaf, torch.Tensor):
                 raise ValueError(f"its client state holds a {type(leaf).__name__}, not a tensor")
     try:
-        return tree_unflatten([torch.stack(column) for column in zip(*(leaves for leaves, _ in flat))], spec)
+        return tree_unflatten([torch.stack(column)
+                               for column in zip(*(leaves for leaves, _ in flat))], spec)
     except RuntimeError as error:  # shapes or devices differ
         raise ValueError(f"its clients' states cannot be stacked: {str(error).splitlines()[0]}") from None
 
 
-GRAPH_STEPS = 64  # local steps per CUDA graph (VmapSteps._local_steps): CIFAR-10's and F-MNIST's rounds fit one
-MAX_PADDING = 0.25  # of a size group's real work (size_groups): measured best on the CPU, where padded work costs its time
+# local steps per CUDA graph (VmapSteps._local_steps): CIFAR-10's and F-MNIST's rounds fit one
+GRAPH_STEPS = 64
+# of a size group's real work (size_groups): measured best on the CPU, where padded work costs its
+# time
+MAX_PADDING = 0.25
 
 
 def size_groups(sizes: list[int], max_padding: float = MAX_PADDING) -> list[list[int]]:
@@ -353,13 +382,16 @@ CPU_IMAGE_CHUNK = 256  # images per evaluation chunk on the CPU (evaluate_sample
 
 
 @torch.no_grad()
-def evaluate_samples(model: FlatModel, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor, chunk: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def evaluate_samples(model: FlatModel, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
+                     chunk: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-sample NLL and correctness (1.0/0.0) of weights ``w`` on (x, y), in eval mode, in chunks
     of ``chunk`` samples (default: 8192 on a GPU, where fewer launches pay; on the CPU 256 images,
     whose convolution outputs stay in cache (F-MNIST's CNN: 1.7x faster than 2048, the same
     numbers), and for flat samples about 2**19 input values, e.g. all of Adult's test set at once)."""
     model.module.eval()
-    chunk = chunk or (8192 if x.is_cuda else CPU_IMAGE_CHUNK if x.dim() >= 4 else max(2048, (1 << 19) // max(1, x[0].numel())))
+    chunk = (chunk
+             or (8192 if x.is_cuda else CPU_IMAGE_CHUNK if x.dim() >= 4
+                 else max(2048, (1 << 19) // max(1, x[0].numel()))))
     losses, correct = [], []
     for start in range(0, len(y), chunk):
         out = model(w, x[start : start + chunk])

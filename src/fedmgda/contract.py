@@ -82,37 +82,50 @@ class CheckedHooks:
             raise self.fail(hook, f"returned {describe(result)}; expected a pair ({expected})")
         return result[0], result[1]
 
-    def aggregate(self, w: torch.Tensor, updates: torch.Tensor, ctx: Any) -> tuple[torch.Tensor, dict[str, Any]]:
-        model, info = self.pair("aggregate", self.call("aggregate", w, updates, ctx, passes=DIVERGENCE),
+    def aggregate(self, w: torch.Tensor, updates: torch.Tensor,
+                  ctx: Any) -> tuple[torch.Tensor, dict[str, Any]]:
+        model, info = self.pair("aggregate",
+                                self.call("aggregate", w, updates, ctx, passes=DIVERGENCE),
                                 "the next global model, a dict of what to log")
         expected = f"the next global model: a flat tensor of shape {tuple(w.shape)}, dtype {w.dtype}, on {w.device}, as w"
-        if not isinstance(model, torch.Tensor) or (model.shape, model.dtype, model.device) != (w.shape, w.dtype, w.device):
-            raise self.fail("aggregate", f"returned as its model {describe(model)}; expected {expected}")
+        if (not isinstance(model, torch.Tensor)
+            or (model.shape, model.dtype, model.device) != (w.shape, w.dtype, w.device)):
+            raise self.fail("aggregate",
+                            f"returned as its model {describe(model)}; expected {expected}")
         if not isinstance(info, dict):
-            raise self.fail("aggregate", f"returned as its log {describe(info)}; expected a dict (e.g. {{'eta': 1.0}})")
+            raise self.fail("aggregate",
+                            f"returned as its log {describe(info)}; expected a dict (e.g. {{'eta': "
+                            f"1.0}})")
         eta = info.get("eta")
-        if eta is not None and not (isinstance(eta, numbers.Real) or (isinstance(eta, torch.Tensor) and eta.numel() == 1)):
+        if (eta is not None
+            and not (isinstance(eta, numbers.Real)
+                     or (isinstance(eta, torch.Tensor) and eta.numel() == 1))):
             raise self.fail("aggregate", f"logged eta = {describe(eta)}; expected a number")
         return model, info
 
     def client_state(self, user: int, w: torch.Tensor) -> Any:
         state = self.call("client_state", user, w)
         if not is_state(state):
-            raise self.fail("client_state", f"returned {describe(state)}; expected a client state: {STATE_TYPES}")
+            raise self.fail("client_state",
+                            f"returned {describe(state)}; expected a client state: {STATE_TYPES}")
         return state
 
     def after_training(self, client: Any) -> tuple[Any, Any]:
-        state, report = self.pair("after_training", self.call("after_training", client), "new state, report")
+        state, report = self.pair("after_training", self.call("after_training", client),
+                                  "new state, report")
         for what, value in (("new state", state), ("report", report)):
             if not is_state(value):
-                raise self.fail("after_training", f"returned as its {what} {describe(value)}; expected {STATE_TYPES}")
+                raise self.fail("after_training",
+                                f"returned as its {what} {describe(value)}; expected {STATE_TYPES}")
         return state, report
 
     def local_term(self, w: torch.Tensor, w_start: torch.Tensor, state: Any) -> torch.Tensor:
         """A client's term of its local objective, ``local_term(w, w_start, state)``, its result
         checked (the engine vmaps it over a run's clients with their states stacked)."""
         value = self.call("local_term", w, w_start, state)
-        if not isinstance(value, torch.Tensor) or value.numel() != 1 or not value.is_floating_point():
-            raise self.fail("local_term", f"returned {describe(value)}; expected a one-element floating-point "
+        if (not isinstance(value, torch.Tensor) or value.numel() != 1
+            or not value.is_floating_point()):
+            raise self.fail("local_term",
+                            f"returned {describe(value)}; expected a one-element floating-point "
                             "tensor (a scalar added to the local objective)")
         return value

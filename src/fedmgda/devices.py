@@ -22,7 +22,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-GPU_MODEL_PREFIXES = ("cnn_", "lstm_")  # the models that go to the GPU when a dataset is not measured
+# the models that go to the GPU when a dataset is not measured
+GPU_MODEL_PREFIXES = ("cnn_", "lstm_")
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,10 @@ def split_variants(rows) -> tuple[tuple[RoundTime, ...], tuple[RoundTime, ...]]:
 def parse_round_times(text: str) -> list[RoundTime]:
     rows = []
     for row in csv.DictReader(text.splitlines()):
-        rows.append(RoundTime(row["setting"], row["dataset"], row["model"], row["device"], row["machine"], int(row["threads"]),
-                              int(row["runs"]), float(row["s_per_round"]), float(row["eval_s"]), row["source"], row.get("also") or ""))
+        rows.append(RoundTime(row["setting"], row["dataset"], row["model"], row["device"],
+                              row["machine"], int(row["threads"]),
+                              int(row["runs"]), float(row["s_per_round"]), float(row["eval_s"]),
+                              row["source"], row.get("also") or ""))
     return rows
 
 
@@ -100,7 +103,8 @@ def choose_device(dataset: str, model: str | None = None, cuda_available: bool =
     rows = round_times() if table is None else split_variants(table)[0]
     model = model or default_model(dataset)
     mine = [r for r in rows if r.dataset == dataset and (model is None or r.model == model)]
-    best = {device: min((r.per_run_round() for r in mine if r.device == device), default=None) for device in ("cpu", "cuda")}
+    best = {device: min((r.per_run_round() for r in mine if r.device == device), default=None)
+            for device in ("cpu", "cuda")}
     if best["cpu"] is not None and best["cuda"] is not None:
         return "cuda" if best["cuda"] < best["cpu"] else "cpu"
     return "cuda" if model is not None and model.startswith(GPU_MODEL_PREFIXES) else "cpu"
@@ -118,7 +122,8 @@ def best_pack_size(seconds: Mapping[int, float], tolerance: float = 0.05) -> int
 
 
 def measured_pack(dataset: str, device: str, model: str | None = None,
-                  table: tuple[RoundTime, ...] | list[RoundTime] | None = None, tolerance: float = 0.05) -> int:
+                  table: tuple[RoundTime, ...] | list[RoundTime] | None = None,
+                  tolerance: float = 0.05) -> int:
     """``resources.<dataset>.pack: auto``: :func:`best_pack_size` over the pack sizes measured for
     ``dataset`` (and ``model``) on ``device`` in ``table`` (default :func:`round_times`; its
     ``also`` rows left out), each size's time per run-round the mean over the dataset's settings
@@ -126,7 +131,8 @@ def measured_pack(dataset: str, device: str, model: str | None = None,
     Sizes measured beside a single run only; 1 where no pack is measured."""
     rows = round_times() if table is None else split_variants(table)[0]
     model = model or default_model(dataset)
-    mine = [r for r in rows if r.dataset == dataset and r.device == device and (model is None or r.model == model)]
+    mine = [r for r in rows if r.dataset == dataset and r.device == device
+            and (model is None or r.model == model)]
     single = {r.setting: r.s_per_round for r in mine if r.runs == 1}
     ratios: dict[int, list[float]] = {}
     for r in mine:
@@ -150,6 +156,7 @@ def job_gpu(config: Mapping[str, Any], resources_: Mapping[str, Any]) -> int:
     A run with an explicit device keeps the resources its config gives (e.g. the Slurm tests' CPU
     runs that ask for a GPU on purpose)."""
     gpu = int(resources_.get("gpu", 0))
-    if str(config.get("device") or "auto") == "auto" and run_device(config, cuda_available=True) == "cpu":
+    if (str(config.get("device") or "auto") == "auto"
+        and run_device(config, cuda_available=True) == "cpu"):
         return 0
     return gpu

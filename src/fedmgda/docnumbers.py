@@ -38,7 +38,7 @@ round); a column ``name#k`` picks the cell's k-th number (1-based): ``mean_acc#2
 ``79.63 ± 1.22`` is 1.22.
 
 ``python -m fedmgda.docnumbers [--check] [PAGES]`` (``make docs``) re-renders the numbers and the
-verdict tables (fedmgda.claims.render_verdict_blocks) of the pages, by default ``PAGES`` below.
+verdict tables (:func:`render_verdict_blocks`) of the pages, by default ``PAGES`` below.
 A page with a marker or table block that does not parse (a marker that lost its ``<!-- /n -->``, a
 block without its ``<!-- /table -->``, a closing tag without its opening) is left as it is, and
 each such block is one line ``PAGE: line N: ...``; the exit status is then 1, ``--check`` or not.
@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import fnmatch
 import json
 import re
 import shlex
@@ -57,8 +58,13 @@ import sys
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-PAGES = ("README.md", "docs/results.md", "docs/fmnist-fairness.md", "docs/performance.md", "docs/running.md",
+if TYPE_CHECKING:
+    import pandas as pd
+
+PAGES = ("README.md", "docs/results.md", "docs/fmnist-fairness.md", "docs/performance.md",
+         "docs/running.md",
          "docs/workflow.md", "docs/protocol-variants.md", "profiles/README.md",
          "docs/protocol-choices.md")
 # a value holds no comment: a marker that lost its <!-- /n --> never borrows the next marker's
@@ -72,6 +78,14 @@ LAST_ROW = "@last"  # a .csv's last row: the newest entry of a log that grows a 
 TABLE_BLOCK_RE = re.compile(r"^<!-- table: (?P<path>\S+)(?: (?P<cols>\S+))? -->\n"
                             r"(?P<body>(?:(?!<!-- /?table\b).*\n)*)<!-- /table -->$", re.M)
 TABLE_LINE_RE = re.compile(r"\s*<!-- (?P<end>/)?table\b")  # a line that opens or closes a block
+
+# A page states verdicts in blocks generated from a committed claims.csv:
+#   <!-- verdicts: docs/results/fmnist/claims_fedmdfg.csv fmnist_fedmdfg_* -->
+#   (the table verdict_table writes)
+#   <!-- /verdicts -->
+# the path relative to the repository root, then an optional fnmatch pattern on the claim ids.
+VERDICT_BLOCK_RE = re.compile(r"<!-- verdicts: (?P<path>\S+)(?: (?P<pattern>\S+))? -->\n"
+                              r"(?P<body>.*?)<!-- /verdicts -->", re.S)
 
 
 class DocNumberError(ValueError):
@@ -134,9 +148,11 @@ def cell(spec: Spec, root: str | Path) -> str:
         raise DocNumberError(f"{spec.path}: no such file, named by a number marker")
     col = spec.col.split("#")[0]
     if not col:  # ROW is a phrase: the rest of the one line that holds it
-        lines = [line.split(spec.row, 1)[1] for line in path.read_text().splitlines() if spec.row in line]
+        lines = [line.split(spec.row, 1)[1] for line in path.read_text().splitlines()
+                 if spec.row in line]
         if len(lines) != 1:
-            raise DocNumberError(f"{spec.path}: {len(lines)} lines hold {spec.row!r}; a marker must name one")
+            raise DocNumberError(f"{spec.path}: {len(lines)} lines hold {spec.row!r}; a marker "
+                                 "must name one")
         return lines[0]
     data = _read(path, path.stat().st_mtime)
     if path.suffix == ".json":
@@ -158,9 +174,11 @@ def cell(spec: Spec, root: str | Path) -> str:
             found += [rows[-1][j]] if rows and j < len(rows[-1]) else []
             continue
         keys = spec.row.split("::")
-        found += [r[j] for r in rows if [c.strip("`") for c in r[:len(keys)]] == keys and j < len(r)]
+        found += [r[j] for r in rows if [c.strip("`") for c in r[:len(keys)]] == keys
+                  and j < len(r)]
     if len(found) != 1:
-        raise DocNumberError(f"{spec.path}: {len(found)} cells in row {spec.row!r}, column {col!r}; "
+        raise DocNumberError(f"{spec.path}: {len(found)} cells in row {spec.row!r}, column "
+                             f"{col!r}; "
                              "a marker must name exactly one")
     return found[0]
 
@@ -174,10 +192,13 @@ def _interval(spec: Spec, table: tuple[list[str], list[list[str]]]) -> str:
     header, rows = table
     hits = [dict(zip(header, r, strict=False)) for r in rows if r and r[0] == spec.row]
     if len(hits) != 1 or not {"diff_mean", "diff_std", "n_seeds"} <= set(header):
-        raise DocNumberError(f"{spec.path}: {len(hits)} claims rows {spec.row!r} with diff_mean, diff_std, n_seeds")
+        raise DocNumberError(f"{spec.path}: {len(hits)} claims rows {spec.row!r} with diff_mean, "
+                             "diff_std, n_seeds")
     row = hits[0]
-    low, high = paired_interval(float(row["diff_mean"]), float(row["diff_std"]), int(float(row["n_seeds"])))
-    return repr({"ci95_low": low, "ci95_high": high, "ci95_half": (high - low) / 2}[spec.col.split("#")[0]])
+    low, high = paired_interval(float(row["diff_mean"]), float(row["diff_std"]),
+                                int(float(row["n_seeds"])))
+    return repr({"ci95_low": low, "ci95_high": high,
+                 "ci95_half": (high - low) / 2}[spec.col.split("#")[0]])
 
 
 def value(spec: Spec, root: str | Path) -> str:
@@ -189,7 +210,8 @@ def value(spec: Spec, root: str | Path) -> str:
     numbers = NUMBER_RE.findall(text)
     index = int(k) - 1 if k else 0
     if index >= len(numbers):
-        raise DocNumberError(f"{spec.path}: row {spec.row!r}, column {spec.col!r}: no number {index + 1} "
+        raise DocNumberError(f"{spec.path}: row {spec.row!r}, column {spec.col!r}: no number "
+                             f"{index + 1} "
                              f"in {text!r}")
     number = numbers[index].replace("−", "-")
     if spec.fmt is None:
@@ -213,9 +235,11 @@ def csv_table(path: str, columns: str | None, root: str | Path) -> str:
     missing = [c for c in names if c not in header]
     if missing:
         raise DocNumberError(f"{path}: no column {', '.join(missing)} (it has {', '.join(header)})")
-    picked = [[row[header.index(c)] if header.index(c) < len(row) else "" for c in names] for row in rows]
+    picked = [[row[header.index(c)] if header.index(c) < len(row) else "" for c in names]
+              for row in rows]
     lines = [names, ["---"] * len(names)] + picked
-    return "".join("| " + " | ".join(c.replace("|", "\\|") for c in line) + " |\n" for line in lines)
+    return "".join("| " + " | ".join(c.replace("|", "\\|") for c in line) + " |\n"
+                   for line in lines)
 
 
 def _md_table_lines(file: Path, path: str, columns: str | None) -> str:
@@ -254,7 +278,8 @@ def malformed(text: str) -> list[str]:
         return text.count("\n", 0, at) + 1
 
     lines = text.splitlines()
-    wrong = [f"line {n}: starts with a marker, which Markdown reads as an HTML block; put a word before it"
+    wrong = [f"line {n}: starts with a marker, which Markdown reads as an HTML block; put a word "
+             "before it"
              for n, line in enumerate(lines, 1) if re.match(r"\s*<!-- n ", line)]
     markers = list(MARKER_RE.finditer(text))
     starts, ends = {m.start() for m in markers}, {m.end() for m in markers}
@@ -310,13 +335,66 @@ def visible(text: str) -> str:
     return MARKER_RE.sub(lambda m: m["value"], text)
 
 
+# --------------------------------------------------------------------------- verdicts stated in
+# docs
+def verdict_table(df: pd.DataFrame, pattern: str | None = None) -> str:
+    """The claims of a claims.csv (those matching ``pattern``) as a short markdown table: the claim,
+    what it expects, the paired A - B over seeds (mean ± sd, min to max, and its 95 % t interval,
+    :func:`fedmgda.metrics.paired_interval`; the measured values for a series) and the verdict
+    with its note."""
+    from fedmgda.claims import ClaimError
+    from fedmgda.metrics import paired_interval
+
+    rows = (df if pattern is None
+            else df[[fnmatch.fnmatchcase(str(c), pattern) for c in df["claim"]]])
+    if not len(rows):
+        raise ClaimError(f"no claim matches {pattern!r}")
+    lines = ["| claim | expected | measured: A − B per seed, mean ± sd (min to max); "
+             "95 % interval of the mean | verdict |",
+             "|---|---|---|---|"]
+    for _, r in rows.iterrows():
+        if r["diff_mean"] != "":
+            mean, sd, n = float(r["diff_mean"]), float(r["diff_std"]), int(r["n_seeds"])
+            low_seed, high_seed = float(r["diff_min"]), float(r["diff_max"])
+            # a loss gap of 0.006 stays visible
+            d = 2 if max(abs(mean), sd, abs(low_seed), abs(high_seed)) >= 0.1 else 4
+            measured = (f"{mean:+.{d}f} ± {sd:.{d}f} ({low_seed:+.{d}f} to {high_seed:+.{d}f}), "
+                        f"n = {n}")
+            if n > 1:
+                low, high = paired_interval(mean, sd, n)
+                measured += f"; [{low:+.{d}f}, {high:+.{d}f}]"
+        else:
+            measured = str(r["measured"])
+        verdict = f"*{r['verdict']}*" + (f" ({r['note']})" if r["note"] else "")
+        cells = [f"`{r['claim']}`", str(r["expected"]), measured, verdict]
+        lines.append("| " + " | ".join(c.replace("|", "/").replace("\n", " ")
+                                       for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def render_verdict_blocks(text: str, root: str | Path) -> str:
+    """``text`` with every verdicts block's table regenerated from its claims.csv (under ``root``)."""
+    from fedmgda.claims import ClaimError, read_claims
+
+    def table(m: re.Match) -> str:
+        path = Path(root) / m["path"]
+        if not path.exists():
+            raise ClaimError(f"{m['path']}: no such claims file, named by a verdicts block; "
+                             "fix the path")
+        pattern = f" {m['pattern']}" if m["pattern"] else ""
+        return (f"<!-- verdicts: {m['path']}{pattern} -->\n"
+                f"{verdict_table(read_claims(path), m['pattern'])}<!-- /verdicts -->")
+    return VERDICT_BLOCK_RE.sub(table, text)
+
+
 def main(argv: list[str] | None = None) -> int:
-    from fedmgda.claims import ClaimError, render_verdict_blocks
+    from fedmgda.claims import ClaimError
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("pages", nargs="*", type=Path)
     parser.add_argument("--root", type=Path, default=Path("."))
-    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a page differs")
+    parser.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 if a page differs")
     args = parser.parse_args(argv)
     pages = args.pages or [args.root / p for p in PAGES]
     status = 0

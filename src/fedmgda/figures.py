@@ -70,7 +70,8 @@ def row_labels(rows: list[Row]) -> dict[str, str]:
     labels = {}
     for r in rows:
         label = _base_label(r)
-        if r.algorithm in algorithms():  # a plug-in is not loaded in a figure job: its label as it is
+        # a plug-in is not loaded in a figure job: its label as it is
+        if r.algorithm in algorithms():
             info = algorithm_info(r.algorithm)
             implied = info.implied_values
             bits = [f"{info.hparams[k].symbol or k}={fmt_display(implied[k], k)}"
@@ -88,7 +89,8 @@ def seed_curves(row: Row, runs_dir: Path | RunFolders, metric: str,
     for seed, run, folder in zip(row.seeds, row.runs, folders_of(runs_dir).row(row), strict=True):
         df = folder.table("metrics.csv")
         if metric not in df.columns:
-            raise KeyError(f"{run}/metrics.csv has no column {metric!r}; columns: {list(df.columns)}")
+            raise KeyError(f"{run}/metrics.csv has no column {metric!r}; columns: "
+                           f"{list(df.columns)}")
         s = df.set_index("round")[metric].astype(float).dropna()
         if ewm:
             s = s.ewm(span=ewm).mean()
@@ -120,7 +122,8 @@ def plot_curves(spec: FigureSpec, runs_dir: Path | RunFolders, ax: plt.Axes) -> 
             label, style = labels[row.key], "-"
         n = table.shape[1]
         ax.plot(mean.index, mean.values, style, color=colour, lw=1.4, label=f"{label} (n={n})")
-        ax.fill_between(mean.index, (mean - std).values, (mean + std).values, color=colour, alpha=0.18,
+        ax.fill_between(mean.index, (mean - std).values, (mean + std).values, color=colour,
+                        alpha=0.18,
                         lw=0)
         drawn.append((mean, std, style, colour))
     ax.set_xlabel("communication round")
@@ -128,9 +131,11 @@ def plot_curves(spec: FigureSpec, runs_dir: Path | RunFolders, ax: plt.Axes) -> 
     if spec.logy:
         ax.set_yscale("log")
     ax.grid(alpha=0.3)
-    smoothing = f"each seed smoothed (EWM, span {spec.ewm})" if spec.ewm and spec.ewm > 1 else "no smoothing"
+    smoothing = (f"each seed smoothed (EWM, span {spec.ewm})" if spec.ewm and spec.ewm > 1
+                 else "no smoothing")
     ax.legend(fontsize=7, loc="best", title_fontsize=7,
-              title=f"line: mean over n seeds, band: ±1 std over seeds (population, ddof 0);\n{smoothing}")
+              title="line: mean over n seeds, band: ±1 std over seeds (population, ddof "
+              f"0);\n{smoothing}")
     if spec.inset_last and drawn:
         _inset(ax, drawn, spec.inset_last)
 
@@ -173,8 +178,9 @@ def plot_violin(spec: FigureSpec, runs_dir: Path | RunFolders, ax: plt.Axes) -> 
     rounds = sorted({protocol_user_accuracies(folder)[1] for row in spec.rows
                      for folder in runs.row(row) if folder.status == "ok"})
     seeds = max(len(row.seeds) for row in spec.rows)
-    ax.set_xlabel(f"per-user accuracies at round {', '.join(map(str, rounds))}, {seeds} seeds pooled; "
-                  "inside: median (dashed), quartiles (dotted); σ: per-user std, mean over seeds", fontsize=7)
+    ax.set_xlabel(f"per-user accuracies at round {', '.join(map(str, rounds))}, {seeds} seeds "
+                  "pooled; inside: median (dashed), quartiles (dotted); σ: per-user std, mean over "
+                  "seeds", fontsize=7)
     ax.tick_params(axis="x", labelrotation=30, labelsize=7)
     for lab in ax.get_xticklabels():
         lab.set_horizontalalignment("right")
@@ -195,10 +201,12 @@ def plot_bars(spec: FigureSpec, runs_dir: Path | RunFolders, ax: plt.Axes) -> No
             mean, std = seed_stats(vals)
             means.append(mean)
             stds.append(std)
-        ax.bar(x + (j - (len(columns) - 1) / 2) * width, means, width, yerr=stds, capsize=2, label=col)
+        ax.bar(x + (j - (len(columns) - 1) / 2) * width, means, width, yerr=stds, capsize=2,
+               label=col)
     ax.set_xticks(x, [r.label for r in rows], rotation=30, ha="right", fontsize=7)
     ax.set_ylabel(spec.ylabel or "accuracy (%)")
-    ax.legend(fontsize=8, title="error bars: ±1 std over seeds (population, ddof 0)", title_fontsize=7)
+    ax.legend(fontsize=8, title="error bars: ±1 std over seeds (population, ddof 0)",
+              title_fontsize=7)
     ax.grid(axis="y", alpha=0.3)
 
 
@@ -211,7 +219,8 @@ def plot_tradeoff(spec: FigureSpec, runs_dir: Path | RunFolders, ax: plt.Axes) -
         both = pd.concat([x, y], axis=1).dropna()
         if both.empty:
             continue
-        (line,) = ax.plot(both.iloc[:, 0], both.iloc[:, 1], "-", lw=1.2, alpha=0.8, label=f"{row.label} (n={len(row.seeds)})")
+        (line,) = ax.plot(both.iloc[:, 0], both.iloc[:, 1], "-", lw=1.2, alpha=0.8,
+                          label=f"{row.label} (n={len(row.seeds)})")
         ax.plot(both.iloc[-1, 0], both.iloc[-1, 1], "o", color=line.get_color())
     ax.set_xlabel("average user accuracy (%), mean over seeds")
     ax.set_ylabel(spec.ylabel or (metric + UNITS.get(display_scale(metric), "")))
@@ -245,8 +254,10 @@ def plot_reading_window(spec: FigureSpec, runs_dir: Path | RunFolders,
             continue
         if spec.window_last:
             ax.axvspan(end - spec.window_last + 0.5, end + 0.5, color="0.85", zorder=0,
-                       label=f"rounds {end - spec.window_last + 1}-{end}: the late window; dotted: its mean")
-        ax.axvline(protocol, color="k", ls="--", lw=1, label=f"round {protocol} = T - 9: the tables' one round")
+                       label=f"rounds {end - spec.window_last + 1}-{end}: the late window; dotted: "
+                       "its mean")
+        ax.axvline(protocol, color="k", ls="--", lw=1,
+                   label=f"round {protocol} = T - 9: the tables' one round")
         ax.set_xlabel("communication round (evaluations every 10 rounds, no smoothing)")
         ax.set_ylabel(METRIC_NAMES.get(metric, metric + UNITS.get(display_scale(metric), "")))
         ax.grid(alpha=0.3)
@@ -265,7 +276,8 @@ def gap_rows(spec: FigureSpec) -> list[tuple[Row, list[Row]]]:
     out = []
     for experiment in spec.experiments:
         rows = [r for r in spec.rows if r.experiment == experiment]
-        picked = [[r for r in rows if fnmatch.fnmatchcase(r.key, pattern)] for pattern in spec.select]
+        picked = [[r for r in rows if fnmatch.fnmatchcase(r.key, pattern)]
+                  for pattern in spec.select]
         if any(len(p) != 1 for p in picked):
             raise ValueError(f"figure {spec.name}: each select pattern must match one row of "
                              f"{experiment}; rows: {', '.join(r.key for r in rows)}")
@@ -288,7 +300,8 @@ def plot_gaps(spec: FigureSpec, runs_dir: Path | RunFolders, axes: list[plt.Axes
                 d = np.asarray([av[s] - bv[s] for s in sorted(set(av) & set(bv))])
                 ax.plot(np.full(len(d), x[i] + offset), d, "o", color=colour, ms=3, alpha=0.45)
                 mean = float(d.mean()) if len(d) else np.nan
-                low, high = paired_interval(mean, float(d.std(ddof=1)) if len(d) > 1 else 0.0, len(d))
+                low, high = paired_interval(mean, float(d.std(ddof=1)) if len(d) > 1 else 0.0,
+                                            len(d))
                 means.append(mean)
                 lows.append(mean - low if len(d) > 1 else 0.0)
                 highs.append(high - mean if len(d) > 1 else 0.0)
@@ -307,14 +320,17 @@ KINDS = {"curves": plot_curves, "violin": plot_violin, "bars": plot_bars, "trade
          "reading_window": plot_reading_window, "gaps": plot_gaps}
 
 
-def make_figure(spec: FigureSpec, runs_dir: str | Path, out_pdf: str | Path, out_png: str | Path) -> None:
+def make_figure(spec: FigureSpec, runs_dir: str | Path, out_pdf: str | Path,
+                out_png: str | Path) -> None:
     kind = spec.kind
     if kind not in KINDS:
         raise ValueError(f"figure {spec.name}: unknown kind {kind!r}; known: {', '.join(KINDS)}")
     if kind == "reading_window":
         if not spec.metrics:
-            raise ValueError(f"figure {spec.name}: reading_window needs metrics (metrics.csv columns, one panel each)")
-        fig, axes = plt.subplots(1, len(spec.metrics), figsize=(6.0 * len(spec.metrics), 4.8), squeeze=False)
+            raise ValueError(f"figure {spec.name}: reading_window needs metrics (metrics.csv "
+                             "columns, one panel each)")
+        fig, axes = plt.subplots(1, len(spec.metrics), figsize=(6.0 * len(spec.metrics), 4.8),
+                                 squeeze=False)
         KINDS[kind](spec, RunFolders(runs_dir), list(axes[0]))
         fig.suptitle(spec.title or spec.name, fontsize=10)
     elif kind == "gaps":

@@ -24,7 +24,8 @@ def numpy_1_17_argsort(keys) -> np.ndarray:
     ``aquicksort_``), whatever numpy and CPU run it. Ties keep that algorithm's order."""
     v = np.asarray(keys)
     if v.ndim != 1 or v.dtype.kind not in "biu":
-        raise ValueError(f"numpy_1_17_argsort sorts 1-d integer keys, not {v.dtype} of shape {v.shape}")
+        raise ValueError(f"numpy_1_17_argsort sorts 1-d integer keys, not {v.dtype} of shape "
+                         f"{v.shape}")
     v = v.tolist()
     order, _ = introsort(v)
     return np.asarray(order, dtype=np.int64)

@@ -50,7 +50,8 @@ STATISTICS: dict[str, Statistic] = {
     "var_acc": Statistic(lambda acc, n: acc.var(), scale=1e4),
 }
 STAT_KEYS = tuple(STATISTICS)  # the built-in ones, in metrics.csv's column order
-PERCENT_PREFIXES = ("test_acc_", "improved_")  # other fractions of metrics.csv / summary.json: shown in %
+# other fractions of metrics.csv / summary.json: shown in %
+PERCENT_PREFIXES = ("test_acc_", "improved_")
 
 
 def display_scale(name: str) -> float:
@@ -81,11 +82,13 @@ def accuracy_stats(accuracy: np.ndarray, test_sizes: np.ndarray | None = None) -
     accuracy fractions (the code prints it x 10^4, its ``scale``).
     """
     accuracy = np.asarray(accuracy, dtype=np.float64)
-    sizes = np.ones_like(accuracy) if test_sizes is None else np.asarray(test_sizes, dtype=np.float64)
+    sizes = (np.ones_like(accuracy) if test_sizes is None
+             else np.asarray(test_sizes, dtype=np.float64))
     return {name: float(stat.compute(accuracy, sizes)) for name, stat in STATISTICS.items()}
 
 
-def improved_fraction(before: torch.Tensor, after: torch.Tensor, higher_is_better: bool = False) -> float:
+def improved_fraction(before: torch.Tensor, after: torch.Tensor,
+                      higher_is_better: bool = False) -> float:
     """Fraction of participants whose value did not get worse over the round (ties count as
     improved, paper footnote 5 / docs/protocol.md §6.4)."""
     better = after >= before if higher_is_better else after <= before
@@ -97,8 +100,11 @@ def per_owner_mean(values: torch.Tensor, owner: torch.Tensor, num_owners: int) -
     ``values`` is (samples,) or (samples, runs): then one mean per owner and column."""
     import torch
 
-    total = torch.zeros(num_owners, *values.shape[1:], dtype=torch.float64, device=values.device).index_add_(0, owner, values.double())
-    count = torch.zeros(num_owners, dtype=torch.float64, device=values.device).index_add_(0, owner, torch.ones(len(owner), dtype=torch.float64, device=values.device))
+    total = torch.zeros(num_owners, *values.shape[1:], dtype=torch.float64,
+                        device=values.device).index_add_(0, owner, values.double())
+    ones = torch.ones(len(owner), dtype=torch.float64, device=values.device)
+    count = torch.zeros(num_owners, dtype=torch.float64,
+                        device=values.device).index_add_(0, owner, ones)
     return total / count.clamp(min=1).view(-1, *[1] * (values.dim() - 1))
 
 
@@ -110,11 +116,13 @@ def sum_of_batch_means(per_sample: torch.Tensor, batch_size: int | None) -> torc
     if batch_size is None or batch_size >= n:
         return per_sample.mean(dim=0)
     full = n - n % batch_size
-    total = per_sample[:full].reshape(full // batch_size, batch_size, *per_sample.shape[1:]).mean(dim=1).sum(dim=0)
+    total = per_sample[:full].reshape(full // batch_size, batch_size,
+                                      *per_sample.shape[1:]).mean(dim=1).sum(dim=0)
     return total + per_sample[full:].mean(dim=0) if full < n else total
 
 
-def participant_stats(per_sample: torch.Tensor, correct: torch.Tensor, sizes: list[int], batch_size: int | None) -> dict[str, torch.Tensor]:
+def participant_stats(per_sample: torch.Tensor, correct: torch.Tensor, sizes: list[int],
+                      batch_size: int | None) -> dict[str, torch.Tensor]:
     """Each participant's mean loss (``loss``), accuracy (``acc``) and F_i (``total``: the sum of
     its minibatch means, ``sum_of_batch_means``) from the per-sample losses and correctness of the
     participants' pooled samples (``sizes[i]`` samples of participant i, in order). (samples,)

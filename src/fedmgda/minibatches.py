@@ -48,13 +48,16 @@ class Minibatches:
         width = n if self.batch_size is None else min(self.batch_size, n)
         rows = []
         for _ in range(self.epochs):
-            perm = idx if self.batch_size is None else idx[self.epoch_order(n, generator).to(idx.device)]
-            padded = torch.full((math.ceil(n / width) * width,), -1, dtype=torch.long, device=idx.device)
+            perm = (idx if self.batch_size is None
+                    else idx[self.epoch_order(n, generator).to(idx.device)])
+            padded = torch.full((math.ceil(n / width) * width,), -1, dtype=torch.long,
+                                device=idx.device)
             padded[:n] = perm
             rows.append(padded.view(-1, width))
         return torch.cat(rows)
 
-    def dropout_masks(self, steps: int, width: int, generator: torch.Generator | None, device: torch.device) -> tuple[torch.Tensor, ...] | None:
+    def dropout_masks(self, steps: int, width: int, generator: torch.Generator | None,
+                      device: torch.device) -> tuple[torch.Tensor, ...] | None:
         """A client's dropout masks for ``steps`` minibatches of up to ``width`` samples: per site
         of the model, (steps, width, *mask shape) booleans, True = kept (probability 1 - p), drawn
         from ``generator`` (the client's own: the scheduler seeds it from the run seed, round and
@@ -62,9 +65,11 @@ class Minibatches:
         default generator of ``device``). None without dropout sites."""
         if not self.sites:
             return None
-        return tuple(torch.rand((steps, width, *shape), generator=generator, device=device) >= p for p, shape in self.sites)
+        return tuple(torch.rand((steps, width, *shape), generator=generator, device=device) >= p
+                     for p, shape in self.sites)
 
-    def plan(self, client_idx: list[torch.Tensor], generators: list[torch.Generator], dropout_generators: list[torch.Generator] | None = None) -> ClientsPlan:
+    def plan(self, client_idx: list[torch.Tensor], generators: list[torch.Generator],
+             dropout_generators: list[torch.Generator] | None = None) -> ClientsPlan:
         """The minibatches of clients trained together (client i: samples ``client_idx[i]``, best
         on the CPU, order from ``generators[i]``, dropout masks from ``dropout_generators[i]``).
         Clients given the same index tensor and the same generator object share one plan, drawn
@@ -75,7 +80,9 @@ class Minibatches:
             if (id(idx), id(g)) not in plans:
                 plans[id(idx), id(g)] = len(distinct)
                 distinct.append(self.padded_batches(idx.cpu(), g))
-        return ClientsPlan(self, distinct, [plans[id(idx), id(g)] for idx, g in zip(client_idx, generators)], dropout_generators)
+        return ClientsPlan(self, distinct,
+                           [plans[id(idx), id(g)] for idx, g in zip(client_idx, generators)],
+                           dropout_generators)
 
 
 @dataclass(frozen=True)
@@ -117,7 +124,8 @@ class ClientsPlan:
         active = tuple((steps[:, None] > torch.arange(positions.shape[1])).sum(dim=0).tolist())
         return PaddedSteps(order, positions, keep, active)
 
-    def _padded_masks(self, batches: list[torch.Tensor], order: list[int], shape: torch.Size, device: torch.device) -> tuple[torch.Tensor, ...] | None:
+    def _padded_masks(self, batches: list[torch.Tensor], order: list[int], shape: torch.Size,
+                      device: torch.device) -> tuple[torch.Tensor, ...] | None:
         """Each client's ``dropout_masks`` (drawn from its own generator, for its own steps and
         width, as the reference path draws them), padded to (clients, steps, width, *mask shape)
         in the rows' ``order``; None without dropout."""
@@ -125,11 +133,15 @@ class ClientsPlan:
         if not sites:
             return None
         clients, steps, width = shape
-        padded = tuple(torch.zeros((clients, steps, width, *site_shape), dtype=torch.bool, device=device) for _, site_shape in sites)
+        padded = tuple(torch.zeros((clients, steps, width, *site_shape), dtype=torch.bool,
+                                   device=device) for _, site_shape in sites)
         row_of = {i: row for row, i in enumerate(order)}
-        for i, plan in enumerate(batches):  # client after client (the order of draws without generators)
+        # client after client (the order of draws without generators)
+        for i, plan in enumerate(batches):
             row = row_of[i]
-            drawn = self.minibatches.dropout_masks(*plan.shape, None if generators is None else generators[i], device)
+            drawn = self.minibatches.dropout_masks(*plan.shape,
+                                                   None if generators is None else generators[i],
+                                                   device)
             for site, masks in zip(padded, drawn):
                 site[row, : masks.shape[0], : masks.shape[1]] = masks
         return padded

@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-CONVOLUTIONS = ("torch", "im2col")  # how a Conv2d computes, the default first (fedmgda.catalog keeps the names too)
+# how a Conv2d computes, the default first (fedmgda.catalog keeps the names too)
+CONVOLUTIONS = ("torch", "im2col")
 
 
 class Conv2d(nn.Conv2d):
@@ -78,12 +79,14 @@ def max_pool2(x: torch.Tensor) -> torch.Tensor:
     ``F.max_pool2d`` itself, whose backward the training paths use."""
     if x.device.type != "cpu" or torch.is_grad_enabled():
         return F.max_pool2d(x, 2)
-    x = x[..., : x.shape[-2] // 2 * 2, : x.shape[-1] // 2 * 2]  # an odd last row or column is dropped, as the pooling floors
+    # an odd last row or column is dropped, as the pooling floors
+    x = x[..., : x.shape[-2] // 2 * 2, : x.shape[-1] // 2 * 2]
     columns = torch.maximum(x[..., 0::2], x[..., 1::2])
     return torch.maximum(columns[..., 0::2, :], columns[..., 1::2, :])
 
 
-def dropout(x: torch.Tensor, model: nn.Module, site: int, keep: tuple[torch.Tensor, ...] | None) -> torch.Tensor:
+def dropout(x: torch.Tensor, model: nn.Module, site: int,
+            keep: tuple[torch.Tensor, ...] | None) -> torch.Tensor:
     """Dropout at ``model.dropout_sites[site]`` (rate p, per-sample mask shape): with ``keep``,
     the trainer's masks (``fedmgda.minibatches.Minibatches.dropout_masks``: True = kept, drawn from
     the client's own generator), the kept values scaled by 1 / (1 - p) as ``F.dropout`` does; without,
@@ -94,7 +97,8 @@ def dropout(x: torch.Tensor, model: nn.Module, site: int, keep: tuple[torch.Tens
         return x * keep[site] / (1 - p)
     if not model.training:
         return x
-    return F.dropout2d(x, p, True) if len(shape) == 3 and shape[1:] == (1, 1) else F.dropout(x, p, True)
+    return (F.dropout2d(x, p, True) if len(shape) == 3 and shape[1:] == (1, 1)
+            else F.dropout(x, p, True))
 
 
 class CNNFashion(nn.Module):
@@ -105,9 +109,11 @@ class CNNFashion(nn.Module):
 
     # Dropout2d keeps or drops conv2's 20 channels whole; dropout after fc1 its 50 units
     dropout_sites = ((0.5, (20, 1, 1)), (0.5, (50,)))
-    # ``forward`` as a sequence of layer operations, for the CPU fast path (fedmgda.fastpaths.ConvNetSteps):
-    # each conv and linear takes the next (weight, bias), each dropout the next site; log_softmax last
-    layer_ops = ("conv", "pool", "relu", "conv", "dropout", "pool", "relu", "linear", "relu", "dropout", "linear")
+    # ``forward`` as a sequence of layer operations, for the CPU fast path
+    # (fedmgda.fastpaths.ConvNetSteps): each conv and linear takes the next (weight, bias), each
+    # dropout the next site; log_softmax last
+    layer_ops = ("conv", "pool", "relu", "conv", "dropout", "pool", "relu", "linear", "relu",
+                 "dropout", "linear")
 
     def __init__(self, num_classes: int = 10, in_channels: int = 1):
         super().__init__()
@@ -116,7 +122,8 @@ class CNNFashion(nn.Module):
         self.fc1 = nn.Linear(320, 50)
         self.fc2 = nn.Linear(50, num_classes)
 
-    def forward(self, x: torch.Tensor, keep: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor,
+                keep: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
         x = F.relu(max_pool2(self.conv1(x)))
         x = F.relu(max_pool2(dropout(self.conv2(x), self, 0, keep)))
         x = dropout(F.relu(self.fc1(x.flatten(1))), self, 1, keep)
@@ -138,10 +145,14 @@ class CNNFemnist(nn.Module):
         self.fc1 = nn.Linear(9216, 128)
         self.fc2 = nn.Linear(128, num_classes)
 
-    dropout_sites = ((0.25, (64, 12, 12)), (0.5, (128,)))  # the pooled feature map, then fc1's units
-    layer_ops = ("conv", "relu", "conv", "relu", "pool", "dropout", "linear", "relu", "dropout", "linear")  # as CNNFashion's
+    # the pooled feature map, then fc1's units
+    dropout_sites = ((0.25, (64, 12, 12)), (0.5, (128,)))
+    # as CNNFashion's
+    layer_ops = ("conv", "relu", "conv", "relu", "pool", "dropout", "linear", "relu", "dropout",
+                 "linear")
 
-    def forward(self, x: torch.Tensor, keep: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor,
+                keep: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
         x = F.relu(self.conv2(F.relu(self.conv1(x))))
         x = dropout(max_pool2(x), self, 0, keep).flatten(1)
         x = dropout(F.relu(self.fc1(x)), self, 1, keep)
@@ -157,7 +168,8 @@ class ShakespeareLSTM(nn.Module):
     batched client training.
     """
 
-    def __init__(self, num_classes: int = 80, vocab_size: int = 80, embed_dim: int = 8, hidden: int = 256, layers: int = 2):
+    def __init__(self, num_classes: int = 80, vocab_size: int = 80, embed_dim: int = 8,
+                 hidden: int = 256, layers: int = 2):
         super().__init__()
         self.hidden = hidden
         self.embed = nn.Embedding(vocab_size, embed_dim)
@@ -206,12 +218,14 @@ class LSTMLayer(torch.autograd.Function):
     @staticmethod
     def forward(x, w_ih, w_hh, bias):
         batch, hidden = x.shape[0], w_hh.shape[1]
-        gates_x = torch.movedim(x @ w_ih.T + bias, 1, 0)  # (time, batch, 4 hidden): every step's input projection
+        # (time, batch, 4 hidden): every step's input projection
+        gates_x = torch.movedim(x @ w_ih.T + bias, 1, 0)
         h = x.new_zeros(batch, hidden)
         c = x.new_zeros(batch, hidden)
         hs, gates, gs, cs, tanh_cs = [], [], [], [], []
         for gate_x in gates_x.unbind(0):
-            z = gate_x + h @ w_hh.T  # not addmm: vmap splits it into four operations (product, scale, copy, add)
+            # not addmm: vmap splits it into four operations (product, scale, copy, add)
+            z = gate_x + h @ w_hh.T
             gate = torch.sigmoid(z)  # i, f, o (g's block unused: g is a tanh)
             g = torch.tanh(z[:, 2 * hidden:3 * hidden])
             c = torch.addcmul(gate[:, hidden:2 * hidden] * c, gate[:, :hidden], g)
@@ -236,7 +250,8 @@ class LSTMLayer(torch.autograd.Function):
         c_prev = torch.cat([torch.zeros_like(c[:1]), c[:-1]])
         # d z / d c for the blocks i, f, g and d z / d h for o, every step at once: z's gradient
         # at step t is cat([dc, dc, dc, dh]) * partials[t]
-        partials = torch.cat([g * i * (1 - i), c_prev * f * (1 - f), i * (1 - g * g), tanh_c * o * (1 - o)], dim=-1)
+        partials = torch.cat([g * i * (1 - i), c_prev * f * (1 - f), i * (1 - g * g),
+                              tanh_c * o * (1 - o)], dim=-1)
         dc_dh = o * (1 - tanh_c * tanh_c)
         grad_h = torch.movedim(grad_h_seq, 1, 0)
         dh = grad_h[-1]
@@ -257,7 +272,8 @@ class LSTMLayer(torch.autograd.Function):
 class LogisticRegression(nn.Module):
     """Multinomial logistic regression (Adult: 99 -> 2, 200 parameters; Synthetic: 60 -> 10)."""
 
-    linear_softmax = True  # log_softmax(x W^T + b): batched training uses fastpaths.LinearSoftmaxSteps
+    # log_softmax(x W^T + b): batched training uses fastpaths.LinearSoftmaxSteps
+    linear_softmax = True
 
     def __init__(self, in_features: int, num_classes: int):
         super().__init__()
@@ -266,7 +282,8 @@ class LogisticRegression(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # logits computed classes-first: on the CPU, log_softmax over a leading dimension is
         # several times faster than over a short trailing one (Adult: 2 classes); same values
-        logits_t = torch.addmm(self.linear.bias[:, None], self.linear.weight, x.flatten(1).to(self.linear.weight.dtype).T)
+        logits_t = torch.addmm(self.linear.bias[:, None], self.linear.weight,
+                               x.flatten(1).to(self.linear.weight.dtype).T)
         return F.log_softmax(logits_t, dim=0).T.contiguous()
 
 
@@ -318,7 +335,8 @@ MODELS: dict[str, Callable[[tuple[int, ...], int], nn.Module]] = {
 }
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, init: str = "torch", conv: str = "torch") -> nn.Module:
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, init: str = "torch",
+                conv: str = "torch") -> nn.Module:
     """The model registered as ``name`` for samples of ``input_shape`` and ``num_classes`` outputs,
     initialised by PyTorch's defaults (``init`` "torch") or by ``glorot_init`` ("glorot"), its
     convolutions computed as ``conv`` says (``Conv2d``; a model without any ignores it)."""

@@ -49,7 +49,8 @@ from fedmgda.legacy_sort import numpy_1_17_argsort
 
 # the values of options that the partitioners read, the default first
 SORTS = ("stable", "quicksort")  # numpy's argsort of the labels; quicksort: the authors' call
-LOCAL_TESTS = ("own_shard", "global_shards")  # a user's test samples under shards (docs/datasets.md)
+# a user's test samples under shards (docs/datasets.md)
+LOCAL_TESTS = ("own_shard", "global_shards")
 SPLITS = ("80_10_10", "source")  # natural users' cut: positional, or the source's own train/test
 
 # a user's samples are cut 80/10/10 by position (split_user): from 2 samples on, it has one to
@@ -63,7 +64,8 @@ class Pool(Protocol):
     name: str
     users: list[str] | None  # natural users (writers, roles, devices, domains)
     user_idx: list[np.ndarray] | None  # per natural user, its indices into the pool
-    source_split: list[tuple[np.ndarray, np.ndarray]] | None  # per natural user, the source's (train, test)
+    # per natural user, the source's (train, test)
+    source_split: list[tuple[np.ndarray, np.ndarray]] | None
     test_pool: np.ndarray | None  # indices of a global test set pooled after the users' samples
 
     @property
@@ -115,14 +117,16 @@ class Partitioner:
         return None
 
     def is_seeded(self, options: Mapping[str, Any]) -> bool:
-        return self.seeded is True or (isinstance(self.seeded, str) and bool(options.get(self.seeded)))
+        return (self.seeded is True
+                or (isinstance(self.seeded, str) and bool(options.get(self.seeded))))
 
     def select(self, options: Mapping[str, Any]) -> dict[str, Any]:
         """The options it reads, of ``options``."""
         return {key: options[key] for key in self.reads if key in options}
 
 
-def options_error(scheme: str, options: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> str | None:
+def options_error(scheme: str, options: Mapping[str, Any],
+                  defaults: Mapping[str, Any] | None = None) -> str | None:
     """What makes ``options`` (a dataset's, presets expanded) unusable under the partition
     ``scheme``, without the dataset's name, or None: an option value only other partitioners honour
     (``owns``; the dataset's default, from ``defaults``, is named as the value to use), or what the
@@ -135,8 +139,10 @@ def options_error(scheme: str, options: Mapping[str, Any], defaults: Mapping[str
     for key, value in options.items():
         if owners(key, value) and scheme not in owners(key, value):
             default = (defaults or {}).get(key, value)  # named where the partition can take it
-            takes = default != value and (not owners(key, default) or scheme in owners(key, default))
-            instead = f"; the {scheme} partition needs {key} {default!r}" if takes else f", not {scheme!r}"
+            takes = (default != value
+                     and (not owners(key, default) or scheme in owners(key, default)))
+            instead = (f"; the {scheme} partition needs {key} {default!r}" if takes
+                       else f", not {scheme!r}")
             return f"{key} {value!r} needs the {' or '.join(owners(key, value))} partition{instead}"
     return partitioner.check(partitioner.select(options))
 
@@ -165,17 +171,21 @@ def split_users(groups: Iterable, users: list[str] | None = None) -> Split:
 def source_cut(pairs: Iterable[tuple[Any, Any]], users: list[str] | None) -> Split:
     """The source's own (train, test) of each user; no validation samples."""
     pairs = [(np.asarray(tr, dtype=np.int64), np.asarray(te, dtype=np.int64)) for tr, te in pairs]
-    return Split([tr for tr, _ in pairs], [np.zeros(0, dtype=np.int64) for _ in pairs], [te for _, te in pairs], users)
+    return Split([tr for tr, _ in pairs], [np.zeros(0, dtype=np.int64) for _ in pairs],
+                 [te for _, te in pairs], users)
 
 
-# --------------------------------------------------------------------------- the authors' partitions
+# --------------------------------------------------------------------------- the authors'
+# partitions
 def iid_partition(num_items: int, num_users: int, seed: int) -> list[np.ndarray]:
     """``main/sampling.py`` iid: ⌊N/users⌋ items per user drawn without replacement, in set order."""
-    drawn = _draw_without_replacement(np.random.RandomState(seed), num_items, num_items // num_users, num_users)
+    drawn = _draw_without_replacement(np.random.RandomState(seed), num_items,
+                                      num_items // num_users, num_users)
     return [np.fromiter(items, dtype=np.int64, count=len(items)) for items in drawn]
 
 
-def _draw_without_replacement(rng: np.random.RandomState, pool_size: int, per_user: int, num_users: int) -> list[set[int]]:
+def _draw_without_replacement(rng: np.random.RandomState, pool_size: int, per_user: int,
+                              num_users: int) -> list[set[int]]:
     """The authors' dealing loop of both samplers (``main/sampling.py``): each user in turn draws
     ``per_user`` of the remaining ids 0..pool_size-1 (``rng.choice``, no replacement) as a Python
     ``set``, and the pool becomes the set difference, rebuilt as a list in set-iteration order."""
@@ -210,7 +220,8 @@ def shard_partition(labels, num_users: int, num_shards: int, shard_size: int, se
         raise DataError(f"{num_shards} shards x {shard_size} > {len(labels)} samples")
     if num_shards < num_users:
         raise DataError(f"{num_shards} shards cannot serve {num_users} users")
-    return _deal_shards(np.random.RandomState(seed), sort_by_label(labels, num_shards * shard_size, sort),
+    return _deal_shards(np.random.RandomState(seed),
+                        sort_by_label(labels, num_shards * shard_size, sort),
                         num_users, num_shards, shard_size)
 
 
@@ -219,7 +230,8 @@ def _deal_shards(rng: np.random.RandomState, idxs: np.ndarray, num_users: int, n
     """Cut the label-sorted ``idxs`` into ``num_shards`` shards of ``shard_size`` and give each user
     ⌊num_shards/num_users⌋ of them, drawn without replacement with ``rng`` (set order)."""
     dealt = _draw_without_replacement(rng, num_shards, num_shards // num_users, num_users)
-    return [np.concatenate([idxs[s * shard_size:(s + 1) * shard_size] for s in chosen]) for chosen in dealt]
+    return [np.concatenate([idxs[s * shard_size:(s + 1) * shard_size] for s in chosen])
+            for chosen in dealt]
 
 
 def global_test_shards(labels, num_users: int, num_shards: int, shard_size: int, seed: int,
@@ -247,10 +259,13 @@ def global_test_shards(labels, num_users: int, num_shards: int, shard_size: int,
     test_labels = labels[n_train:]
     n_test = len(test_labels)
     if n_test < num_shards:
-        raise DataError(f"local_test global_shards: {n_test} global test images cannot make {num_shards} shards")
+        raise DataError(f"local_test global_shards: {n_test} global test images cannot make "
+                        f"{num_shards} shards")
     rng = np.random.RandomState(seed)
-    train = _deal_shards(rng, sort_by_label(labels, n_train, sort), num_users, num_shards, shard_size)
-    test = _deal_shards(rng, n_train + sort_by_label(test_labels, n_test, sort), num_users, num_shards,
+    train = _deal_shards(rng, sort_by_label(labels, n_train, sort), num_users, num_shards,
+                         shard_size)
+    test = _deal_shards(rng, n_train + sort_by_label(test_labels, n_test, sort), num_users,
+                        num_shards,
                         n_test // num_shards)
     return train, test
 
@@ -366,27 +381,31 @@ class Shards(Partitioner):
         num_users, sort = int(options["num_users"]), options.get("sort", SORTS[0])
         num_shards, shard_size = shard_geometry(options, len(labels))
         if options.get("local_test", LOCAL_TESTS[0]) == "own_shard":
-            return split_users(shard_partition(labels, num_users, num_shards, shard_size, seed, sort))
+            return split_users(shard_partition(labels, num_users, num_shards, shard_size, seed,
+                                               sort))
         if raw.test_pool is None or len(raw.test_pool) != len(labels) - num_shards * shard_size:
-            raise DataError(f"{raw.name}: local_test 'global_shards' needs the global test set pooled "
-                            f"right after the {num_shards} x {shard_size} training images")
+            raise DataError(f"{raw.name}: local_test 'global_shards' needs the global test set "
+                            f"pooled right after the {num_shards} x {shard_size} training images")
         train, test = global_test_shards(labels, num_users, num_shards, shard_size, seed, sort)
         return Split(train, [np.zeros(0, dtype=np.int64) for _ in train], test)
 
     def size_error(self, dataset, samples, options):
         users, shards, size = options["num_users"], *shard_geometry(options, samples)
-        if "shards_per_user" in options:  # shards cut to fit: each user gets shards_per_user x (n // shards)
+        # shards cut to fit: each user gets shards_per_user x (n // shards)
+        if "shards_per_user" in options:
             per_user = options["shards_per_user"] * size
             if per_user < MIN_USER_SAMPLES:
-                return (f"{dataset}: num_users x shards_per_user = {users} x {options['shards_per_user']} shards of its {samples} samples "
-                        f"give each user {per_user}; {_NEEDS}: lower num_users or shards_per_user so that "
-                        f"num_users x max(shards_per_user, {MIN_USER_SAMPLES}) <= {samples}")
+                return (f"{dataset}: num_users x shards_per_user = {users} x "
+                        f"{options['shards_per_user']} shards of its {samples} samples "
+                        f"give each user {per_user}; {_NEEDS}: lower num_users or shards_per_user "
+                        f"so that num_users x max(shards_per_user, {MIN_USER_SAMPLES}) <= {samples}")
             return None
         if shards * size > samples:
             return f"{dataset}: num_shards x shard_size = {shards} x {size} needs {shards * size} samples, it has {samples}: lower them"
         per_user = shards // users * size
         if per_user < MIN_USER_SAMPLES:
-            return (f"{dataset}: num_users = {users} with {shards} shards of {size} samples gives each user {per_user}; "
+            return (f"{dataset}: num_users = {users} with {shards} shards of {size} samples gives "
+                    f"each user {per_user}; "
                     f"{_NEEDS}: use num_users <= {shards // -(-MIN_USER_SAMPLES // size)}")
         return None
 
@@ -404,7 +423,8 @@ class IID(Partitioner):
     def size_error(self, dataset, samples, options):
         users = options["num_users"]
         if samples // users < MIN_USER_SAMPLES:
-            return (f"{dataset}: num_users = {users} gives each user {samples // users} of its {samples} samples (iid); "
+            return (f"{dataset}: num_users = {users} gives each user {samples // users} of its "
+                    f"{samples} samples (iid); "
                     f"{_NEEDS}: use num_users <= {samples // MIN_USER_SAMPLES}")
         return None
 
@@ -425,7 +445,8 @@ class Natural(Partitioner):
         users = list(raw.users or [])
         if options.get("split", SPLITS[0]) == "source" and raw.source_split is not None:
             return source_cut(raw.source_split, users)
-        groups = [np.asarray(idxs, dtype=np.int64) for idxs in raw.user_idx]  # split source without one: 80/10/10
+        # split source without one: 80/10/10
+        groups = [np.asarray(idxs, dtype=np.int64) for idxs in raw.user_idx]
         if options.get("shuffle", False):
             rng = np.random.RandomState(seed)
             groups = [idxs[rng.permutation(len(idxs))] for idxs in groups]
@@ -445,17 +466,19 @@ class Domain(Partitioner):
         if split not in SPLITS:
             return f"split must be 'source' or '80_10_10', not {split!r}"
         if split == "source" and options.get("shift_by_one", False):
-            return ("shift_by_one (the FedMGDA+ code's 1-based row ids) only applies to split '80_10_10', "
-                    "not to split 'source'")
+            return ("shift_by_one (the FedMGDA+ code's 1-based row ids) only applies to split "
+                    "'80_10_10', not to split 'source'")
         return None
 
     def build(self, raw, seed, options):
-        users, clients = list(raw.users or []), options.get("clients", "both")  # both, or one domain alone
+        # both, or one domain alone
+        users, clients = list(raw.users or []), options.get("clients", "both")
         keep = [k for k, user in enumerate(users) if clients in ("both", user)]
         if not keep:
             raise DataError(f"{raw.name}: clients must be 'both' or one of {users}, not {clients!r}")
         names = [users[k] for k in keep]
-        if options.get("split", SPLITS[0]) == "source":  # q-FFL's: the domain's train rows, its test rows
+        # q-FFL's: the domain's train rows, its test rows
+        if options.get("split", SPLITS[0]) == "source":
             return source_cut([raw.source_split[k] for k in keep], names)
         if not options.get("shift_by_one", False):
             return split_users([np.asarray(raw.user_idx[k], dtype=np.int64) for k in keep], names)

@@ -43,7 +43,8 @@ def environment_stamp(device: Any, partition_hash: str | None = None) -> dict[st
     device = torch.device(device)
     on_cuda = device.type == "cuda"
     return {
-        "fedmgda": sys.modules[__package__].__version__,  # the source that runs, not what pip installed
+        # the source that runs, not what pip installed
+        "fedmgda": sys.modules[__package__].__version__,
         **source_commit(),
         "python": platform.python_version(),
         "torch": str(torch.__version__),  # a str subclass that checkpoints (data only) refuse
@@ -78,7 +79,8 @@ def source_commit() -> dict[str, Any]:
 
 def _git(where: Path, *args: str) -> str | None:
     try:
-        done = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, timeout=20)
+        done = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True,
+                              timeout=20)
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip() if done.returncode == 0 else None
@@ -112,7 +114,8 @@ def numpy_isa_level() -> str:
     if platform.machine().lower() in ("x86_64", "amd64", "i686", "x86"):
         # numpy >= 2.3 names the levels; older ones only their features
         levels = {"x86-64-v4": {"X86_V4"}, "x86-64-v3": {"X86_V3"}, "x86-64-v2": {"X86_V2"}}
-        legacy = {"x86-64-v4": {"AVX512_SKX"}, "x86-64-v3": {"AVX2", "FMA3"}, "x86-64-v2": {"SSE42", "POPCNT"}}
+        legacy = {"x86-64-v4": {"AVX512_SKX"}, "x86-64-v3": {"AVX2", "FMA3"},
+                  "x86-64-v2": {"SSE42", "POPCNT"}}
         for level in levels:
             if levels[level] <= found or legacy[level] <= found:
                 return level
@@ -129,9 +132,12 @@ def describe(stamp: dict[str, Any]) -> str:
     device = stamp.get("device")
     if stamp.get("gpu"):
         device = f"{device} ({stamp['gpu']}, CUDA {stamp.get('cuda')})"
-    return (f"fedmgda {stamp.get('fedmgda')}{source}, Python {stamp.get('python')}, torch {stamp.get('torch')}, "
-            f"numpy {stamp.get('numpy')}, cvxopt {stamp.get('cvxopt')} on {device}, {stamp.get('cpu')} "
-            f"({stamp.get('isa')}), {stamp.get('threads')} torch thread{'' if stamp.get('threads') == 1 else 's'}")
+    return (f"fedmgda {stamp.get('fedmgda')}{source}, Python {stamp.get('python')}, torch "
+            f"{stamp.get('torch')}, "
+            f"numpy {stamp.get('numpy')}, cvxopt {stamp.get('cvxopt')} on {device}, "
+            f"{stamp.get('cpu')} "
+            f"({stamp.get('isa')}), {stamp.get('threads')} torch "
+            f"thread{'' if stamp.get('threads') == 1 else 's'}")
 
 
 def footer(stamps: list[dict[str, Any] | None]) -> str:
@@ -152,7 +158,8 @@ def footer(stamps: list[dict[str, Any] | None]) -> str:
         lines.append(f"Partitions (sha256): {len(partitions)} distinct: {shown}.")
     if len(stamped) < len(stamps):
         n = len(stamps) - len(stamped)
-        lines.append(f"{runs(n)} {'carries' if n == 1 else 'carry'} no environment stamp (trained before stamping).")
+        lines.append(f"{runs(n)} {'carries' if n == 1 else 'carry'} no environment stamp (trained "
+                     "before stamping).")
     return "\n\n".join(lines)
 
 
@@ -162,7 +169,8 @@ def runs(n: int) -> str:
 
 def environment_changes(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
     """The fields of ``NUMERIC_FIELDS`` that differ, as "numpy 2.4.6 -> 2.2.6"."""
-    return [f"{name} {before.get(name)} -> {now.get(name)}" for name in NUMERIC_FIELDS if before.get(name) != now.get(name)]
+    return [f"{name} {before.get(name)} -> {now.get(name)}" for name in NUMERIC_FIELDS
+            if before.get(name) != now.get(name)]
 
 
 def resume_note(before: dict[str, Any] | None, now: dict[str, Any]) -> str | None:
@@ -170,4 +178,5 @@ def resume_note(before: dict[str, Any] | None, now: dict[str, Any]) -> str | Non
     if not before:
         return "resuming a checkpoint made under an unknown environment (written before checkpoints were stamped)"
     changes = environment_changes(before, now)
-    return "resuming a checkpoint made under another environment: " + ", ".join(changes) if changes else None
+    return ("resuming a checkpoint made under another environment: " + ", ".join(changes)
+            if changes else None)

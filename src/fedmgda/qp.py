@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 from cvxopt import matrix, solvers
 
-_SOLVER_OPTIONS = {"show_progress": False, "abstol": 1e-11, "reltol": 1e-11, "feastol": 1e-11, "maxiters": 200}
+_SOLVER_OPTIONS = {"show_progress": False, "abstol": 1e-11, "reltol": 1e-11, "feastol": 1e-11,
+                   "maxiters": 200}
 # cvxopt stops inside the box: a weight this close to a bound is taken to be on it (the active-set
 # loop frees it again when its multiplier says so)
 _BOUND_TOLERANCE = 1e-7
@@ -31,7 +32,8 @@ def box_bounds(lambda0: np.ndarray, epsilon: float) -> tuple[np.ndarray, np.ndar
     return np.maximum(0.0, lambda0 - epsilon), np.minimum(1.0, lambda0 + epsilon)
 
 
-def min_norm_weights(gram: np.ndarray, epsilon: float = 1.0, lambda0: np.ndarray | None = None) -> np.ndarray:
+def min_norm_weights(gram: np.ndarray, epsilon: float = 1.0,
+                     lambda0: np.ndarray | None = None) -> np.ndarray:
     """Weights lambda minimising lambda^T K lambda over the simplex within epsilon of lambda0.
 
     gram:    m x m Gram matrix of the (normalised or raw) updates.
@@ -64,7 +66,8 @@ def min_norm_weights(gram: np.ndarray, epsilon: float = 1.0, lambda0: np.ndarray
     return active_set_weights(quadratic, start, lower, upper)
 
 
-def two_weights(quadratic: np.ndarray, lower: np.ndarray, upper: np.ndarray, lambda0: np.ndarray) -> np.ndarray:
+def two_weights(quadratic: np.ndarray, lower: np.ndarray, upper: np.ndarray,
+                lambda0: np.ndarray) -> np.ndarray:
     """The minimiser for two updates in closed form (docs/protocol.md §4.3): with lambda = (l, 1 - l),
     ||l u_1 + (1 - l) u_2||^2 is a parabola in l with curvature ||u_1 - u_2||^2 and its minimum at
     l* = <u_2 - u_1, u_2> / ||u_1 - u_2||^2, clipped to l's interval [lower_1, upper_1] (the box of
@@ -77,7 +80,8 @@ def two_weights(quadratic: np.ndarray, lower: np.ndarray, upper: np.ndarray, lam
     return np.array([first, 1.0 - first])
 
 
-def interior_point_weights(quadratic: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+def interior_point_weights(quadratic: np.ndarray, lower: np.ndarray,
+                           upper: np.ndarray) -> np.ndarray:
     """The minimiser of lambda^T Q lambda over {sum = 1, lower <= lambda <= upper} by cvxopt (any m),
     polished onto the feasible set. ``quadratic``: symmetric, scaled to a largest diagonal of 1."""
     m = len(quadratic)
@@ -208,7 +212,8 @@ def project_to_simplex(v: np.ndarray) -> np.ndarray:
     cumulative = np.cumsum(u) - 1.0
     ks = np.arange(1, len(v) + 1)
     positive = np.nonzero(u - cumulative / ks > 0)[0]
-    if len(positive) == 0:  # rounding lost the simplex's 1 (huge entries): shift, which leaves the projection
+    # rounding lost the simplex's 1 (huge entries): shift, which leaves the projection
+    if len(positive) == 0:
         return project_to_simplex(v - u[0])
     rho = positive[-1]
     return np.maximum(v - cumulative[rho] / (rho + 1), 0.0)

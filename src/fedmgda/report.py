@@ -72,7 +72,8 @@ def experiment_rows(runs_dir: str | Path, runs: Iterable[str]) -> dict[str, list
         groups.setdefault(ident, (flat, []))[1].append(key)
     configs = [flat for flat, _ in groups.values()]
     fields = sorted({k for c in configs for k in c})
-    differ = [k for k in fields if k != "algorithm" and len({json.dumps(c.get(k), default=str) for c in configs}) > 1]
+    differ = [k for k in fields if k != "algorithm"
+              and len({json.dumps(c.get(k), default=str) for c in configs}) > 1]
     if len(configs) == 1:
         differ = [k for k in fields if k.startswith("hparams.")]
     rows = {}
@@ -103,7 +104,8 @@ def curves_figure(runs_dir: str | Path, rows: Mapping[str, list[str]]) -> plt.Fi
             table = pd.DataFrame(series).dropna(how="all")
             mean, std = table.mean(axis=1), table.std(axis=1, ddof=0)
             colour = palette[i % len(palette)]
-            ax.plot(mean.index, mean.values, color=colour, lw=1.4, label=f"{label} (n={len(series)})")
+            ax.plot(mean.index, mean.values, color=colour, lw=1.4,
+                    label=f"{label} (n={len(series)})")
             if len(series) > 1:
                 ax.fill_between(mean.index, mean - std, mean + std, color=colour, alpha=0.2, lw=0)
         ax.set_xlabel("communication round")
@@ -142,7 +144,8 @@ def statistics_table(runs_dir: str | Path, rows: Mapping[str, list[str]]) -> pd.
     for label, keys in rows.items():
         runs = [folders.open(key) for key in keys]
         statuses = pd.Series([run.status for run in runs]).value_counts()
-        record = {"row": label, "seeds": len(keys), "status": ", ".join(f"{n} {s}" for s, n in statuses.items())}
+        record = {"row": label, "seeds": len(keys),
+                  "status": ", ".join(f"{n} {s}" for s, n in statuses.items())}
         for stat in SHOWN_STATISTICS:
             record[f"final {stat}"] = _pm([run_value(run, f"final.{stat}") for run in runs],
                                           STATISTICS[stat].scale)
@@ -174,7 +177,8 @@ def training_time(index: pd.DataFrame) -> tuple[float, int]:
     and the number of packs in it. A pack's members train in one process at the same time, each
     ``runtime_s`` spanning about the pack's whole training, so a pack counts once, as its longest
     member; a run trained alone counts its own ``runtime_s``."""
-    packs = index["pack"].fillna("").astype(str) if "pack" in index else pd.Series([""] * len(index), index=index.index)
+    packs = (index["pack"].fillna("").astype(str) if "pack" in index
+             else pd.Series([""] * len(index), index=index.index))
     alone = index.loc[packs == "", "runtime_s"].sum()
     packed = index[packs != ""].groupby(packs[packs != ""])["runtime_s"].max()
     return float(alone + packed.sum()), len(packed)
@@ -184,5 +188,6 @@ def jobs_wall_time(results_dir: str | Path) -> tuple[float, int]:
     """The wall clock (s) of the training jobs of a profile and their number, from the benchmark
     files Snakemake wrote (``benchmarks/train/<run>.tsv``, ``benchmarks/packs/<pack>.tsv``: one per
     job, a pack's job once; process start and data loading included)."""
-    files = [f for kind in ("train", "packs") for f in sorted((Path(results_dir) / "benchmarks" / kind).rglob("*.tsv"))]
+    files = [f for kind in ("train", "packs")
+             for f in sorted((Path(results_dir) / "benchmarks" / kind).rglob("*.tsv"))]
     return float(sum(pd.read_csv(f, sep="\t")["s"].iloc[0] for f in files)), len(files)

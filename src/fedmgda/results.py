@@ -65,7 +65,8 @@ RETRAIN = "delete the folder, the workflow retrains it"
 # metrics.csv: the columns of a round's non-finite reports (``fedmgda.simulator.Screened.columns``),
 # and every column a run has even when it failed in round 1
 NONFINITE_COLUMNS = ("nonfinite_updates", "nonfinite_losses", "nonfinite_users", "dropped")
-METRICS_COLUMNS = ("round", "eta", "train_loss", *NONFINITE_COLUMNS, "improved_loss", "improved_acc", *STATISTICS)
+METRICS_COLUMNS = ("round", "eta", "train_loss", *NONFINITE_COLUMNS, "improved_loss",
+                   "improved_acc", *STATISTICS)
 PER_USER_COLUMNS = ["round", "user", "n_test", "accuracy", "loss"]
 
 
@@ -78,11 +79,13 @@ class RunResult:
     per_user: pd.DataFrame
     summary: dict[str, Any]
     final_weights: torch.Tensor  # the final model as a flat vector (average iterate for AFL)
-    final_users: pd.DataFrame | None = None  # every user's test accuracy and loss under it (None: diverged)
+    # every user's test accuracy and loss under it (None: diverged)
+    final_users: pd.DataFrame | None = None
 
 
 def run_result(config: dict[str, Any], state, final_weights: torch.Tensor,
-               final: tuple[str, dict[str, float], pd.DataFrame] | None, **header: Any) -> RunResult:
+               final: tuple[str, dict[str, float], pd.DataFrame] | None,
+               **header: Any) -> RunResult:
     """A run's outputs from its progress ``state`` (a ``fedmgda.checkpoints.RunState``): its
     metrics and per-user rows, and summary.json's fields: the run ``config``, its status, what
     ``header`` gives (``device``, ``participants_per_round``, ``environment``), and, when ``final``
@@ -121,19 +124,23 @@ def metrics_table(rows: list[dict[str, float]]) -> pd.DataFrame:
     return metrics
 
 
-def per_user_table(test_sizes: np.ndarray, accuracy: np.ndarray, loss: np.ndarray, round_: int | None = None) -> pd.DataFrame:
+def per_user_table(test_sizes: np.ndarray, accuracy: np.ndarray, loss: np.ndarray,
+                   round_: int | None = None) -> pd.DataFrame:
     """Every user's test size, accuracy and loss under one model: per_user.csv's rows of round
     ``round_`` (1-based), or without it per_user_final.csv."""
-    columns = {"user": np.arange(len(test_sizes)), "n_test": test_sizes, "accuracy": accuracy, "loss": loss}
+    columns = {"user": np.arange(len(test_sizes)), "n_test": test_sizes, "accuracy": accuracy,
+               "loss": loss}
     return pd.DataFrame(columns if round_ is None else {"round": round_, **columns})
 
 
 def per_user_rounds(tables: list[pd.DataFrame]) -> pd.DataFrame:
     """per_user.csv: the per-user tables of the stored rounds, one after another."""
-    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=PER_USER_COLUMNS)
+    return (pd.concat(tables, ignore_index=True) if tables
+            else pd.DataFrame(columns=PER_USER_COLUMNS))
 
 
-def protocol_stats(per_user: pd.DataFrame, metrics: pd.DataFrame, per_user_every: int) -> dict[str, float] | None:
+def protocol_stats(per_user: pd.DataFrame, metrics: pd.DataFrame,
+                   per_user_every: int) -> dict[str, float] | None:
     """Statistics of the last stored per-user vector at a round t (0-based) with
     t % per_user_every == 0: the vector the paper's tables were computed from (docs/protocol.md §6.3:
     round T-9 for T a multiple of 10, not the final model)."""
@@ -141,7 +148,9 @@ def protocol_stats(per_user: pd.DataFrame, metrics: pd.DataFrame, per_user_every
     if last is None:
         return None
     vector = per_user[per_user["round"] == last]
-    stats: dict[str, float] = {"round": last, **accuracy_stats(vector["accuracy"].to_numpy(), vector["n_test"].to_numpy())}
+    stats: dict[str, float] = {"round": last,
+                               **accuracy_stats(vector["accuracy"].to_numpy(),
+                                                vector["n_test"].to_numpy())}
     row = metrics[metrics["round"] == last]
     for column in metrics.columns:
         if column.startswith("test_acc_") and not row.empty:
@@ -155,7 +164,8 @@ def write_result(result: RunResult, out: Path) -> None:
     then summary.json with the manifest of those files (:func:`seal`; written last: its presence
     marks completion); each written atomically (``fedmgda.runfolder.writing``)."""
     out.mkdir(parents=True, exist_ok=True)
-    tables = {METRICS: result.metrics, PER_USER: result.per_user, PER_USER_FINAL: result.final_users}
+    tables = {METRICS: result.metrics, PER_USER: result.per_user,
+              PER_USER_FINAL: result.final_users}
     for name, table in tables.items():
         if table is None:
             (out / name).unlink(missing_ok=True)
@@ -218,7 +228,8 @@ class RunFolder:
     def table(self, name: str) -> pd.DataFrame:
         """A result table the folder must have (``METRICS``, ``PER_USER``); one line naming it
         when absent."""
-        tables = {METRICS: self.metrics, PER_USER: self.per_user, PER_USER_FINAL: self.per_user_final}
+        tables = {METRICS: self.metrics, PER_USER: self.per_user,
+                  PER_USER_FINAL: self.per_user_final}
         table = tables[name]
         if table is None:
             raise RunFolderError(f"{self.path / name}: missing; {RETRAIN}")
@@ -447,8 +458,8 @@ def _check_rows(folder: RunFolder) -> None:
         diverged = summary.get("status") != "ok" and summary.get("diverged_round") is not None
         expected_rows = ran + int(diverged)  # a diverged run's metrics.csv has that round's row
         if len(folder.metrics) != expected_rows:
-            raise RunFolderError(f"{run_dir}: {METRICS} has {len(folder.metrics)} rows, the run has "
-                                 f"{expected_rows} rounds; {RETRAIN}")
+            raise RunFolderError(f"{run_dir}: {METRICS} has {len(folder.metrics)} rows, the run "
+                                 f"has {expected_rows} rounds; {RETRAIN}")
 
 
 def _some(rounds: list[int]) -> str:

@@ -26,8 +26,9 @@ from pathlib import Path
 from fedmgda.errors import RunFolderError
 
 LOCK = "train.lock"
-# the trainer's option that restarts a run whose checkpoint it cannot resume from (fedmgda.checkpoints),
-# and the environment variable that sets it (how a Snakemake run passes it to its training jobs)
+# the trainer's option that restarts a run whose checkpoint it cannot resume from
+# (fedmgda.checkpoints), and the environment variable that sets it (how a Snakemake run passes it to
+# its training jobs)
 FRESH_OPTION = "--fresh-if-unreadable"
 FRESH_ENV = "FEDMGDA_FRESH_IF_UNREADABLE"
 
@@ -75,8 +76,9 @@ def _lock(folder: Path, path: Path) -> int:
             holder = _pid(fd)
             os.close(fd)
             who = f"process {holder}" if holder else "another process"
-            raise RunFolderError(f"{folder} is being written by another trainer ({who}); wait for it to end or stop it"
-                                 f"{f' (kill {holder})' if holder else ''}, then rerun") from None
+            raise RunFolderError(f"{folder} is being written by another trainer ({who}); wait for "
+                                 f"it to end or stop it{f' (kill {holder})' if holder else ''}, "
+                                 "then rerun") from None
         try:
             same = os.fstat(fd).st_ino == os.stat(path).st_ino
         except FileNotFoundError:
@@ -86,7 +88,8 @@ def _lock(folder: Path, path: Path) -> int:
         os.close(fd)  # its holder removed it as it ended, after this opened it: lock the new one
     previous = _pid(fd)
     if previous and previous != os.getpid():
-        print(f"{folder}: took over the lock left by process {previous}, which no longer holds it (stopped or killed)", flush=True)
+        print(f"{folder}: took over the lock left by process {previous}, which no longer holds it "
+              "(stopped or killed)", flush=True)
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     return fd
@@ -110,6 +113,6 @@ def writing(path: Path) -> Iterator[Path]:
         with contextlib.suppress(OSError):
             tmp.unlink()
         if err.errno == errno.ENOSPC:
-            raise RunFolderError(f"{path}: no space left on device; free some space and rerun the same command "
-                                 "(a run resumes from its last checkpoint)") from err
+            raise RunFolderError(f"{path}: no space left on device; free some space and rerun the "
+                                 "same command (a run resumes from its last checkpoint)") from err
         raise RunFolderError(f"{path}: cannot write it ({err.strerror or err})") from err

@@ -23,7 +23,8 @@ from typing import Any
 
 import yaml
 
-SCHEMA_PATH = Path(__file__).resolve().with_name("config.schema.yaml")  # package data (pyproject.toml)
+# package data (pyproject.toml)
+SCHEMA_PATH = Path(__file__).resolve().with_name("config.schema.yaml")
 README_PATH = Path(__file__).resolve().parents[2] / "config" / "README.md"  # in a source checkout
 START, END = "<!-- schema:start -->", "<!-- schema:end -->"
 
@@ -88,8 +89,10 @@ def _code(value: Any) -> str:
 
 
 def _bounded(name: str, s: dict[str, Any]) -> str:
-    low = f"{s['minimum']} ≤ " if "minimum" in s else f"{s['exclusiveMinimum']} < " if "exclusiveMinimum" in s else ""
-    high = f" ≤ {s['maximum']}" if "maximum" in s else f" < {s['exclusiveMaximum']}" if "exclusiveMaximum" in s else ""
+    low = (f"{s['minimum']} ≤ " if "minimum" in s else f"{s['exclusiveMinimum']} < "
+           if "exclusiveMinimum" in s else "")
+    high = (f" ≤ {s['maximum']}" if "maximum" in s else f" < {s['exclusiveMaximum']}"
+            if "exclusiveMaximum" in s else "")
     if low and not high:  # "integer ≥ 1" reads better than "1 ≤ integer"
         return f"{name} {'≥' if 'minimum' in s else '>'} {s.get('minimum', s.get('exclusiveMinimum'))}"
     return f"{low}{name}{high}"
@@ -176,9 +179,11 @@ def algorithm_docs() -> list[str]:
     from fedmgda.catalog import BUILTIN_ALGORITHMS
 
     lines = ["### algorithms", "",
-             "A grid entry's `algorithm` and its `hparams` (from src/fedmgda/catalog.py; a hyper-parameter "
-             "left out takes its default; *implied* defaults are left out of run paths).", "",
-             "| algorithm | shown as | hyper-parameters: default, range | server rule |", "|---|---|---|---|"]
+             "A grid entry's `algorithm` and its `hparams` (from src/fedmgda/catalog.py; a "
+             "hyper-parameter left out takes its default; *implied* defaults are left out of run "
+             "paths).", "",
+             "| algorithm | shown as | hyper-parameters: default, range | server rule |",
+             "|---|---|---|---|"]
     for a in BUILTIN_ALGORITHMS.values():
         hps = "; ".join(f"`{k}`: {'unset' if h.default is None else f'{h.default:g}'}, {_range(h)}"
                         + (" (implied)" if k in a.implied else "") for k, h in a.hparams.items())
@@ -198,8 +203,8 @@ def render_readme(text: str, schema: dict[str, Any] | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Write (or --check) the key tables of config/README.md "
-                                                 "from the config schema.")
+    parser = argparse.ArgumentParser(description="Write (or --check) the key tables of "
+                                                 "config/README.md from the config schema.")
     parser.add_argument("readme", nargs="?", default=str(README_PATH))
     parser.add_argument("--check", action="store_true", help="exit 1 if the file is not current")
     args = parser.parse_args(argv)
@@ -208,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     new = render_readme(text)
     if args.check:
         if new != text:
-            print(f"{path} is out of date with {SCHEMA_PATH.name}: run `make config-docs`", file=sys.stderr)
+            print(f"{path} is out of date with {SCHEMA_PATH.name}: run `make config-docs`",
+                  file=sys.stderr)
             return 1
         return 0
     if new != text:

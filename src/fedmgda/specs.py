@@ -54,9 +54,11 @@ class TableSpec:
     title: str | None = None
     paper: str | None = None  # the paper's table it is compared with (paper_tables.csv), or None
     rank_by: str | None = None  # best_of: the column ranking the rows
-    tolerance: dict[str, float] = field(default_factory=dict)  # per column: the verdict band's floor
+    # per column: the verdict band's floor
+    tolerance: dict[str, float] = field(default_factory=dict)
     scale: float | None = None  # None: each source's display scale
-    column_experiment: dict[str, str] = field(default_factory=dict)  # column -> the experiment it shows
+    # column -> the experiment it shows
+    column_experiment: dict[str, str] = field(default_factory=dict)
     rows: list[Row] = field(default_factory=list)  # item_spec: the rows it shows
     chosen: dict[str, str] = field(default_factory=dict)  # variants: the base experiment's readings
 
@@ -73,7 +75,8 @@ class FigureSpec:
     kind: str  # curves | violin | bars | tradeoff | reading_window | gaps
     experiments: list[str]
     select: list[str] | None = None  # glob patterns on row keys; None: every row
-    metric: str | None = None  # curves: the metrics.csv column; tradeoff: the y axis (default std_acc)
+    # curves: the metrics.csv column; tradeoff: the y axis (default std_acc)
+    metric: str | None = None
     ewm: int | None = None  # curves: span of the exponential moving average; None: raw
     logy: bool = False
     style_by: str | None = None  # "attack": attacked rows dashed
@@ -81,7 +84,8 @@ class FigureSpec:
     ylabel: str | None = None
     columns: dict[str, str] = field(default_factory=dict)  # bars: column -> source
     inset_last: int | None = None  # curves: an inset of the last N rounds
-    metrics: list[str] = field(default_factory=list)  # reading_window: metrics.csv columns, a panel each
+    # reading_window: metrics.csv columns, a panel each
+    metrics: list[str] = field(default_factory=list)
     window_last: int | None = None  # reading_window: the late window shaded (its last N rounds)
     xlabels: list[str] = field(default_factory=list)  # gaps: one label per experiment, in order
     rows: list[Row] = field(default_factory=list)  # item_spec: the rows it shows
@@ -100,7 +104,8 @@ class ClaimSpec:
     seeds: str  # paired | mean
     scale: float
     tolerance: float
-    window: dict[str, int] = field(default_factory=dict)  # {last: N} or {first: N}; empty: all rounds
+    # {last: N} or {first: N}; empty: all rounds
+    window: dict[str, int] = field(default_factory=dict)
     agg: str = "mean"
     margin: float | None = None
     a: Row | None = None
@@ -110,7 +115,8 @@ class ClaimSpec:
     params: list[float] = field(default_factory=list)  # their values of ``by`` (empty without by)
     by: str | None = None
     direction: str | None = None  # monotone: increasing | decreasing
-    spread_of: str | None = None  # a | b: that row's seed std widens the tolerance (close) or the margin (at_least)
+    # a | b: that row's seed std widens the tolerance (close) or the margin (at_least)
+    spread_of: str | None = None
     minus: list[Row] = field(default_factory=list)  # a gap series: rows[i] - minus[i] per seed
 
     @property

@@ -49,11 +49,13 @@ def paper_reference() -> pd.DataFrame:
         return pd.read_csv(fh, keep_default_na=False, dtype={"note": str})
 
 
-def verdict(repro_mean: float, paper_mean: float, paper_std: float, n_seeds: int, tolerance: float = 0.0) -> str:
+def verdict(repro_mean: float, paper_mean: float, paper_std: float, n_seeds: int,
+            tolerance: float = 0.0) -> str:
     """"within" if |repro - paper| <= max(paper std, tolerance), else "outside"."""
     if any(math.isnan(x) for x in (repro_mean, paper_mean, paper_std)):
         return "n/a"
-    word = "within" if abs(repro_mean - paper_mean) <= max(paper_std, tolerance) + 1e-9 else "outside"
+    word = ("within" if abs(repro_mean - paper_mean) <= max(paper_std, tolerance) + 1e-9
+            else "outside")
     return f"{word} (1 seed)" if n_seeds == 1 else word
 
 
@@ -99,7 +101,8 @@ def build_table(spec: TableSpec, runs_dir: str | Path | RunFolders,
     if spec.column_experiment:
         return join_parts(spec, runs, paper)
     scale = float(spec.scale) if spec.scale is not None else None
-    paper_rows = _paper_lookup(paper if paper is not None else (paper_reference() if spec.paper else None),
+    paper_rows = _paper_lookup(paper if paper is not None
+                               else (paper_reference() if spec.paper else None),
                                spec.paper)
 
     computed = []
@@ -110,7 +113,8 @@ def build_table(spec: TableSpec, runs_dir: str | Path | RunFolders,
         computed = _best_of(computed, spec.rank_by or next(iter(spec.columns)))
 
     matched: set[str] = set()
-    records = [_row_record(spec, row, problem, stats, paper_rows, matched) for row, problem, stats in computed]
+    records = [_row_record(spec, row, problem, stats, paper_rows, matched)
+               for row, problem, stats in computed]
     if paper_rows is not None:  # rows the paper reports that this registry does not run
         records += _paper_only_records(spec, paper_rows, matched)
     return pd.DataFrame.from_records(records)
@@ -151,7 +155,8 @@ def _row_record(spec: TableSpec, row: Row, problem: str, stats: dict[str, tuple[
     return rec
 
 
-def _paper_only_records(spec: TableSpec, paper_rows: pd.DataFrame, matched: set[str]) -> list[dict[str, Any]]:
+def _paper_only_records(spec: TableSpec, paper_rows: pd.DataFrame,
+                        matched: set[str]) -> list[dict[str, Any]]:
     """The rows the paper reports that no registry row matched: the paper's numbers, "not run"."""
     records = []
     for key, grp in paper_rows.groupby("row", sort=False):
@@ -165,8 +170,10 @@ def _paper_only_records(spec: TableSpec, paper_rows: pd.DataFrame, matched: set[
             p_mean = float(h["mean"].iloc[0]) if len(h) else math.nan
             p_std = float(h["std"].iloc[0]) if len(h) else math.nan
             rec.update({f"{c} paper": f"{p_mean:.2f}±{p_std:.2f}", f"{c} paper_mean": p_mean,
-                        f"{c} paper_std": p_std, f"{c} reproduced": "not run", f"{c} repro_mean": math.nan,
-                        f"{c} repro_std": math.nan, f"{c} diff": math.nan, f"{c} verdict": "not run"})
+                        f"{c} paper_std": p_std, f"{c} reproduced": "not run",
+                        f"{c} repro_mean": math.nan,
+                        f"{c} repro_std": math.nan, f"{c} diff": math.nan,
+                        f"{c} verdict": "not run"})
         records.append(rec)
     return records
 
@@ -197,7 +204,8 @@ def join_parts(spec: TableSpec, runs_dir: str | Path | RunFolders,
     parts = {}
     for exp in dict.fromkeys(bound.values()):
         sub = dataclasses.replace(spec, column_experiment={},
-                                  columns={c: s for c, s in spec.columns.items() if bound[c] == exp},
+                                  columns={c: s for c, s in spec.columns.items()
+                                           if bound[c] == exp},
                                   rows=[r for r in spec.rows if r.experiment == exp])
         parts[exp] = build_table(sub, runs, paper).set_index("row", drop=False)
     keys = list(dict.fromkeys(k for df in parts.values() for k in df["row"]))
@@ -216,7 +224,8 @@ def join_parts(spec: TableSpec, runs_dir: str | Path | RunFolders,
                                + [f"{exp}: not in its grid" for exp in missing])
         rec: dict[str, Any] = {"table": spec.name, "row": key,
                                "label": " / ".join(dict.fromkeys(str(r["label"]) for r in present.values())),
-                               "seeds": min(int(r["seeds"]) for r in present.values()) if not missing else 0,
+                               "seeds": min(int(r["seeds"]) for r in present.values())
+                               if not missing else 0,
                                "status": status}
         fields = (("paper", "paper_mean", "paper_std") if spec.paper else ()) + \
             ("reproduced", "repro_mean", "repro_std") + (("diff", "verdict") if spec.paper else ())
@@ -225,7 +234,8 @@ def join_parts(spec: TableSpec, runs_dir: str | Path | RunFolders,
             for field in fields:
                 if part is not None:
                     rec[f"{c} {field}"] = part[f"{c} {field}"]
-                elif field in ("paper", "reproduced", "verdict"):  # neither run nor printed for this part
+                # neither run nor printed for this part
+                elif field in ("paper", "reproduced", "verdict"):
                     rec[f"{c} {field}"] = NOT_IN_PAPER if field == "paper" else "not run"
                 else:
                     rec[f"{c} {field}"] = math.nan
@@ -243,21 +253,24 @@ def to_markdown(df: pd.DataFrame, spec: TableSpec) -> str:
         head += [f"{c} paper", f"{c} reproduced", f"{c} Δ (verdict)"] if with_paper else [c]
     lines = [f"## {spec.heading}", ""]
     if with_paper:
-        lines += ["Mean ± population std over seeds, in %. Verdict: *within* when |reproduced − paper| "
-                  "≤ " + _band_text(spec) + ".", ""]
+        lines += ["Mean ± population std over seeds, in %. Verdict: *within* when |reproduced − "
+                  "paper| ≤ " + _band_text(spec) + ".", ""]
     else:
-        lines += ["Mean ± population std over seeds, in % (no paper reference: reproduced numbers only).", ""]
+        lines += ["Mean ± population std over seeds, in % (no paper reference: reproduced numbers "
+                  "only).", ""]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
     for _, r in df.iterrows():
-        cells = [str(r["label"]) + ("" if r["status"] == "ok" else f" — {r['status']}"), str(r["seeds"])]
+        cells = [str(r["label"]) + ("" if r["status"] == "ok" else f" — {r['status']}"),
+                 str(r["seeds"])]
         for c in columns:
             if not with_paper:
                 cells.append(str(r[f"{c} reproduced"]))
                 continue
             diff = r[f"{c} diff"]
             dtext = "" if pd.isna(diff) else f"{diff:+.2f} "
-            cells += [str(r[f"{c} paper"]), str(r[f"{c} reproduced"]), f"{dtext}({r[f'{c} verdict']})"]
+            cells += [str(r[f"{c} paper"]), str(r[f"{c} reproduced"]),
+                      f"{dtext}({r[f'{c} verdict']})"]
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -281,7 +294,8 @@ def build_variants_table(spec: TableSpec, runs_dir: str | Path | RunFolders,
     for (variant, reading), group in _by_reading(spec.rows).items():
         sub = dataclasses.replace(spec, kind="stats", rows=group)
         df = build_table(sub, runs, paper)
-        df = df[df["seeds"] > 0]  # paper rows the experiment does not run are listed once, in the base table
+        # paper rows the experiment does not run are listed once, in the base table
+        df = df[df["seeds"] > 0]
         df.insert(1, "variant", variant)
         df.insert(2, "reading", reading)
         df.insert(3, "chosen", chosen.get(variant) == reading)
@@ -304,7 +318,8 @@ def variants_markdown(df: pd.DataFrame, spec: TableSpec) -> str:
 
     columns = list(spec.columns)
     lines = [f"## {spec.heading}", "",
-             "Cells: " + " / ".join(columns) + " in %, mean over seeds. ✓ = the reading the paper profile "
+             "Cells: " + " / ".join(columns)
+             + " in %, mean over seeds. ✓ = the reading the paper profile "
              "uses. *within*: every column within " + _band_text(spec) + " of the paper.", ""]
     for variant, vdf in df.groupby("variant", sort=False):
         info = get_variant(variant)
@@ -314,16 +329,19 @@ def variants_markdown(df: pd.DataFrame, spec: TableSpec) -> str:
             mark = " ✓" if vdf[vdf["reading"] == r]["chosen"].any() else ""
             value = info.readings[r].value
             if isinstance(value, dict):
-                value = ", ".join(f"{v} for {k}" if k != "default" else f"{v} otherwise" for k, v in value.items())
+                value = ", ".join(f"{v} for {k}" if k != "default" else f"{v} otherwise"
+                                  for k, v in value.items())
             value = str(value).lower() if isinstance(value, bool) else value
             lines.append(f"- **{r}**{mark} (`{info.field}: {value}`): {info.readings[r].source}")
         lines.append("")
-        head = ["Row", "paper"] + [r + (" ✓" if vdf[vdf["reading"] == r]["chosen"].any() else "") for r in readings]
+        head = ["Row", "paper"] + [r + (" ✓" if vdf[vdf["reading"] == r]["chosen"].any() else "")
+                                   for r in readings]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         within = dict.fromkeys(readings, 0)
         for _, rdf in vdf.groupby("row", sort=False):
             first = rdf.iloc[0]
-            cells = [str(first["label"]), " / ".join(_num(first[f"{c} paper_mean"]) for c in columns)]
+            cells = [str(first["label"]),
+                     " / ".join(_num(first[f"{c} paper_mean"]) for c in columns)]
             for r in readings:
                 hit = rdf[rdf["reading"] == r]
                 if hit.empty:
@@ -335,10 +353,12 @@ def variants_markdown(df: pd.DataFrame, spec: TableSpec) -> str:
                     continue
                 ok = all(h[f"{c} verdict"].startswith("within") for c in columns)
                 within[r] += ok
-                cells.append(" / ".join(_num(h[f"{c} repro_mean"]) for c in columns) + (" *within*" if ok else ""))
+                cells.append(" / ".join(_num(h[f"{c} repro_mean"]) for c in columns)
+                             + (" *within*" if ok else ""))
             lines.append("| " + " | ".join(cells) + " |")
         n_rows = vdf["row"].nunique()
-        lines.append("| rows within the band | | " + " | ".join(f"{within[r]}/{n_rows}" for r in readings) + " |")
+        lines.append("| rows within the band | | "
+                     + " | ".join(f"{within[r]}/{n_rows}" for r in readings) + " |")
         lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -347,7 +367,8 @@ def _num(x: float) -> str:
     return "n/a" if pd.isna(x) else f"{x:.2f}"
 
 
-def write_table(spec: TableSpec, runs_dir: str | Path, out_csv: str | Path, out_md: str | Path) -> pd.DataFrame:
+def write_table(spec: TableSpec, runs_dir: str | Path, out_csv: str | Path,
+                out_md: str | Path) -> pd.DataFrame:
     runs = RunFolders(runs_dir)  # each run folder read and verified once for the whole table
     if spec.kind == "variants":
         df = build_variants_table(spec, runs)

@@ -48,7 +48,8 @@ class Variant:
 
     def reading(self, name: str) -> Reading:
         if name not in self.readings:
-            raise VariantError(f"variant {self.name}: unknown reading {name!r}; readings: {', '.join(self.readings)}")
+            raise VariantError(f"variant {self.name}: unknown reading {name!r}; readings: "
+                               f"{', '.join(self.readings)}")
         return self.readings[name]
 
     def value_for(self, cfg: dict[str, Any], reading: str) -> Any:
@@ -80,7 +81,8 @@ def catalog() -> dict[str, Variant]:
     out = {}
     for name, spec in yaml.safe_load(text).items():
         scope = spec.get("applies_to") or {}
-        readings = {str(r): Reading(str(r), body["value"], body["source"]) for r, body in spec["readings"].items()}
+        readings = {str(r): Reading(str(r), body["value"], body["source"])
+                    for r, body in spec["readings"].items()}
         out[name] = Variant(name, spec["question"], str(spec["protocol"]), spec["field"],
                             tuple(scope.get("datasets", ())), tuple(scope.get("algorithms", ())),
                             tuple(scope.get("not_algorithms", ())), readings)

@@ -45,7 +45,8 @@ def cmd_download(args: argparse.Namespace) -> int:
     from fedmgda.data import DATASET_SPECS, ensure_raw_files
 
     if args.dataset not in DATASET_SPECS:
-        print(f"unknown dataset {args.dataset!r}; known: {', '.join(DATASET_SPECS)}", file=sys.stderr)
+        print(f"unknown dataset {args.dataset!r}; known: {', '.join(DATASET_SPECS)}",
+              file=sys.stderr)
         return 2
     ensure_raw_files(args.dataset, args.raw_dir, allow_download=not args.no_download)
     if args.done:
@@ -105,7 +106,8 @@ def cmd_runs_index(args: argparse.Namespace) -> int:
                         "rounds_completed": summary.get("rounds_completed"),
                         "runtime_s": summary.get("runtime_s"), "device": summary.get("device"),
                         "pack": run_pack(Path(args.runs_dir) / key),
-                        "environment": json.dumps(summary["environment"]) if summary.get("environment") else ""})
+                        "environment": json.dumps(summary["environment"])
+                        if summary.get("environment") else ""})
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame.from_records(records).to_csv(args.out, index=False)
     print(f"{len(records)} runs -> {args.out}")
@@ -153,14 +155,18 @@ def add_commands(commands) -> None:
     p.set_defaults(handler=cmd_partition)
 
     p = commands.add_parser("table", help="one paper table from run folders (CSV + markdown)")
-    p.add_argument("--spec", required=True, help="table spec (fedmgda.specs.TableSpec) as JSON text, a JSON file or - (stdin)")
+    p.add_argument("--spec", required=True,
+                   help="table spec (fedmgda.specs.TableSpec) as JSON text, a JSON file or - "
+                   "(stdin)")
     p.add_argument("--runs-dir", required=True)
     p.add_argument("--csv", required=True)
     p.add_argument("--md", required=True)
     p.set_defaults(handler=cmd_table)
 
     p = commands.add_parser("figure", help="one figure panel from run folders (PDF + PNG)")
-    p.add_argument("--spec", required=True, help="figure spec (fedmgda.specs.FigureSpec) as JSON text, a JSON file or - (stdin)")
+    p.add_argument("--spec", required=True,
+                   help="figure spec (fedmgda.specs.FigureSpec) as JSON text, a JSON file or - "
+                   "(stdin)")
     p.add_argument("--runs-dir", required=True)
     p.add_argument("--pdf", required=True)
     p.add_argument("--png", required=True)
@@ -178,8 +184,11 @@ def add_commands(commands) -> None:
                    help="a run folder (summary.json and its result files)")
     p.set_defaults(handler=cmd_seal)
 
-    p = commands.add_parser("claims", help="the paper's claims checked on the runs (CSV + markdown)")
-    p.add_argument("--spec", required=True, help="resolved claims (fedmgda.specs.ClaimSpec list) as JSON text, a file or - (stdin)")
+    p = commands.add_parser("claims",
+                            help="the paper's claims checked on the runs (CSV + markdown)")
+    p.add_argument("--spec", required=True,
+                   help="resolved claims (fedmgda.specs.ClaimSpec list) as JSON text, a file or - "
+                   "(stdin)")
     p.add_argument("--runs-dir", required=True)
     p.add_argument("--csv", required=True)
     p.add_argument("--md", required=True)

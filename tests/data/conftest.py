@@ -165,7 +165,8 @@ def tiny_rawfile(tmp_path: Path, content: bytes = b"hello raw file\n") -> tuple[
 FMNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
                 "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
 DEBIAN_FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
-REPO_RAW = Path(__file__).resolve().parents[2] / "resources/raw"  # where the download rules write  # apt-get install dataset-fashion-mnist
+# where the download rules write  # apt-get install dataset-fashion-mnist
+REPO_RAW = Path(__file__).resolve().parents[2] / "resources/raw"
 
 
 @pytest.fixture
@@ -196,13 +197,16 @@ def real_adult(tmp_path) -> Path:
     return tmp_path
 
 
-def restamp_gz(source: Path, dest: Path, mtime: int = 1_234_567_890, filename: str = "restamped") -> None:
+def restamp_gz(source: Path, dest: Path, mtime: int = 1_234_567_890,
+               filename: str = "restamped") -> None:
     """``dest``: the same decompressed bytes as ``source`` under another gzip header."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(source, "rb") as f:
         content = f.read()
-    with open(dest, "wb") as raw, gzip.GzipFile(filename=filename, mode="wb", fileobj=raw, mtime=mtime,
-                                                 compresslevel=1) as f:  # fast; the content is what counts
+    with open(dest, "wb") as raw, gzip.GzipFile(filename=filename, mode="wb", fileobj=raw,
+                                                mtime=mtime,
+                                                 # fast; the content is what counts
+                                                 compresslevel=1) as f:
         f.write(content)
 
 

@@ -79,7 +79,8 @@ def test_clients_phd_keeps_the_phd_client_alone(tmp_path, fmt, pin):
     pin("adult", tmp_path)
     for shift in (False, True):
         both = make_partition("adult", tmp_path, "domain", 1, {"shift_by_one": shift})
-        alone = make_partition("adult", tmp_path, "domain", 1, {"shift_by_one": shift, "clients": "phd"})
+        alone = make_partition("adult", tmp_path, "domain", 1,
+                               {"shift_by_one": shift, "clients": "phd"})
         assert alone.num_users == 1 and alone.users == ["phd"]
         assert alone.user_indices(0).tolist() == both.user_indices(0).tolist()
         assert alone.train[0].tolist() == both.train[0].tolist()
@@ -131,8 +132,11 @@ def test_default_split_is_todays_partition(tmp_path, fmt, pin):
         assert default.val[user].tolist() == rows[int(0.8 * n):int(0.9 * n)].tolist()
         assert default.test[user].tolist() == rows[int(0.9 * n):].tolist()
     assert default.fingerprint == explicit.fingerprint != source.fingerprint
-    assert all(np.array_equal(a, b) for a, b in zip(default.train + default.test, explicit.train + explicit.test, strict=True))
-    assert load_federated("adult", tmp_path).x.shape == (len(edu), 99)  # the pool is adult.data only
+    assert all(np.array_equal(a, b)
+               for a, b in zip(default.train + default.test, explicit.train + explicit.test,
+                               strict=True))
+    # the pool is adult.data only
+    assert load_federated("adult", tmp_path).x.shape == (len(edu), 99)
 
 
 def test_split_source_refuses_shift_by_one_and_the_iid_partition(tmp_path, fmt, pin):

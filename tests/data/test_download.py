@@ -146,7 +146,8 @@ def test_bare_sha256_is_accepted_and_bad_checksums_rejected():
 
 
 def _gz(path, content: bytes, mtime: int, filename: str = "") -> None:
-    with open(path, "wb") as raw, gzip.GzipFile(filename=filename, mode="wb", fileobj=raw, mtime=mtime) as f:
+    with open(path, "wb") as raw, gzip.GzipFile(filename=filename, mode="wb", fileobj=raw,
+                                                mtime=mtime) as f:
         f.write(content)
 
 

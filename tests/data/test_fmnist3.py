@@ -30,7 +30,8 @@ def expected_features(raw_dir, split: str, label: int) -> np.ndarray:
 
 
 def two_round_metrics(raw_dir) -> pd.DataFrame:
-    cfg = RunConfig.from_dict(dict(dataset="fmnist3", raw_dir=str(raw_dir), algorithm="fedavg", rounds=2,
+    cfg = RunConfig.from_dict(dict(dataset="fmnist3", raw_dir=str(raw_dir), algorithm="fedavg",
+                                   rounds=2,
                                    participation=1.0, batch_size="full", local_lr=0.1, seed=1,
                                    device="cpu", eval_every=1, per_user_every=1))
     return run(cfg).metrics
@@ -59,12 +60,14 @@ def check_fmnist3(raw_dir, n_train: int, n_test: int) -> None:
 
 
 def test_fmnist3_on_fixture_files(tmp_path, fmt, pin):
-    fmt.write_fmnist(tmp_path, n_train=60, n_test=20)  # labels i % 10: 6 train / 2 test images per class
+    # labels i % 10: 6 train / 2 test images per class
+    fmt.write_fmnist(tmp_path, n_train=60, n_test=20)
     pin("fmnist3", tmp_path)
     check_fmnist3(tmp_path, n_train=6, n_test=2)
     metrics = two_round_metrics(tmp_path)
     assert len(metrics) == 2 and np.isfinite(metrics["train_loss"]).all()
-    assert {"test_acc_all", "test_acc_tshirt", "test_acc_pullover", "test_acc_shirt"} <= set(metrics)
+    assert {"test_acc_all", "test_acc_tshirt", "test_acc_pullover",
+            "test_acc_shirt"} <= set(metrics)
 
 
 def test_standardisation_uses_every_training_image(tmp_path, fmt, pin):
@@ -79,7 +82,8 @@ def test_standardisation_uses_every_training_image(tmp_path, fmt, pin):
     fd = load_federated("fmnist3", tmp_path)
     np.testing.assert_allclose(fd.x[fd.train_idx[0]].numpy(), z[np.arange(60) % 10 == 0], rtol=1e-6)
     three = fd.x[torch.cat(fd.train_idx)].numpy()
-    assert np.abs(three.mean(0)).max() > 0.1  # the three classes alone are not centred: not their mu
+    # the three classes alone are not centred: not their mu
+    assert np.abs(three.mean(0)).max() > 0.1
 
 
 def _pin_archive_and_content(monkeypatch, raw_dir):
@@ -87,7 +91,8 @@ def _pin_archive_and_content(monkeypatch, raw_dir):
     the decompressed bytes (the form of the real pins)."""
     spec = DATASET_SPECS["fmnist3"]
     files = tuple(dataclasses.replace(rf, checksum="md5:" + file_digest(rf.path(raw_dir), "md5"),
-                                      content_checksum="sha256:" + file_digest(rf.path(raw_dir), decompress=True))
+                                      content_checksum="sha256:"
+                                      + file_digest(rf.path(raw_dir), decompress=True))
                   for rf in spec.raw_files)
     monkeypatch.setitem(DATASET_SPECS, "fmnist3", dataclasses.replace(spec, raw_files=files))
 

@@ -86,7 +86,8 @@ def test_equals_this_machines_numpy_with_its_simd_sorts_switched_off():
         from numpy.core import _multiarray_umath as umath
     targets = list(getattr(umath, "__cpu_dispatch__", []))
     code = ("import numpy as np, sys; rs = np.random.RandomState(7); "
-            "np.save(sys.argv[1], np.stack([np.argsort(rs.randint(0, k, 4000)) for k in (2, 10, 100, 10**6)]))")
+            "np.save(sys.argv[1], np.stack([np.argsort(rs.randint(0, k, 4000)) for k in (2, 10, "
+            "100, 10**6)]))")
     out = Path(os.environ.get("TMPDIR", "/tmp")) / f"scalar_argsort_{os.getpid()}.npy"
     env = {**os.environ, "NPY_DISABLE_CPU_FEATURES": " ".join(targets)}
     subprocess.run([sys.executable, "-c", code, str(out)], env=env, check=True)
@@ -152,10 +153,13 @@ def test_golden_hashes_of_the_offline_readings(tmp_path):
 
 
 FMNIST_READINGS = {
-    **{f"shards_{sort}_{setting}_s{seed}": ("fmnist", "shards", {"sort": sort, "shard_setting": setting}, seed)
-       for sort in ("stable", "quicksort") for setting in ("code", "paper", "fedmdfg") for seed in (1, 5000)},
+    **{f"shards_{sort}_{setting}_s{seed}": ("fmnist", "shards",
+                                            {"sort": sort, "shard_setting": setting}, seed)
+       for sort in ("stable", "quicksort") for setting in ("code", "paper", "fedmdfg")
+       for seed in (1, 5000)},
     **{f"shards_{sort}_fedmdfg_global_shards_s{seed}": (
-        "fmnist", "shards", {"sort": sort, "shard_setting": "fedmdfg", "local_test": "global_shards"}, seed)
+        "fmnist", "shards",
+        {"sort": sort, "shard_setting": "fedmdfg", "local_test": "global_shards"}, seed)
        for sort in ("stable", "quicksort") for seed in (1, 5000)},
     "iid_s1": ("fmnist", "iid", {}, 1),
     "iid_s5000": ("fmnist", "iid", {}, 5000),
@@ -196,7 +200,8 @@ FMNIST_GOLDEN = {
 def test_golden_hashes_of_the_fmnist_readings(real_fmnist):
     from fedmgda.data import load_raw
 
-    pooled = {"shard_setting": "fedmdfg", "local_test": "global_shards"}  # the test labels after the train labels
+    # the test labels after the train labels
+    pooled = {"shard_setting": "fedmdfg", "local_test": "global_shards"}
     labels = load_raw("fmnist", real_fmnist, pooled).labels
     assert order_md5(sort_by_label(labels, 60_000, "quicksort")) == FMNIST_TRAIN_ORDER
     assert order_md5(sort_by_label(labels[60_000:], 10_000, "quicksort")) == FMNIST_TEST_ORDER
@@ -227,8 +232,11 @@ def test_golden_hashes_of_the_adult_readings(real_adult):
 
 
 TINY_READINGS = {
-    "cifar10_shards_stable": ("cifar10", "shards", {"num_users": 10, "num_shards": 20, "shard_size": 5}, 1),
-    "cifar10_shards_quicksort": ("cifar10", "shards", {"num_users": 10, "num_shards": 20, "shard_size": 5, "sort": "quicksort"}, 1),
+    "cifar10_shards_stable": ("cifar10", "shards",
+                              {"num_users": 10, "num_shards": 20, "shard_size": 5}, 1),
+    "cifar10_shards_quicksort": ("cifar10", "shards",
+                                 {"num_users": 10, "num_shards": 20, "shard_size": 5,
+                                  "sort": "quicksort"}, 1),
     "cifar10_iid": ("cifar10", "iid", {"num_users": 10}, 1),
     "femnist_source": ("femnist", "natural", {}, 1),
     "femnist_80_10_10_shuffle": ("femnist", "natural", {"split": "80_10_10", "shuffle": True}, 1),
@@ -251,7 +259,8 @@ def test_golden_hashes_of_the_readings_on_tiny_files_in_the_real_formats(tmp_pat
     written in their real formats (tests/data/conftest.py)."""
     fmt.write_cifar(tmp_path)
     fmt.write_femnist(tmp_path, {"w0": (12, 4), "w1": (9, 3), "w2": (20, 5)})
-    fmt.write_shakespeare(tmp_path, {"ROMEO": "But soft, what light through yonder window breaks? " * 3,
+    fmt.write_shakespeare(tmp_path,
+                          {"ROMEO": "But soft, what light through yonder window breaks? " * 3,
                                      "JULIET": "O Romeo, Romeo, wherefore art thou Romeo? " * 4})
     for name in ("cifar10", "femnist", "shakespeare"):
         pin(name, tmp_path)
@@ -274,11 +283,13 @@ def test_a_partition_file_carries_its_content_hash_and_a_changed_index_is_caught
     # a file of format 1 (before the hash): stale with sort 'quicksort' (the machine's order then),
     # read as it is otherwise (those readings did not change)
     meta = json.loads(str(arrays["meta"]))
-    old = {"format_version": 1, **{k: v for k, v in meta.items() if k not in ("format_version", "content_hash")}}
+    old = {"format_version": 1,
+           **{k: v for k, v in meta.items() if k not in ("format_version", "content_hash")}}
     np.savez(tmp_path / "old.npz", **{**dict(np.load(path)), "meta": np.array(json.dumps(old))})
     with pytest.raises(DataError, match="format 1.*quicksort.*rm "):
         load_partition(tmp_path / "old.npz")
     old["options"] = {**old["options"], "sort": "stable"}
-    np.savez(tmp_path / "old_stable.npz", **{**dict(np.load(path)), "meta": np.array(json.dumps(old))})
+    np.savez(tmp_path / "old_stable.npz",
+             **{**dict(np.load(path)), "meta": np.array(json.dumps(old))})
     assert load_partition(tmp_path / "old_stable.npz").content_hash() == part.content_hash()
 

@@ -68,7 +68,8 @@ def test_digits_partition_depends_on_the_seed(tmp_path):
 
 
 def test_registry_entries_are_complete():
-    models = {"cifar10": "cnn_cifar", "fmnist": "cnn_fmnist", "fmnist3": "logreg", "femnist": "cnn_femnist",
+    models = {"cifar10": "cnn_cifar", "fmnist": "cnn_fmnist", "fmnist3": "logreg",
+              "femnist": "cnn_femnist",
               "shakespeare": "lstm_shakespeare", "adult": "logreg", "synthetic": "logreg",
               "digits": "mlp_digits"}
     assert {k: s.model for k, s in DATASET_SPECS.items()} == models
@@ -108,23 +109,27 @@ def test_synthetic_sizes_table4_draws_the_papers_size_statistics_and_changes_no_
 
     mu, sigma = size_lognormal("table4")
     mean, std = TABLE4_SIZES[0] - 50, TABLE4_SIZES[1]  # the lognormal part's moments
-    assert math.isclose(math.exp(mu + sigma**2 / 2), mean) and math.isclose(mean * math.sqrt(math.exp(sigma**2) - 1), std)
+    assert math.isclose(math.exp(mu + sigma**2 / 2),
+                        mean) and math.isclose(mean * math.sqrt(math.exp(sigma**2) - 1), std)
     script_x, script_y = generate(1.0, 1.0, 100, 0)
     table4_x, table4_y = generate(1.0, 1.0, 100, 0, sizes="table4")
     sizes = np.array([len(y) for y in table4_y])
     assert abs(sizes.mean() - 127) < 15 and abs(sizes.std() - 73) < 15 and sizes.min() >= 50
     assert sum(len(y) for y in script_y) > 3 * sizes.sum()  # the script's heavy tail
-    # the same devices otherwise (their means v_k are drawn before any sample): their samples' means agree
+    # the same devices otherwise (their means v_k are drawn before any sample): their samples' means
+    # agree
     assert np.corrcoef([x.mean() for x in script_x], [x.mean() for x in table4_x])[0, 1] > 0.95
     with pytest.raises(ValueError, match="script"):
         size_lognormal("paper")
 
 
-# --------------------------------------------------------------------------- users the samples can serve
+# --------------------------------------------------------------------------- users the samples can
+# serve
 @pytest.mark.parametrize("partition, options, bound", [
     ("iid", {"num_users": 898}, {"num_users": 899}),
     ("shards", {"num_users": 898}, {"num_users": 899}),  # 2 shards a user: 1 796 shards of 1 sample
-    ("shards", {"num_users": 898, "shards_per_user": 1}, {"num_users": 899, "shards_per_user": 1}),  # 1 shard of 2
+    # 1 shard of 2
+    ("shards", {"num_users": 898, "shards_per_user": 1}, {"num_users": 899, "shards_per_user": 1}),
     ("shards", {"num_users": 599, "shards_per_user": 3}, {"num_users": 600, "shards_per_user": 3}),
 ])
 def test_the_largest_number_of_users_the_size_check_allows_is_the_partitioners(tmp_path, partition, options, bound):
@@ -156,6 +161,8 @@ def test_catalog_sizes_are_the_loaded_sizes(tmp_path):
     checked = []
     for name, dataset in DATASETS.items():
         if dataset.samples and (dataset.offline or (raw / dataset.raw_folder).is_dir()):
-            assert len(load_raw(name, raw if not dataset.offline else tmp_path).y) == dataset.samples, name
+            assert len(load_raw(name,
+                                raw if not dataset.offline
+                                else tmp_path).y) == dataset.samples, name
             checked.append(name)
     assert "digits" in checked

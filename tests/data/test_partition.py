@@ -158,7 +158,8 @@ def test_a_partition_file_denied_to_this_user_is_not_called_damaged(tmp_path, mo
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(np, "load", denied)
-    with pytest.raises(DataError, match=f"^partition file {path} cannot be read: Permission denied$"):
+    with pytest.raises(DataError,
+                       match=f"^partition file {path} cannot be read: Permission denied$"):
         load_partition(path)
 
 
@@ -196,7 +197,8 @@ def test_too_many_shards_is_a_clear_error():
         shard_partition(np.zeros(100), 10, 20, 10, seed=0)
 
 
-# --------------------------------------------------------------------------- FedMDFG's local test split
+# --------------------------------------------------------------------------- FedMDFG's local test
+# split
 FMNIST_TEST = balanced_labels(10, 1000, seed=1)
 FEDMDFG = {"num_users": 100, "shard_setting": "fedmdfg", "sort": "stable"}
 
@@ -229,7 +231,8 @@ def test_default_fmnist_partitions_are_unchanged_by_the_local_test_option():
     for setting, digest in (("code", "69f1875a88c050b9"), ("paper", "9cf1d2c4431b5084")):
         opts = {"num_users": 100, "shard_setting": setting, "sort": "stable"}
         assert _partition_hash(build_partition(raw, "shards", 1, opts)) == digest
-        assert _partition_hash(build_partition(raw, "shards", 1, {**opts, "local_test": "own_shard"})) == digest
+        assert _partition_hash(build_partition(raw, "shards", 1,
+                                               {**opts, "local_test": "own_shard"})) == digest
 
 
 def test_fedmdfg_shards_are_200_of_300_two_per_user():
@@ -256,7 +259,8 @@ def test_global_shards_test_each_user_on_two_global_test_shards_independent_of_i
     for t in part.test:
         assert np.all(labels[t[:50]] == labels[t[0]]) and np.all(labels[t[50:]] == labels[t[50]])
     # independent of the training classes: most users are tested on a class they never train on
-    foreign = [not set(labels[t]) <= set(labels[a]) for a, t in zip(part.train, part.test, strict=True)]
+    foreign = [not set(labels[t]) <= set(labels[a])
+               for a, t in zip(part.train, part.test, strict=True)]
     assert sum(foreign) > 80
 
 
@@ -285,8 +289,8 @@ def test_the_cifar_shard_statistics_docs_datasets_md_states():
     from pathlib import Path
 
     page = " ".join((Path(__file__).resolve().parents[2] / "docs" / "datasets.md").read_text().split())
-    m = re.search(r"seeds ([\d/]+) the CIFAR train splits have ([\d./]+) distinct classes on average and the "
-                  r"test class is in the user's train split for ([\d/]+) % of users", page)
+    m = re.search(r"seeds ([\d/]+) the CIFAR train splits have ([\d./]+) distinct classes on "
+                  r"average and the test class is in the user's train split for ([\d/]+) % of users", page)
     assert m, "docs/datasets.md no longer states the CIFAR shard statistics; update this test"
     for seed, classes, share in zip(*(g.split("/") for g in m.groups()), strict=True):
         part = cifar_partition(int(seed))

@@ -65,10 +65,13 @@ def toy_partitioner() -> partitioners.Partitioner:
 def test_a_partitioner_added_as_the_recipe_says_is_built_by_the_dispatch(monkeypatch):
     raw = RawData(name="pool", x=torch.zeros(50, 2), y=torch.arange(50) % 5)
     with monkeypatch.context() as patch:
-        patch.setitem(partitioners.PARTITIONERS, "round_robin", toy_partitioner())  # its instance in PARTITIONERS
-        part = build_partition(raw, "round_robin", 3, {"num_users": 4, "order": "seeded", "sort": "stable"})
+        # its instance in PARTITIONERS
+        patch.setitem(partitioners.PARTITIONERS, "round_robin", toy_partitioner())
+        part = build_partition(raw, "round_robin", 3,
+                               {"num_users": 4, "order": "seeded", "sort": "stable"})
         assert part.scheme == "round_robin" and part.num_users == 4 and part.options["sort"] == "stable"
-        assert sorted(np.concatenate([part.user_indices(u) for u in range(4)]).tolist()) == list(range(50))
+        assert sorted(np.concatenate([part.user_indices(u)
+                                      for u in range(4)]).tolist()) == list(range(50))
         assert [len(t) for t in part.train] == [10, 10, 9, 9]  # 13, 13, 12, 12 samples cut 80/10/10
         same, other = (build_partition(raw, "round_robin", s, {"num_users": 4}) for s in (3, 4))
         assert same.content_hash() == part.content_hash() != other.content_hash()
@@ -124,7 +127,8 @@ def follow_the_recipes(src: Path, digest: str) -> None:
     """The files a new partitioner and a new dataset touch, edited as the recipes say."""
     fed = src / "fedmgda"
     # the partitioner: 1. its class and its entry; 2. the schema's enum
-    edit(fed / "partitioners.py", "# Every partition a run config can name", TOY_PARTITIONER.lstrip("\n"), before=True)
+    edit(fed / "partitioners.py", "# Every partition a run config can name",
+         TOY_PARTITIONER.lstrip("\n"), before=True)
     edit(fed / "partitioners.py", "Domain()", ", RoundRobin()")
     edit(fed / "config.schema.yaml", "enum: [shards, iid, natural, domain", ", round_robin")
     # the dataset: 1. its module; 2. its catalog entry (offering the partitioner: its step 3);
@@ -209,13 +213,18 @@ def test_a_dataset_and_a_partitioner_added_as_the_recipes_say_build_validate_and
     raw = tmp_path / "raw"
     (raw / "toy").mkdir(parents=True)
     rng = np.random.RandomState(0)
-    rows = [f"{i % 2},{rng.rand():.4f},{rng.rand():.4f},{(i % 2) + rng.rand():.4f}" for i in range(60)]
+    rows = [f"{i % 2},{rng.rand():.4f},{rng.rand():.4f},{(i % 2) + rng.rand():.4f}"
+            for i in range(60)]
     (raw / "toy" / "toy.csv").write_text("\n".join(rows) + "\n")
     follow_the_recipes(src, hashlib.sha256((raw / "toy" / "toy.csv").read_bytes()).hexdigest())
     (tmp_path / "checks.py").write_text(textwrap.dedent(CHECKS))
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1", "FEDMGDA_OFFLINE": "1",
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1",
+           "FEDMGDA_OFFLINE": "1",
            "HOME": str(tmp_path)}
-    done = subprocess.run([sys.executable, str(tmp_path / "checks.py"), str(raw), str(REPO / "config/test.yaml"),
-                           str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, str(tmp_path / "checks.py"), str(raw),
+                           str(REPO / "config/test.yaml"),
+                           str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0 and "recipes followed" in done.stdout, (done.stdout + done.stderr)[-4000:]
-    assert re.search(r"\btoy\b", (REPO / "src/fedmgda/config.schema.yaml").read_text()) is None  # the checkout untouched
+    # the checkout untouched
+    assert re.search(r"\btoy\b", (REPO / "src/fedmgda/config.schema.yaml").read_text()) is None

@@ -38,13 +38,15 @@ def write_run(root: Path, key: str, accs: list[float], *, rounds: int = 10, stat
     users = [{"round": r, "user": u, "n_test": 10, "accuracy": a, "loss": 1.0 - a}
              for r in (1, rounds - 9 if rounds > 10 else 1, rounds) for u, a in enumerate(acc)]
     pd.DataFrame(users).drop_duplicates(["round", "user"]).to_csv(d / "per_user.csv", index=False)
-    pd.DataFrame({"user": range(len(acc)), "n_test": 10, "accuracy": acc, "loss": 1.0 - acc}).to_csv(d / "per_user_final.csv", index=False)
+    pd.DataFrame({"user": range(len(acc)), "n_test": 10, "accuracy": acc,
+                  "loss": 1.0 - acc}).to_csv(d / "per_user_final.csv", index=False)
     tenth = max(1, len(acc) // 10)
     stats = {"mean_acc": float(acc.mean()), "std_acc": float(acc.std()),
              "worst5_acc": float(np.percentile(acc, 5)), "best5_acc": float(np.percentile(acc, 95)),
              "weighted_acc": float(acc.mean()), "worst10_acc": float(np.sort(acc)[:tenth].mean()),
              "best10_acc": float(np.sort(acc)[-tenth:].mean()), "var_acc": float(acc.var())}
-    summary = {"config": {}, "status": status, "diverged_round": 3 if status == "diverged" else None,
+    summary = {"config": {}, "status": status,
+               "diverged_round": 3 if status == "diverged" else None,
                "rounds_completed": rounds, "runtime_s": 1.5, "device": "cpu",
                "final": final if final is not None else dict(stats),
                "protocol": {**stats, "round": 1}}
@@ -89,7 +91,8 @@ def unactivated_env(tmp: Path) -> tuple[dict[str, str], Path]:
     for name in DECOYS:
         (bin_dir / name).write_text(f"#!/bin/sh\necho {name} >> '{called}'\nexit 97\n")
         (bin_dir / name).chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "PYTHONHOME")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "PYTHONHOME")}
     env["PATH"] = f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin"
     return env, called
 

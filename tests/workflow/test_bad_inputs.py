@@ -39,7 +39,8 @@ class Probe:
     run: dict[str, Any] | None  # keys of the run config replaced (None as a value: the key removed)
     registry: str | None  # `snakemake --config` override of config/test.yaml
     says: str  # the one line names it
-    prepare: Callable[[Path], Any] = field(default=lambda tmp: None)  # may return a context held during the run
+    # may return a context held during the run
+    prepare: Callable[[Path], Any] = field(default=lambda tmp: None)
 
 
 def checkpoint(form: str) -> Callable[[Path], None]:
@@ -81,7 +82,8 @@ def run_option(says: str, **change) -> Probe:
 def attack(value: float) -> Probe:
     """A bias attack worth ``value``, and the same as the tiny experiment's attacks."""
     change = {"kind": "bias", "user": 0, "value": value}
-    return Probe({"attack": change}, override("experiment_overrides", {"tiny": {"attacks": [change]}}),
+    return Probe({"attack": change},
+                 override("experiment_overrides", {"tiny": {"attacks": [change]}}),
                  "attack.value must be a finite number")
 
 
@@ -99,32 +101,41 @@ PROBES = {
                                                                   dataset_options={"shards_per_user": 1000}),
     "clients_per_round 1000 (more than digits' 20 users)": run_option(
         "clients_per_round = 1000 but digits has 20 users", clients_per_round=1000),
-    "partition digits does not offer": run_option("partition: digits: unknown partition 'domain'; valid: ['shards', 'iid', 'dirichlet']",
+    "partition digits does not offer": run_option("partition: digits: unknown partition 'domain'; "
+                                                  "valid: ['shards', 'iid', 'dirichlet']",
                                                   partition="domain"),
     "attack value NaN": attack(math.nan),
     "attack value inf": attack(math.inf),
     "seeds [1, 1]": Probe(None, "seeds=[1, 1]", "seeds"),
     "missing data file": Probe({"dataset": "fmnist", "raw_dir": "{tmp}/raw"}, None, FMNIST_IMAGES),
-    "truncated data file": Probe({"dataset": "fmnist", "raw_dir": "{tmp}/raw"}, None, FMNIST_IMAGES, truncated_fmnist),
+    "truncated data file": Probe({"dataset": "fmnist", "raw_dir": "{tmp}/raw"}, None, FMNIST_IMAGES,
+                                 truncated_fmnist),
     "partition file cut short": Probe({"partition_file": "{tmp}/partition.npz"}, None,
                                       "delete it; the workflow remakes it", truncated_partition),
     "checkpoint cut in half": Probe({}, None, FORMS["is truncated"], checkpoint("is truncated")),
-    "checkpoint of random bytes": Probe({}, None, FORMS["is random bytes"], checkpoint("is random bytes")),
+    "checkpoint of random bytes": Probe({}, None, FORMS["is random bytes"],
+                                        checkpoint("is random bytes")),
     "empty checkpoint": Probe({}, None, FORMS["is empty"], checkpoint("is empty")),
-    "torch file that is not a checkpoint": Probe({}, None, FORMS["is another torch file"], checkpoint("is another torch file")),
-    "checkpoint: a pickle with a side effect": Probe({}, None, FORMS["runs code (torch file)"], checkpoint("runs code (torch file)")),
-    "second trainer on a locked folder": Probe({}, None, "is being written by another trainer", another_trainer),
+    "torch file that is not a checkpoint": Probe({}, None, FORMS["is another torch file"],
+                                                 checkpoint("is another torch file")),
+    "checkpoint: a pickle with a side effect": Probe({}, None, FORMS["runs code (torch file)"],
+                                                     checkpoint("runs code (torch file)")),
+    "second trainer on a locked folder": Probe({}, None, "is being written by another trainer",
+                                               another_trainer),
 }
 
 
 def written(folder: Path) -> dict[str, bytes]:
     """Every file under ``folder`` and its bytes."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
 
 
 def through_the_trainer(probe: Probe, tmp: Path, capsys) -> None:
-    config = {**RUN, **{k: v.format(tmp=tmp) if isinstance(v, str) else v for k, v in probe.run.items()}}
-    (tmp / "run.yaml").write_text(yaml.safe_dump({k: v for k, v in config.items() if v is not None}))
+    config = {**RUN,
+              **{k: v.format(tmp=tmp) if isinstance(v, str) else v for k, v in probe.run.items()}}
+    (tmp / "run.yaml").write_text(yaml.safe_dump({k: v for k, v in config.items()
+                                                  if v is not None}))
     results = tmp / "results"
     with probe.prepare(tmp) or contextlib.nullcontext():
         before = written(results) if results.exists() else None
@@ -133,7 +144,8 @@ def through_the_trainer(probe: Probe, tmp: Path, capsys) -> None:
         assert status != 0
         lines = err.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in err and probe.says in lines[0], err
-        assert (written(results) if results.exists() else None) == before  # nothing written under results/
+        # nothing written under results/
+        assert (written(results) if results.exists() else None) == before
     assert not (tmp / "marker").exists()  # a crafted checkpoint ran nothing
 
 
@@ -143,17 +155,21 @@ def workdir(tmp_path_factory) -> Path:
 
 
 def through_snakemake(probe: Probe, workdir: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile", "config/test.yaml",
-                           "--config", probe.registry], cwd=workdir, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile",
+                           "config/test.yaml",
+                           "--config", probe.registry], cwd=workdir, capture_output=True, text=True,
+                          timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "Traceback" not in out and "Job stats" not in out, out
     # Snakemake frames a WorkflowError with the file and line of the Snakefile that raised it
-    said = [line for line in out.strip().splitlines() if not line.startswith(("WorkflowError in file ", "  File "))]
+    said = [line for line in out.strip().splitlines()
+            if not line.startswith(("WorkflowError in file ", "  File "))]
     assert len(said) == 1 and probe.says in said[0], out
     assert not (workdir / "results").exists()
 
 
-ROUTES = [pytest.param(name, "trainer", id=f"{name} | fedmgda train") for name, probe in PROBES.items() if probe.run is not None] + [
+ROUTES = [pytest.param(name, "trainer", id=f"{name} | fedmgda train")
+          for name, probe in PROBES.items() if probe.run is not None] + [
     pytest.param(name, "snakemake", id=f"{name} | snakemake -n", marks=pytest.mark.slow)
     for name, probe in PROBES.items() if probe.registry]
 

@@ -22,7 +22,7 @@ from fedmgda.claims import (
     evaluate,
     judge_differences,
     parse_claims,
-    tie,
+    settle_tie,
     to_markdown,
     write_claims,
 )
@@ -40,7 +40,8 @@ def base_config(claims: dict, seeds=(1, 2, 3)) -> dict:
         "profile": "t",
         "settings": {"s": SETTING},
         "grids": {
-            "pair": [{"algorithm": "fedavg"}, {"algorithm": "fedmgda_plus", "hparams": {"eta": 1.0, "decay": 0.1}}],
+            "pair": [{"algorithm": "fedavg"},
+                     {"algorithm": "fedmgda_plus", "hparams": {"eta": 1.0, "decay": 0.1}}],
             "eps": [{"algorithm": "fedmgda", "hparams": {"epsilon": e}} for e in (0, 0.5, 1)],
             "bias": [{"algorithm": "afl", "hparams": {"gamma_lambda": 0.5, "gamma_w": 0.01},
                       "attacks": [{"kind": "bias", "user": 0, "value": v} for v in (0, 1, 10)]}],
@@ -101,20 +102,24 @@ def test_at_least_holds_and_fails_on_paired_seeds(tmp_path):
 
 
 def test_margin_in_percentage_points(tmp_path):
-    v = verdict_of(tmp_path, {"m4": claim(margin=4.0), "m6": claim(margin=6.0), "neg": claim(a="fedavg", b="fedmgda_plus *", margin=-6.0)},
+    v = verdict_of(tmp_path,
+                   {"m4": claim(margin=4.0), "m6": claim(margin=6.0),
+                    "neg": claim(a="fedavg", b="fedmgda_plus *", margin=-6.0)},
                    {PLUS: [0.80, 0.70, 0.90], "fedavg": [0.75, 0.65, 0.85]})
     assert v["m4"] == "holds" and v["m6"] == "fails" and v["neg"] == "holds"
 
 
 def test_paired_differences_beat_a_large_seed_spread(tmp_path):
-    # seeds differ by 20 pp, but every seed's pair differs by +1: paired holds, unpaired means cannot tell
+    # seeds differ by 20 pp, but every seed's pair differs by +1: paired holds, unpaired means
+    # cannot tell
     vals = {PLUS: [0.51, 0.71, 0.91], "fedavg": [0.50, 0.70, 0.90]}
     v = verdict_of(tmp_path, {"paired": claim(), "mean": claim(seeds="mean")}, vals)
     assert v["paired"] == "holds" and v["mean"] == "inconclusive"
 
 
 def test_straddling_seeds_are_inconclusive(tmp_path):
-    _, df, _ = setup(tmp_path, {"c": claim()}, {PLUS: [0.80, 0.60, 0.90], "fedavg": [0.75, 0.65, 0.85]})
+    _, df, _ = setup(tmp_path, {"c": claim()},
+                     {PLUS: [0.80, 0.60, 0.90], "fedavg": [0.75, 0.65, 0.85]})
     r = df.iloc[0]
     assert r["verdict"] == "inconclusive" and "straddle" in r["note"] and "more seeds" in r["note"]
     assert r["diff_min"] == pytest.approx(-5.0) and r["diff_max"] == pytest.approx(5.0)
@@ -151,10 +156,12 @@ def test_within_and_beyond_a_rows_seed_spread(tmp_path):
     }, {PLUS: [0.78, 0.73, 0.86], "fedavg": b})
     assert v["within"] == "holds" and v["within_too_far"] == "fails"
     assert v["beyond"] == "fails" and v["beyond_margin"] == "fails"
-    far = verdict_of(tmp_path / "far", {"beyond": claim(a="fedavg", b="fedmgda_plus *", spread_of="a")},
+    far = verdict_of(tmp_path / "far",
+                     {"beyond": claim(a="fedavg", b="fedmgda_plus *", spread_of="a")},
                      {PLUS: [0.10, 0.10, 0.10], "fedavg": b})
     assert far["beyond"] == "holds"
-    _, df, _ = setup(tmp_path / "text", {"w": claim(compare="close", spread_of="b")}, {PLUS: b, "fedavg": b})
+    _, df, _ = setup(tmp_path / "text", {"w": claim(compare="close", spread_of="b")},
+                     {PLUS: b, "fedavg": b})
     assert "B's seed std" in df.iloc[0]["expected"]
 
 
@@ -184,34 +191,45 @@ def test_identical_series_across_attack_values(tmp_path):
 
 def test_monotone_in_epsilon_with_implied_default(tmp_path):
     # rows: fedmgda epsilon=0, epsilon=0.5, fedmgda (epsilon 1 implied): loss grows with epsilon
-    mono = {"source": "Fig 1", "paper": "interpolation", "experiment": "eps", "select": "fedmgda*", "by": "epsilon",
-            "direction": "increasing", "quantity": "metrics.train_loss", "window": {"last": 3}, "compare": "monotone"}
-    vals = {"fedmgda epsilon=0": [1.0, 1.1, 1.2], "fedmgda epsilon=0.5": [1.5, 1.6, 1.7], "fedmgda": [2.0, 2.1, 2.2]}
+    mono = {"source": "Fig 1", "paper": "interpolation", "experiment": "eps", "select": "fedmgda*",
+            "by": "epsilon",
+            "direction": "increasing", "quantity": "metrics.train_loss", "window": {"last": 3},
+            "compare": "monotone"}
+    vals = {"fedmgda epsilon=0": [1.0, 1.1, 1.2], "fedmgda epsilon=0.5": [1.5, 1.6, 1.7],
+            "fedmgda": [2.0, 2.1, 2.2]}
     specs, df, _ = setup(tmp_path / "up", {"m": mono}, vals, loss=lambda v: [9.0] * 7 + [v] * 3)
     assert specs[0].params == [0.0, 0.5, 1.0]
     assert df.iloc[0]["verdict"] == "holds"
-    assert json.loads(df.iloc[0]["values"]) == {"0": pytest.approx(1.1), "0.5": pytest.approx(1.6), "1": pytest.approx(2.1)}
+    assert json.loads(df.iloc[0]["values"]) == {"0": pytest.approx(1.1), "0.5": pytest.approx(1.6),
+                                                "1": pytest.approx(2.1)}
     down = dict(mono, direction="decreasing")
-    assert verdict_of(tmp_path / "down", {"m": down}, vals, loss=lambda v: [9.0] * 7 + [v] * 3)["m"] == "fails"
-    # the window matters: over all 10 rounds the constant 9.0 rounds dominate equally -> still ordered
+    assert verdict_of(tmp_path / "down", {"m": down}, vals,
+                      loss=lambda v: [9.0] * 7 + [v] * 3)["m"] == "fails"
+    # the window matters: over all 10 rounds the constant 9.0 rounds dominate equally -> still
+    # ordered
     big = dict(mono, margin=0.5)
-    assert verdict_of(tmp_path / "margin", {"m": big}, vals, loss=lambda v: [9.0] * 7 + [v] * 3)["m"] == "holds"
+    assert verdict_of(tmp_path / "margin", {"m": big}, vals,
+                      loss=lambda v: [9.0] * 7 + [v] * 3)["m"] == "holds"
     bigger = dict(mono, margin=2.0)
-    assert verdict_of(tmp_path / "margin2", {"m": bigger}, vals, loss=lambda v: [9.0] * 7 + [v] * 3)["m"] == "fails"
+    assert verdict_of(tmp_path / "margin2", {"m": bigger}, vals,
+                      loss=lambda v: [9.0] * 7 + [v] * 3)["m"] == "fails"
 
 
 def test_a_flat_series_is_not_a_trend(tmp_path):
-    mono = {"source": "T7", "paper": "drops", "experiment": "bias", "select": "afl * bias=*", "by": "attack",
+    mono = {"source": "T7", "paper": "drops", "experiment": "bias", "select": "afl * bias=*",
+            "by": "attack",
             "direction": "decreasing", "quantity": "final.mean_acc", "compare": "monotone"}
     keys = [f"afl gamma_lambda=0.5 gamma_w=0.01 bias={b}" for b in (0, 1, 10)]
-    assert verdict_of(tmp_path / "flat", {"m": mono}, {k: [1.0, 1.0, 1.0] for k in keys})["m"] == "fails"
+    assert verdict_of(tmp_path / "flat", {"m": mono},
+                      {k: [1.0, 1.0, 1.0] for k in keys})["m"] == "fails"
     falling = dict(zip(keys, ([0.9, 0.8, 0.9], [0.85, 0.75, 0.88], [0.8, 0.7, 0.85]), strict=True))
     assert verdict_of(tmp_path / "down", {"m": mono}, falling)["m"] == "holds"
 
 
 # ---- ties: a difference below the float resolution of its statistic decides nothing
 TIES = {"ge": claim(scale=1), "le": claim(a="fedavg", b="fedmgda_plus *", scale=1),
-        "close": claim(compare="close", scale=1), "ident": claim(compare="identical", tolerance=0.0, scale=1)}
+        "close": claim(compare="close", scale=1),
+        "ident": claim(compare="identical", tolerance=0.0, scale=1)}
 
 
 @pytest.mark.parametrize("d, expected", [
@@ -227,25 +245,33 @@ def test_a_difference_within_float_resolution_is_a_tie(tmp_path, d, expected):
     assert " ".join(v[k] for k in TIES) == expected
 
 
-EPS_SERIES = {"source": "Fig 1 (d)", "paper": "interpolation", "experiment": "eps", "select": "fedmgda*",
-              "by": "epsilon", "direction": "increasing", "quantity": "metrics.train_loss", "window": {"last": 3},
+EPS_SERIES = {"source": "Fig 1 (d)", "paper": "interpolation", "experiment": "eps",
+              "select": "fedmgda*",
+              "by": "epsilon", "direction": "increasing", "quantity": "metrics.train_loss",
+              "window": {"last": 3},
               "compare": "monotone"}
 
 
-@pytest.mark.parametrize("d, expected", [(-3.7e-10, "holds"), (0.0, "holds"), (3.7e-10, "holds"), (-1e-3, "fails")])
+@pytest.mark.parametrize("d, expected",
+                         [(-3.7e-10, "holds"), (0.0, "holds"), (3.7e-10, "holds"),
+                          (-1e-3, "fails")])
 def test_epsilon_interpolates_loss_iid_does_not_flip_on_float_noise(tmp_path, d, expected):
-    # the quick profile's iid series: epsilon 0.5 and 1 equal in exact arithmetic, -3.7e-10 apart on one CPU
+    # the quick profile's iid series: epsilon 0.5 and 1 equal in exact arithmetic, -3.7e-10 apart on
+    # one CPU
     vals = {"fedmgda epsilon=0": [0.1437], "fedmgda epsilon=0.5": [0.1489], "fedmgda": [0.1489 + d]}
-    v = verdict_of(tmp_path, {"m": EPS_SERIES}, vals, seeds=(1,), loss=lambda v: [9.0] * 7 + [v] * 3)
+    v = verdict_of(tmp_path, {"m": EPS_SERIES}, vals, seeds=(1,),
+                   loss=lambda v: [9.0] * 7 + [v] * 3)
     assert v["m"] == expected
     flat = {k: [0.1489 + d * (i - 1)] for i, k in enumerate(vals)}  # a flat series stays no trend
-    assert verdict_of(tmp_path / "flat", {"m": EPS_SERIES}, flat, seeds=(1,), loss=lambda v: [9.0] * 7 + [v] * 3)["m"] == "fails"
+    assert verdict_of(tmp_path / "flat", {"m": EPS_SERIES}, flat, seeds=(1,),
+                      loss=lambda v: [9.0] * 7 + [v] * 3)["m"] == "fails"
 
 
 def test_judge_differences_settles_ties():
-    assert judge_differences([-3.7e-10] * 3, size=0.5)["verdict"] == judge_differences([0.0] * 3)["verdict"] == "holds"
+    assert judge_differences([-3.7e-10] * 3,
+                             size=0.5)["verdict"] == judge_differences([0.0] * 3)["verdict"] == "holds"
     assert judge_differences([-1e-3] * 3, size=0.5)["verdict"] == "fails"
-    assert tie(-3.7e-10, 0.5) == 0.0 and tie(-1e-3, 0.5) == -1e-3
+    assert settle_tie(-3.7e-10, 0.5) == 0.0 and settle_tie(-1e-3, 0.5) == -1e-3
 
 
 def perturb(runs: Path, rng: np.random.Generator, rel: float = 1e-9) -> None:
@@ -264,21 +290,30 @@ def perturb(runs: Path, rng: np.random.Generator, rel: float = 1e-9) -> None:
 def test_verdicts_do_not_change_on_another_machine(tmp_path):
     """Every kind, with ties (equal rows, an equal monotone step, a flat series) and clear cases;
     every statistic perturbed by up to 1e-9, then 1e-6, relative: the same verdicts."""
-    flat_bias = {"source": "T7", "paper": "drops", "experiment": "bias", "select": "afl * bias=*", "by": "attack",
+    flat_bias = {"source": "T7", "paper": "drops", "experiment": "bias", "select": "afl * bias=*",
+                 "by": "attack",
                  "direction": "decreasing", "quantity": "final.mean_acc", "compare": "monotone"}
-    claims = dict(TIES, up=claim(), down=claim(a="fedavg", b="fedmgda_plus *"), mean=claim(seeds="mean"),
-                  threshold=claim(b=50), eps=EPS_SERIES, eps_ident=dict(EPS_SERIES, compare="identical"),
+    claims = dict(TIES, up=claim(), down=claim(a="fedavg", b="fedmgda_plus *"),
+                  mean=claim(seeds="mean"),
+                  threshold=claim(b=50), eps=EPS_SERIES,
+                  eps_ident=dict(EPS_SERIES, compare="identical"),
                   flat=flat_bias, flat_ident=dict(flat_bias, compare="identical"))
     keys = [f"afl gamma_lambda=0.5 gamma_w=0.01 bias={b}" for b in (0, 1, 10)]
-    values = {PLUS: [0.5, 0.4, 0.6], "fedavg": [0.5, 0.4, 0.6], **{k: [0.5, 0.5, 0.5] for k in keys},
-              "fedmgda epsilon=0": [0.1437] * 3, "fedmgda epsilon=0.5": [0.1489] * 3, "fedmgda": [0.1489] * 3}
+    values = {PLUS: [0.5, 0.4, 0.6], "fedavg": [0.5, 0.4, 0.6],
+              **{k: [0.5, 0.5, 0.5] for k in keys},
+              "fedmgda epsilon=0": [0.1437] * 3, "fedmgda epsilon=0.5": [0.1489] * 3,
+              "fedmgda": [0.1489] * 3}
     specs, df, runs = setup(tmp_path, claims, values, loss=lambda v: [9.0] * 7 + [v] * 3)
     here = df.set_index("claim")["verdict"]
-    assert {k: here[k] for k in ("ge", "le", "close", "ident", "up", "down", "eps", "flat", "flat_ident")} == {
-        "ge": "holds", "le": "holds", "close": "holds", "ident": "holds", "up": "holds", "down": "holds",
-        "eps": "holds", "flat": "fails", "flat_ident": "holds"}  # ties: >= and <= hold, a flat series is no trend
+    assert {k: here[k]
+            for k in ("ge", "le", "close", "ident", "up", "down", "eps", "flat", "flat_ident")} == {
+        "ge": "holds", "le": "holds", "close": "holds", "ident": "holds", "up": "holds",
+        "down": "holds",
+        # ties: >= and <= hold, a flat series is no trend
+        "eps": "holds", "flat": "fails", "flat_ident": "holds"}
     rng = np.random.default_rng(41)
-    for rel in (1e-9,) * 3 + (1e-6,) * 3:  # a few ulps averaged; a run's loss between two CPUs (8e-7)
+    # a few ulps averaged; a run's loss between two CPUs (8e-7)
+    for rel in (1e-9,) * 3 + (1e-6,) * 3:
         perturb(runs, rng, rel)
         there = evaluate(specs, runs).set_index("claim")["verdict"]
         assert there.to_dict() == here.to_dict()
@@ -287,10 +322,12 @@ def test_verdicts_do_not_change_on_another_machine(tmp_path):
 def test_metrics_window_and_constant_threshold(tmp_path):
     c = claim(quantity="metrics.improved_loss", window={"last": 2}, b=90)
     improved = lambda v: [0.2] * 8 + [v, v]  # noqa: E731
-    v = verdict_of(tmp_path, {"c": c}, {PLUS: [0.95, 0.97, 0.99], "fedavg": [0.1, 0.1, 0.1]}, improved=improved)
+    v = verdict_of(tmp_path, {"c": c}, {PLUS: [0.95, 0.97, 0.99], "fedavg": [0.1, 0.1, 0.1]},
+                   improved=improved)
     assert v["c"] == "holds"
     whole = claim(quantity="metrics.improved_loss", b=90)  # over all rounds: ~35 %
-    v = verdict_of(tmp_path / "w", {"c": whole}, {PLUS: [0.95, 0.97, 0.99], "fedavg": [0.1, 0.1, 0.1]}, improved=improved)
+    v = verdict_of(tmp_path / "w", {"c": whole},
+                   {PLUS: [0.95, 0.97, 0.99], "fedavg": [0.1, 0.1, 0.1]}, improved=improved)
     assert v["c"] == "fails"
 
 
@@ -306,7 +343,8 @@ def test_missing_runs_are_not_run_and_diverged_seeds_are_left_out(tmp_path):
 
 
 def test_outputs_csv_and_markdown(tmp_path):
-    specs, _, runs = setup(tmp_path, {"c": claim()}, {PLUS: [0.8, 0.7, 0.9], "fedavg": [0.75, 0.65, 0.85]})
+    specs, _, runs = setup(tmp_path, {"c": claim()},
+                           {PLUS: [0.8, 0.7, 0.9], "fedavg": [0.75, 0.65, 0.85]})
     df = write_claims(specs, runs, tmp_path / "claims.csv", tmp_path / "claims.md", "t")
     md = (tmp_path / "claims.md").read_text()
     assert "| c | §6: “a sentence”" in md and "**holds**" in md and "1 holds, 0 fails" in md
@@ -332,8 +370,10 @@ def test_malformed_claims_are_rejected(bad, needle):
 
 
 def test_series_claim_errors():
-    cfg = base_config({"bad": {"source": "s", "paper": "p", "experiment": "eps", "select": "fedmgda*",
-                               "quantity": "final.mean_acc", "compare": "monotone", "direction": "increasing",
+    cfg = base_config({"bad": {"source": "s", "paper": "p", "experiment": "eps",
+                               "select": "fedmgda*",
+                               "quantity": "final.mean_acc", "compare": "monotone",
+                               "direction": "increasing",
                                "by": "mu"}})
     with pytest.raises(ClaimError, match="has no parameter 'mu'"):
         parse_claims(cfg, expand(cfg))
@@ -358,7 +398,8 @@ def test_shipped_claims_parse(name):
 
 
 def test_only_skips_claims_on_left_out_experiments():
-    cfg = base_config({"c": claim(), "e": claim(experiment="eps", a="fedmgda", b="fedmgda epsilon=0")})
+    cfg = base_config({"c": claim(),
+                       "e": claim(experiment="eps", a="fedmgda", b="fedmgda epsilon=0")})
     cfg["only"] = ["eps"]
     assert [c.id for c in parse_claims(cfg, expand(cfg))] == ["e"]
 
@@ -368,7 +409,8 @@ def test_snakemake_stops_on_a_bad_claim_before_any_job(tmp_path):
     cfg["claims"]["fairness_worst5"]["a"] = "fedprox *"
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", str(path)], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", str(path)],
+                          cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
     assert "claim fairness_worst5" in proc.stdout + proc.stderr and "matches no row" in proc.stdout + proc.stderr
@@ -377,13 +419,15 @@ def test_snakemake_stops_on_a_bad_claim_before_any_job(tmp_path):
 def gap_config(claims: dict, seeds=(1, 2, 3)) -> dict:
     """Three experiments on three settings (the dial: local lr here), each FedAvg and FedMGDA+."""
     cfg = base_config(claims, seeds)
-    cfg["settings"] = {f"s{k}": {**SETTING, "local_lr": lr} for k, lr in enumerate((0.01, 0.05, 0.1))}
+    cfg["settings"] = {f"s{k}": {**SETTING, "local_lr": lr}
+                       for k, lr in enumerate((0.01, 0.05, 0.1))}
     cfg["experiments"] = {f"e{k}": {"setting": f"s{k}", "grid": "pair", "seeds": list(seeds)}
                           for k in range(3)}
     return cfg
 
 
-GAP = {"source": "§3", "paper": "the gap shrinks with the dial", "gaps": {"e2": 1.0, "e0": 0.1, "e1": 0.5},
+GAP = {"source": "§3", "paper": "the gap shrinks with the dial",
+       "gaps": {"e2": 1.0, "e0": 0.1, "e1": 0.5},
        "by": "dial", "a": "fedavg", "b": "fedmgda_plus *", "quantity": "final.mean_acc",
        "compare": "monotone", "direction": "decreasing"}
 

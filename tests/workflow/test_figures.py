@@ -17,10 +17,12 @@ def _rows(runs_dir, attacked=False):
         runs = []
         for seed in (1, 2):
             key = f"s/{alg}/default/clean/seed{seed}"
-            write_run(runs_dir, key, list(np.linspace(0.3 + 0.1 * i, 0.9, 20)), rounds=12, seed=seed)
+            write_run(runs_dir, key, list(np.linspace(0.3 + 0.1 * i, 0.9, 20)), rounds=12,
+                      seed=seed)
             runs.append(key)
         rows.append(Row("e", alg, alg, alg, {},
-                        {"kind": "scaling", "value": 10.0, "user": 0} if attacked and i else {"kind": "none"},
+                        {"kind": "scaling", "value": 10.0, "user": 0} if attacked and i
+                        else {"kind": "none"},
                         [1, 2], runs))
     return rows
 
@@ -35,7 +37,8 @@ def _rows(runs_dir, attacked=False):
     ("reading_window", {"metrics": ["std_acc", "worst5_acc"], "window_last": 5}),
 ])
 def test_figure_kinds_write_pdf_and_png(tmp_path, runs_dir, kind, extra):
-    spec = FigureSpec(name="figX", kind=kind, experiments=["e"], title="t", rows=_rows(runs_dir, attacked=True),
+    spec = FigureSpec(name="figX", kind=kind, experiments=["e"], title="t",
+                      rows=_rows(runs_dir, attacked=True),
                       **extra)
     make_figure(spec, runs_dir, tmp_path / "f.pdf", tmp_path / "f.png")
     assert (tmp_path / "f.pdf").stat().st_size > 1000 and (tmp_path / "f.png").stat().st_size > 1000
@@ -58,7 +61,8 @@ def test_tradeoff_plots_the_metric_against_mean_accuracy_per_round(tmp_path, run
     rows = _rows(runs_dir)
     fig, ax = plt.subplots()
     plot_tradeoff(FigureSpec(name="t", kind="tradeoff", experiments=["e"], rows=rows), runs_dir, ax)
-    line = ax.get_lines()[0]  # the first row's path: x = mean_acc, y = std_acc, seeds averaged, in %
+    # the first row's path: x = mean_acc, y = std_acc, seeds averaged, in %
+    line = ax.get_lines()[0]
     mean = seed_curves(rows[0], runs_dir, "mean_acc", None).mean(axis=1)
     std = seed_curves(rows[0], runs_dir, "std_acc", None).mean(axis=1)
     assert np.allclose(line.get_xdata(), mean.values) and np.allclose(line.get_ydata(), std.values)
@@ -96,7 +100,8 @@ def test_reading_window_marks_the_tables_round_and_the_window(runs_dir):
 
     rows = _rows(runs_dir)
     fig, axes = plt.subplots(1, 2)
-    plot_reading_window(FigureSpec(name="w", kind="reading_window", experiments=["e"], metrics=["std_acc", "mean_acc"],
+    plot_reading_window(FigureSpec(name="w", kind="reading_window", experiments=["e"],
+                                   metrics=["std_acc", "mean_acc"],
                                    window_last=5, rows=rows), runs_dir, list(axes))
     protocol = protocol_user_accuracies(runs_dir / rows[0].runs[0])[1]
     labels = axes[0].get_legend_handles_labels()[1]

@@ -42,7 +42,8 @@ def _raw_dir(root: Path) -> Path:
 
 @pytest.mark.parametrize("sort", ["stable", "quicksort"])
 def test_the_shards_partition_has_the_authors_shape(tmp_path, sort):
-    data = load_federated("fmnist", _raw_dir(tmp_path), partition="shards", seed=1, options={"sort": sort})
+    data = load_federated("fmnist", _raw_dir(tmp_path), partition="shards", seed=1,
+                          options={"sort": sort})
     assert data.num_users == 100
     assert set(data.train_sizes()) == {480} and set(data.test_sizes()) == {60}
     for train, test in zip(data.train_idx, data.test_idx):
@@ -57,7 +58,8 @@ def test_the_shards_partition_has_the_authors_shape(tmp_path, sort):
 def test_the_fairness_profile_runs_on_the_real_files(tmp_path):
     wd = copy_workflow(tmp_path / "wf")
     _raw_dir(wd)
-    cmd = [sys.executable, "-m", "snakemake", "results/fmnist/tables/fmnist_core.md", "results/fmnist/claims.md",
+    cmd = [sys.executable, "-m", "snakemake", "results/fmnist/tables/fmnist_core.md",
+           "results/fmnist/claims.md",
            "--cores", "2", "--configfile", "config/fmnist.yaml",
            "--config", "rounds=3", "seeds=[1]", "allow_download=false", "only=[fmnist_core]"]
     proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=1800)
@@ -68,4 +70,5 @@ def test_the_fairness_profile_runs_on_the_real_files(tmp_path):
     claims = pd.read_csv(wd / "results/fmnist/claims.csv")
     assert len(claims) == 10 and not claims["verdict"].eq("not run").any()
     metrics = pd.read_csv(next((wd / "results/fmnist/runs").glob("*/fedavg/default/clean/seed1/metrics.csv")))
-    assert list(metrics["round"]) == [1, 2, 3] and metrics["mean_acc"].notna().sum() == 2  # rounds 1 and 3 evaluated
+    # rounds 1 and 3 evaluated
+    assert list(metrics["round"]) == [1, 2, 3] and metrics["mean_acc"].notna().sum() == 2

@@ -23,7 +23,8 @@ def test_venv_snakemake_builds_a_table_without_activating_the_venv(tmp_path):
     wd = git_clone_copy(tmp_path / "clone")
     env, decoys_called = unactivated_env(tmp_path)
     proc = subprocess.run([str(snakemake), "results/test/tables/table8.md", "--cores", "2",
-                           "--configfile", "config/test.yaml"], cwd=wd, env=env, capture_output=True, text=True,
+                           "--configfile", "config/test.yaml"], cwd=wd, env=env,
+                          capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
     assert not decoys_called.exists(), decoys_called.read_text()
@@ -45,8 +46,10 @@ def test_an_interpreter_that_cannot_run_the_jobs_stops_before_any_job_with_one_m
     # answers None and import fails), as if it were not installed
     run_without = (f"import sys; sys.modules[{module!r}] = None; sys.argv[0] = 'snakemake'; "
                    "from snakemake.cli import main; main()")
-    proc = subprocess.run([sys.executable, "-c", run_without, "results/test/tables/table8.md", "--cores", "1",
-                           "--configfile", "config/test.yaml"], cwd=wd, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", run_without, "results/test/tables/table8.md",
+                           "--cores", "1",
+                           "--configfile", "config/test.yaml"], cwd=wd, capture_output=True,
+                          text=True, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
     assert out.count(MISSING[module]) == 1 and out.count("make setup") == 1, out[-3000:]

@@ -36,7 +36,8 @@ FILES = ("run.yaml", "metrics.csv", "per_user.csv", "summary.json", "train.log")
 
 def snakemake(wd: Path, *args: str, **kw) -> subprocess.Popen:
     # the target goes before --configfile (which takes several values)
-    return subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2", *args, "--configfile",
+    return subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2", *args,
+                             "--configfile",
                              "config/test.yaml", "pack.yaml"], cwd=wd, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True, **kw)
 
@@ -53,18 +54,21 @@ def test_a_killed_pack_job_resumes_every_run_to_the_results_of_runs_trained_alon
     assert dry.returncode == 0, out[-3000:]
     assert "train_pack_tiny_digits_k1_b10_lr0_05_m0_5_devicecpu_pack1" in out and "\ntrain " in out, out
 
-    members = [f"{SETTING}/fedavg/default/clean/seed1", f"{SETTING}/fedmgda_plus/decay0.1_eta1/clean/seed1"]
+    members = [f"{SETTING}/fedavg/default/clean/seed1",
+               f"{SETTING}/fedmgda_plus/decay0.1_eta1/clean/seed1"]
     alone = f"{SETTING}/fedprox/mu0.01/clean/seed1"
     runs = [wd / m for m in members] + [wd / alone]
 
     first = snakemake(wd, "runs", env=env)
     deadline = time.time() + 300
-    while time.time() < deadline and first.poll() is None and not all((r / "checkpoint.pt").exists() for r in runs[:2]):
+    while (time.time() < deadline and first.poll() is None
+           and not all((r / "checkpoint.pt").exists() for r in runs[:2])):
         time.sleep(0.05)
     os.killpg(first.pid, signal.SIGKILL)
     first.wait(timeout=60)
     assert all((r / "checkpoint.pt").exists() for r in runs[:2]), first.stdout.read()[-3000:]
-    assert not any((r / "summary.json").exists() for r in runs[:2]), "the pack finished before it could be killed"
+    assert not any((r / "summary.json").exists()
+                   for r in runs[:2]), "the pack finished before it could be killed"
     configs = [(r / "run.yaml").read_text() for r in runs[:2]]
 
     assert snakemake(wd, "--unlock", env=env).wait(timeout=120) == 0
@@ -86,13 +90,16 @@ def test_a_killed_pack_job_resumes_every_run_to_the_results_of_runs_trained_alon
     alone_procs = []
     for i, text in enumerate(configs):
         (tmp_path / f"ref{i}.yaml").write_text(text)
-        alone_procs.append(subprocess.Popen([sys.executable, "-m", "fedmgda", "train", "--config", str(tmp_path / f"ref{i}.yaml"),
-                                             "--out", str(tmp_path / f"ref{i}")], cwd=wd, stdout=subprocess.PIPE,
+        alone_procs.append(subprocess.Popen([sys.executable, "-m", "fedmgda", "train", "--config",
+                                             str(tmp_path / f"ref{i}.yaml"),
+                                             "--out", str(tmp_path / f"ref{i}")], cwd=wd,
+                                            stdout=subprocess.PIPE,
                                             stderr=subprocess.STDOUT, text=True))
     for i, proc in enumerate(alone_procs):
         assert proc.wait(timeout=600) == 0, proc.stdout.read()
         for name in ("metrics.csv", "per_user.csv"):
-            pd.testing.assert_frame_equal(pd.read_csv(runs[i] / name), pd.read_csv(tmp_path / f"ref{i}" / name),
+            pd.testing.assert_frame_equal(pd.read_csv(runs[i] / name),
+                                          pd.read_csv(tmp_path / f"ref{i}" / name),
                                           atol=1e-5)
 
     # more seeds, and another pack size: only the new runs are trained, the finished ones are kept
@@ -104,9 +111,12 @@ def test_a_killed_pack_job_resumes_every_run_to_the_results_of_runs_trained_alon
         dry = snakemake(wd, "runs", "-n", env=env)
         out = dry.communicate(timeout=120)[0]
         assert dry.returncode == 0, out[-3000:]
-        made = [line for line in out.splitlines() if line.strip().startswith("output:") and "/runs/" in line]
-        assert len(made) == jobs and all("/seed2/" in line and "/seed1/" not in line for line in made), out[-3000:]
+        made = [line for line in out.splitlines() if line.strip().startswith("output:")
+                and "/runs/" in line]
+        assert len(made) == jobs and all("/seed2/" in line and "/seed1/" not in line
+                                         for line in made), out[-3000:]
     edited = runs[0] / "run.yaml"  # a finished run whose config changed is trained again
     edited.write_text(edited.read_text() + "# edited\n")
     out = snakemake(wd, "runs", "-n", env=env).communicate(timeout=120)[0]
-    assert any(f"{members[0]}/summary.json" in line for line in out.splitlines() if line.strip().startswith("output:")), out[-3000:]
+    assert any(f"{members[0]}/summary.json" in line for line in out.splitlines()
+               if line.strip().startswith("output:")), out[-3000:]

@@ -39,8 +39,9 @@ KNOWN_MISSES = {
     # the code's q = 0 (q-FedSGD) averages the two devices uniformly; the paper's data-weighted
     # reading (variant qffl_q0_weights: samples) lands within the band on all three columns
     ("qffl_q0", "Adult average"), ("qffl_q0", "PhD"), ("qffl_q0", "non-PhD"),
-    # AFL's uniform step (fair_flearn with sampling 2): shirt 63.4 vs 71.4 ± 4.2; the lambda-weighted
-    # reading (variant afl_step_weights: lambda) fits shirt but not the other columns
+    # AFL's uniform step (fair_flearn with sampling 2): shirt 63.4 vs 71.4 ± 4.2; the
+    # lambda-weighted reading (variant afl_step_weights: lambda) fits shirt but not the other
+    # columns
     ("afl", "shirt"),
 }
 ADULT_COLUMNS = ("Adult average", "PhD", "non-PhD")
@@ -77,15 +78,18 @@ def _run_table2(tmp_path: Path, fmnist_rounds: int | None) -> pd.DataFrame:
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
     table = pd.read_csv(wd / "results/paper/tables/qffl_table2.csv", keep_default_na=False)
     print((wd / "results/paper/tables/qffl_table2.md").read_text())
-    assert list(table["row"]) == ["qffl_q0", "afl", "qffl_q1", "qffl_q2"]  # the paper's four rows, all run
+    # the paper's four rows, all run
+    assert list(table["row"]) == ["qffl_q0", "afl", "qffl_q1", "qffl_q2"]
     assert (table["status"] == "ok").all() and set(table["seeds"]) == {5}
     return table
 
 
 def _check_band(table: pd.DataFrame, columns: tuple[str, ...]) -> None:
-    outside = {(r["row"], c): f"{r['label']}: {c} {float(r[f'{c} repro_mean']):.2f} vs paper {r[f'{c} paper']} "
+    outside = {(r["row"], c): f"{r['label']}: {c} {float(r[f'{c} repro_mean']):.2f} vs paper "
+               f"{r[f'{c} paper']} "
                               f"({float(r[f'{c} diff']):+.2f})"
-               for _, r in table.iterrows() for c in columns if not r[f"{c} verdict"].startswith("within")}
+               for _, r in table.iterrows() for c in columns
+               if not r[f"{c} verdict"].startswith("within")}
     new = [text for key, text in outside.items() if key not in KNOWN_MISSES]
     assert not new, ("rows outside max(paper ±, one test sample of the dataset's smallest device: "
                      "Adult 0.56, F-MNIST 0.1):\n" + "\n".join(new))
@@ -99,6 +103,8 @@ def test_qffl_table2_adult_within_the_papers_band_and_every_row_produced(tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not FULL, reason="F-MNIST's full protocol takes about 22 min on 2 cores; set FEDMGDA_QFFL_FULL=1")
+@pytest.mark.skipif(not FULL,
+                    reason="F-MNIST's full protocol takes about 22 min on 2 cores; set "
+                    "FEDMGDA_QFFL_FULL=1")
 def test_qffl_table2_on_the_real_files_is_within_the_papers_band(tmp_path):
     _check_band(_run_table2(tmp_path, None), COLUMNS)

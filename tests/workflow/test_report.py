@@ -41,7 +41,8 @@ def test_the_report_rule_exports_outputs_without_code(tmp_path):
     html_path, log = tmp_path / "out" / "report.html", tmp_path / "nbconvert.log"
     html_path.parent.mkdir()
     command = report_html_command().format(input=executed, output=html_path, log=log)
-    done = subprocess.run(["bash", "-c", command], env={**os.environ, "FEDMGDA_PYTHON": sys.executable},
+    done = subprocess.run(["bash", "-c", command],
+                          env={**os.environ, "FEDMGDA_PYTHON": sys.executable},
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, log.read_text()[-2000:] if log.exists() else done.stderr
     page = html_path.read_text()
@@ -57,11 +58,13 @@ def test_the_claims_summary_is_the_reports_first_output():
     for cell in cells[:first]:
         source = "".join(cell["source"])
         if cell["cell_type"] == "markdown":
-            assert re.fullmatch(r"# [^\n]+", source.strip()), f"text before the claims: {source[:80]!r}"
+            assert re.fullmatch(r"# [^\n]+",
+                                source.strip()), f"text before the claims: {source[:80]!r}"
             continue
         tree = ast.parse(source)
         assert "display(" not in source and "print(" not in source, source[:80]
-        assert not (tree.body and isinstance(tree.body[-1], ast.Expr)), f"a cell before the claims shows a value: {source[:80]!r}"
+        assert not (tree.body
+                    and isinstance(tree.body[-1], ast.Expr)), f"a cell before the claims shows a value: {source[:80]!r}"
 
 
 def test_the_report_says_where_its_runs_were_made(tmp_path):
@@ -73,8 +76,10 @@ def test_the_report_says_where_its_runs_were_made(tmp_path):
 
     from .conftest import write_run
 
-    stamp = {"fedmgda": "0.1.0", "commit": None, "dirty": None, "python": "3.11.7", "torch": "2.14.1",
-             "numpy": "2.4.6", "cvxopt": None, "device": "cpu", "cuda": None, "gpu": None, "cpu": "AMD EPYC",
+    stamp = {"fedmgda": "0.1.0", "commit": None, "dirty": None, "python": "3.11.7",
+             "torch": "2.14.1",
+             "numpy": "2.4.6", "cvxopt": None, "device": "cpu", "cuda": None, "gpu": None,
+             "cpu": "AMD EPYC",
              "isa": "x86-64-v4", "torch_isa": "AVX512", "threads": 2, "partition_hash": None}
     runs = tmp_path / "runs"
     for key in ("new", "old"):
@@ -82,19 +87,23 @@ def test_the_report_says_where_its_runs_were_made(tmp_path):
         if key == "new":
             summary = json.loads((folder / "summary.json").read_text())
             (folder / "summary.json").write_text(json.dumps({**summary, "environment": stamp}))
-    registry = {key: {"experiments": ["e"], "dataset": "d", "algorithm": "fedavg", "seed": 1} for key in ("new", "old")}
+    registry = {key: {"experiments": ["e"], "dataset": "d", "algorithm": "fedavg", "seed": 1}
+                for key in ("new", "old")}
     (tmp_path / "registry.json").write_text(json.dumps(registry))
-    assert main(["runs-index", "--runs-dir", str(runs), "--registry", str(tmp_path / "registry.json"),
+    assert main(["runs-index", "--runs-dir", str(runs), "--registry",
+                 str(tmp_path / "registry.json"),
                  "--out", str(tmp_path / "runs_index.csv")]) == 0
 
     cells = json.loads(NOTEBOOK.read_text())["cells"]
-    heading = next(i for i, c in enumerate(cells) if "".join(c["source"]).startswith("## Where these results were made"))
+    heading = next(i for i, c in enumerate(cells)
+                   if "".join(c["source"]).startswith("## Where these results were made"))
     shown = []
     namespace = {"index": pd.read_csv(tmp_path / "runs_index.csv"), "json": json, "pd": pd,
                  "display": shown.append, "Markdown": str}
     exec("".join(cells[heading + 1]["source"]), namespace)
-    assert shown == ["Made with fedmgda 0.1.0, Python 3.11.7, torch 2.14.1, numpy 2.4.6, cvxopt None on cpu, AMD EPYC "
-                     "(x86-64-v4), 2 torch threads.\n\n1 run carries no environment stamp (trained before stamping)."]
+    assert shown == ["Made with fedmgda 0.1.0, Python 3.11.7, torch 2.14.1, numpy 2.4.6, cvxopt "
+                     "None on cpu, AMD EPYC (x86-64-v4), 2 torch threads.\n\n1 run carries no "
+                     "environment stamp (trained before stamping)."]
 
 
 # ---- a report that shows any experiment
@@ -113,13 +122,16 @@ def _toy_results(root, *, packed: bool = True):
             summary = json.loads((folder / "summary.json").read_text())
             config = {"dataset": "toy", "algorithm": algorithm, "hparams": hparams, "seed": seed,
                       "partition_file": f"p/seed{seed}.npz", "rounds": 12}
-            (folder / "summary.json").write_text(json.dumps({**summary, "config": config, "runtime_s": 100.0 + seed}))
-            registry[key] = {"experiments": ["toy_exp"], "dataset": "toy", "algorithm": algorithm, "seed": seed}
+            (folder / "summary.json").write_text(json.dumps({**summary, "config": config,
+                                                             "runtime_s": 100.0 + seed}))
+            registry[key] = {"experiments": ["toy_exp"], "dataset": "toy", "algorithm": algorithm,
+                             "seed": seed}
     if packed:
         members = [f"results/toy/runs/toy/fedmgda/seed{s}" for s in (1, 2)]
         for member in members:
             (runs / member.removeprefix("results/toy/runs/") / "train.log").write_text(
-                f"pack of 2 runs: python -m fedmgda train --config a.yaml b.yaml --out {' '.join(members)}\nround 1\n")
+                "pack of 2 runs: python -m fedmgda train --config a.yaml b.yaml --out "
+                f"{' '.join(members)}\nround 1\n")
     (root / "registry.json").write_text(json.dumps(registry))
     return runs
 
@@ -133,11 +145,13 @@ def test_a_pack_counts_once_in_the_training_time(tmp_path):
     runs = _toy_results(tmp_path)
     assert run_pack(runs / "toy/fedavg/seed1") == ""
     assert run_pack(runs / "toy/fedmgda/seed1") == run_pack(runs / "toy/fedmgda/seed2") != ""
-    assert main(["runs-index", "--runs-dir", str(runs), "--registry", str(tmp_path / "registry.json"),
+    assert main(["runs-index", "--runs-dir", str(runs), "--registry",
+                 str(tmp_path / "registry.json"),
                  "--out", str(tmp_path / "runs_index.csv")]) == 0
     index = pd.read_csv(tmp_path / "runs_index.csv")
     assert training_time(index) == (101.0 + 102.0 + 102.0, 1)  # the pack: its longest member, once
-    assert training_time(index.drop(columns="pack")) == (406.0, 0)  # an index written before packs were read
+    # an index written before packs were read
+    assert training_time(index.drop(columns="pack")) == (406.0, 0)
 
 
 def test_an_experiment_without_a_table_shows_its_rows(tmp_path):
@@ -146,11 +160,14 @@ def test_an_experiment_without_a_table_shows_its_rows(tmp_path):
     from fedmgda import report
 
     runs = _toy_results(tmp_path)
-    assert report.bare_experiments(["a", "b", "c"], [SimpleNamespace(experiments=["a"]), SimpleNamespace(experiments=["c"])]) == ["b"]
+    assert report.bare_experiments(["a", "b", "c"],
+                                   [SimpleNamespace(experiments=["a"]),
+                                    SimpleNamespace(experiments=["c"])]) == ["b"]
     keys = [f"toy/{a}/seed{s}" for a in ("fedavg", "fedmgda") for s in (1, 2)]
     rows = report.experiment_rows(runs, keys)
     assert rows == {"fedavg": keys[:2], "fedmgda epsilon=0": keys[2:]}
-    assert report.experiment_rows(runs, keys[2:]) == {"fedmgda epsilon=0": keys[2:]}  # one row: its hparams
+    # one row: its hparams
+    assert report.experiment_rows(runs, keys[2:]) == {"fedmgda epsilon=0": keys[2:]}
     stats = report.statistics_table(runs, rows)
     assert list(stats.index) == list(rows) and set(stats["seeds"]) == {2} and set(stats["status"]) == {"2 ok"}
     assert stats.loc["fedavg", "final mean_acc"] == "65.00 ± 1.67"  # user means 63.33 %, 66.67 %
@@ -211,21 +228,26 @@ def toy_report(tmp_path_factory) -> Path:
     results = tmp_path / "results/toy"
     results.mkdir(parents=True)
     runs = _toy_results(results)
-    assert main(["runs-index", "--runs-dir", str(runs), "--registry", str(results / "registry.json"),
+    assert main(["runs-index", "--runs-dir", str(runs), "--registry",
+                 str(results / "registry.json"),
                  "--out", str(results / "runs_index.csv")]) == 0
     assert len(pd.read_csv(results / "runs_index.csv")) == 4
-    for job, seconds in (("train/toy/fedavg/seed1", 110.0), ("train/toy/fedavg/seed2", 120.0), ("packs/toy_exp/g/pack1", 130.5)):
+    for job, seconds in (("train/toy/fedavg/seed1", 110.0), ("train/toy/fedavg/seed2", 120.0),
+                         ("packs/toy_exp/g/pack1", 130.5)):
         (results / "benchmarks" / f"{job}.tsv").parent.mkdir(parents=True, exist_ok=True)
         (results / "benchmarks" / f"{job}.tsv").write_text(f"s\th:m:s\tmax_rss\n{seconds}\t0:02:00\t800\n")
     executed, page = results / "report/report.ipynb", results / "report/report.html"
     executed.parent.mkdir()
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "MPLBACKEND": "Agg"}
-    done = subprocess.run([sys.executable, "-m", "papermill", str(NOTEBOOK), str(executed), "-k", "python3",
-                           "--cwd", str(tmp_path), "-p", "results_dir", "results/toy", "-p", "profile", "toy",
+    done = subprocess.run([sys.executable, "-m", "papermill", str(NOTEBOOK), str(executed), "-k",
+                           "python3",
+                           "--cwd", str(tmp_path), "-p", "results_dir", "results/toy", "-p",
+                           "profile", "toy",
                            "-p", "tables", "", "-p", "figures", "", "-p", "bare", "toy_exp"],
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    command = report_html_command().format(input=executed, output=page, log=tmp_path / "nbconvert.log")
+    command = report_html_command().format(input=executed, output=page,
+                                           log=tmp_path / "nbconvert.log")
     done = subprocess.run(["bash", "-c", command], env={**env, "FEDMGDA_PYTHON": sys.executable},
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, (tmp_path / "nbconvert.log").read_text()[-2000:]
@@ -238,19 +260,22 @@ def test_the_report_of_one_experiment_shows_its_results(toy_report):
     html = toy_report.read_text()
     assert _headings_without_content(html) == []
     assert "Results of the experiments without a table or figure" in html and "toy_exp" in html
-    # the curves, an image (a figure displayed under MPLBACKEND=Agg would be its text, "<Figure size ...>")
+    # the curves, an image (a figure displayed under MPLBACKEND=Agg would be its text, "<Figure size
+    # ...>")
     assert html.count('src="data:image/png;base64') == 1 and "Figure size" not in html
     assert html.index('id="toy_exp"') < html.index('src="data:image/png;base64') < html.index('id="Run-time"')
     assert "fedmgda epsilon=0" in html and "final mean_acc" in html  # the statistics table
     assert re.findall(r"<h[1-4][^>]*>([^<]*)", html) == [
-        "FedMGDA+ reproduction report", "What was run", "Results of the experiments without a table or figure",
+        "FedMGDA+ reproduction report", "What was run",
+        "Results of the experiments without a table or figure",
         "toy_exp", "Run time", "Where these results were made", "About this report"]
     assert "Paper vs reproduced" not in html  # no table
     assert "305 s" in html and "1 pack of runs counted once" in html
     assert "Wall clock of the 3 training jobs" in html and "360 s" in html
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+CHROMIUM = (shutil.which("chromium") or shutil.which("chromium-browser")
+            or shutil.which("google-chrome"))
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium (Debian: apt-get install chromium)")
@@ -260,9 +285,12 @@ def test_a_browser_shows_the_curves_of_the_one_experiment_report(toy_report, tmp
     from PIL import Image
 
     shot = tmp_path / "report.png"
-    done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                           f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1280,2000",
+    done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                           "--disable-quic", "--no-first-run",
+                           "--disable-background-networking", "--disable-component-update",
+                           "--disable-sync",
+                           f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
+                           "--window-size=1280,2000",
                            toy_report.as_uri()], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and shot.is_file(), done.stderr[-2000:]
     colours = Image.open(shot).convert("RGB").getcolors(maxcolors=1 << 24)

@@ -33,10 +33,12 @@ def test_the_schema_is_package_data_and_the_workflow_reads_it():
     package = REPO / "src" / "fedmgda"
     assert SCHEMA_PATH.parent == package and SCHEMA_PATH.is_file()
     data = (REPO / "pyproject.toml").read_text().split("[tool.setuptools.package-data]", 1)[1]
-    globs = yaml.safe_load(data.split("\n[", 1)[0].replace(" = ", ": "))["fedmgda"]  # fedmgda = [...]
+    # fedmgda = [...]
+    globs = yaml.safe_load(data.split("\n[", 1)[0].replace(" = ", ": "))["fedmgda"]
     assert any(fnmatch.fnmatch(SCHEMA_PATH.relative_to(package).as_posix(), g) for g in globs)
     assert "config_error(config)" in (REPO / "workflow" / "Snakefile").read_text()
-    copies = [p for p in REPO.rglob("*.schema.yaml") if ".snakemake" not in p.parts and p != SCHEMA_PATH]
+    copies = [p for p in REPO.rglob("*.schema.yaml") if ".snakemake" not in p.parts
+              and p != SCHEMA_PATH]
     assert not copies, copies
 
 
@@ -53,8 +55,10 @@ def _tiny() -> dict:
     "mutate, needle",
     [
         (lambda c: c["grids"]["tiny"].append({"algorithm": "fed-sgd"}), "fed-sgd"),
-        (lambda c: c["grids"]["tiny"].append({"algorithm": "fedavg", "hparams": {"tau": "fast"}}), "fast"),
-        (lambda c: c["grids"]["tiny"].append({"algorithm": "fedavg", "hparams": {"tau": True}}), "True"),
+        (lambda c: c["grids"]["tiny"].append({"algorithm": "fedavg",
+                                              "hparams": {"tau": "fast"}}), "fast"),
+        (lambda c: c["grids"]["tiny"].append({"algorithm": "fedavg",
+                                              "hparams": {"tau": True}}), "True"),
         (lambda c: c.update(plugins=["plugins/my_agg.py"]), "my_agg.py"),
         (lambda c: c.update(plugins=["plugins/my_agg.py:1Agg"]), "1Agg"),
         (lambda c: c["settings"]["digits_b10"].update(participation=0), "0"),
@@ -91,14 +95,17 @@ def test_unknown_algorithm_is_caught_by_the_registry():
 def test_plugin_names_and_hyperparameters_pass_the_schema():
     cfg = _tiny()
     cfg["plugins"] = ["plugins/my_agg.py:MyAgg", "mypkg.aggs:Other_1"]
-    cfg["grids"]["tiny"].append({"algorithm": "my_agg", "hparams": {"tau": 0.5, "rho": "1/3", "eta": 2}})
+    cfg["grids"]["tiny"].append({"algorithm": "my_agg",
+                                 "hparams": {"tau": 0.5, "rho": "1/3", "eta": 2}})
     jsonschema.validate(cfg, SCHEMA)
 
 
 @pytest.mark.parametrize("mutate, needle", [
     (lambda c: c.update(seeds=[1, 2, 1]), r"seeds \[1, 2, 1\] repeat 1; give each seed once"),
-    (lambda c: c["settings"]["digits_b10"].update(dataset_options={"num_users": 0}), "option num_users must be an integer >= 1, got 0"),
-    (lambda c: c["settings"]["digits_b10"].update(dataset_options={"num_users": 2.5}), "option num_users must be an integer >= 1, got 2.5"),
+    (lambda c: c["settings"]["digits_b10"].update(dataset_options={"num_users": 0}), "option "
+     "num_users must be an integer >= 1, got 0"),
+    (lambda c: c["settings"]["digits_b10"].update(dataset_options={"num_users": 2.5}), "option "
+     "num_users must be an integer >= 1, got 2.5"),
 ])
 def test_repeated_seeds_and_bad_dataset_options_are_caught_by_the_registry(mutate, needle):
     """What reaches the registry without the schema (e.g. ``--config seeds=[1,1]`` overrides) is
@@ -124,7 +131,8 @@ def test_hyperparameter_ranges_are_checked_by_the_registry(algorithm, hparams, n
 
 
 @pytest.mark.parametrize("mutate, needle", [
-    (lambda c: c["grids"]["tiny"].append({"algorithm": "fedmgda", "hparams": {"epsilon": 2}}), "epsilon"),
+    (lambda c: c["grids"]["tiny"].append({"algorithm": "fedmgda",
+                                          "hparams": {"epsilon": 2}}), "epsilon"),
     (lambda c: c["resources"]["default"].update(pack=0), "pack"),
 ])
 def test_snakemake_stops_on_an_invalid_config_before_any_job(tmp_path, mutate, needle):
@@ -132,14 +140,16 @@ def test_snakemake_stops_on_an_invalid_config_before_any_job(tmp_path, mutate, n
     mutate(cfg)
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(cfg))
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile", str(bad)], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile",
+                           str(bad)], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     assert needle in out and "Job stats" not in out
 
 
-# --------------------------------------------------------------------------- a config that documents itself
+# --------------------------------------------------------------------------- a config that
+# documents itself
 def _properties(node, path="#"):
     """Every (path, subschema) under a ``properties`` keyword, at every level of the schema."""
     if isinstance(node, dict):
@@ -158,7 +168,8 @@ def test_every_property_has_a_description():
     assert any(p.startswith("#/$defs/claim_row/oneOf/1/properties/") for p, _ in props)
     missing = [p for p, sub in props if not str(sub.get("description", "")).strip()]
     assert not missing, missing
-    untitled = [k for k, d in SCHEMA["$defs"].items() if "title" in d and "properties" in d and not d.get("description")]
+    untitled = [k for k, d in SCHEMA["$defs"].items() if "title" in d and "properties" in d
+                and not d.get("description")]
     assert not untitled
 
 
@@ -183,7 +194,8 @@ def test_config_readme_is_generated_from_the_schema():
     block = text.split("<!-- schema:start -->")[1].split("<!-- schema:end -->")[0]
     for key, sub in SCHEMA["properties"].items():
         assert f"| `{key}` |" in block and sub["description"].split("`")[0].strip() in block
-    for name in ("runfields", "entry", "attack", "experiment", "resources", "table", "figure", "claim"):
+    for name in ("runfields", "entry", "attack", "experiment", "resources", "table", "figure",
+                 "claim"):
         assert f"### {SCHEMA['$defs'][name]['title']}\n" in block
     for name, info in BUILTIN_ALGORITHMS.items():  # the algorithms, from the catalog
         assert f"| `{name}` | {info.display} |" in block
@@ -212,7 +224,8 @@ def test_config_docs_check_fails_on_a_stale_readme(tmp_path, capsys):
 
 def test_with_defaults_fills_top_level_keys_only():
     cfg = {"profile": "x", "experiments": {}, "report": {}, "run_overrides": {},
-           "resources": {"default": {"mem_mb": 4000}, "cifar10": {"gpu": 1}}, "settings": {"s": {"dataset": "adult"}}}
+           "resources": {"default": {"mem_mb": 4000}, "cifar10": {"gpu": 1}},
+           "settings": {"s": {"dataset": "adult"}}}
     out = with_defaults(cfg)
     assert out["raw_dir"] == "resources/raw" and out["train_command"] is None
     assert out["allow_download"] is True and out["partition_jobs"] is True and out["plugins"] == []
@@ -224,13 +237,15 @@ def test_with_defaults_fills_top_level_keys_only():
     assert out["resources"] == {"default": {"mem_mb": 4000}, "cifar10": {"gpu": 1}}
     assert "device" not in out
     assert cfg["report"] == {} and "raw_dir" not in cfg  # the input is left as it is
-    given = with_defaults({"raw_dir": "/data", "report": {"notebook": "n.ipynb"}, "plugins": ["a.py:A"]})
+    given = with_defaults({"raw_dir": "/data", "report": {"notebook": "n.ipynb"},
+                           "plugins": ["a.py:A"]})
     assert given["raw_dir"] == "/data" and given["report"]["notebook"] == "n.ipynb" and given["plugins"] == ["a.py:A"]
 
 
 def test_shipped_configs_stay_valid_with_defaults_filled_in():
     for name in ("config.yaml", "quick.yaml", "test.yaml"):
-        jsonschema.validate(with_defaults(yaml.safe_load((REPO / "config" / name).read_text())), SCHEMA)
+        jsonschema.validate(with_defaults(yaml.safe_load((REPO / "config" / name).read_text())),
+                            SCHEMA)
 
 
 def test_run_field_defaults_are_runconfigs():
@@ -249,7 +264,8 @@ def test_run_field_defaults_are_runconfigs():
 def test_resource_defaults_are_the_codes():
     res = SCHEMA["$defs"]["resources"]["properties"]
     assert {k: v["default"] for k, v in res.items()} == {
-        "gpu": 0, "mem_mb": 2000, "runtime": 30, "threads": 1, "pack": 1, "pack_runtime": 1, "pack_mem_mb": 0}
+        "gpu": 0, "mem_mb": 2000, "runtime": 30, "threads": 1, "pack": 1, "pack_runtime": 1,
+        "pack_mem_mb": 0}
     cfg = _tiny()
     cfg["resources"] = {"default": {"mem_mb": 4000}, "digits": {"runtime": 7}}
     reg = expand(cfg)
@@ -257,13 +273,15 @@ def test_resource_defaults_are_the_codes():
     # schema default, then resources.default, then resources.<dataset>
     assert spec.resources == {**def_defaults("resources"), "mem_mb": 4000, "runtime": 7}
     assert pack_size(spec) == res["pack"]["default"]
-    bare = dataclasses.replace(spec, resources={"gpu": 0, "mem_mb": 100, "runtime": 10, "threads": 1})
+    bare = dataclasses.replace(spec,
+                               resources={"gpu": 0, "mem_mb": 100, "runtime": 10, "threads": 1})
     assert pack_resources([bare, bare]) == {"threads": 1, "gpu": 0, "mem_mb": 100, "runtime": 20}
 
 
 def test_registry_defaults_are_the_schemas():
     cfg = _tiny()
-    for key in ("raw_dir", "partition_jobs", "seeds", "rounds", "only", "run_overrides", "experiment_overrides"):
+    for key in ("raw_dir", "partition_jobs", "seeds", "rounds", "only", "run_overrides",
+                "experiment_overrides"):
         cfg.pop(key, None)
     exp = next(iter(cfg["experiments"].values()))
     exp.pop("seeds", None)
@@ -291,10 +309,12 @@ def test_claim_defaults_are_the_schemas():
 def test_table_scale_default_is_each_sources_display_scale(runs_dir):
     write_run(runs_dir, "r/seed1", [0.5, 0.7])
     row = Row("t", "fedavg", "FedAvg", "fedavg", {}, {"kind": "none"}, [1], ["r/seed1"])
-    spec = TableSpec(name="t", experiments=["t"], columns={"Average": "protocol.mean_acc", "Var": "protocol.var_acc"},
+    spec = TableSpec(name="t", experiments=["t"],
+                     columns={"Average": "protocol.mean_acc", "Var": "protocol.var_acc"},
                      rows=[row])
     assert "default" not in SCHEMA["$defs"]["table"]["properties"]["scale"]
     table = build_table(spec, runs_dir).iloc[0]
     assert table["Average repro_mean"] == pytest.approx(60.0)  # accuracies in %
     assert table["Var repro_mean"] == pytest.approx(0.01 * 1e4)  # var_acc in %^2
-    assert build_table(dataclasses.replace(spec, scale=1), runs_dir).iloc[0]["Var repro_mean"] == pytest.approx(0.01)
+    assert build_table(dataclasses.replace(spec, scale=1),
+                       runs_dir).iloc[0]["Var repro_mean"] == pytest.approx(0.01)

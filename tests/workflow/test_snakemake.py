@@ -41,7 +41,8 @@ def test_paper_dag_resolves_with_at_least_1000_training_runs_in_packs(tmp_path):
     # in a copy of the workflow without results/: the checkout's trained runs get no job
     # (fedmgda.packs.trained_runs), so there the DAG depends on what was trained; --forceall:
     # every job of the DAG
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--forceall", "--quiet", "rules"], cwd=copy_workflow(tmp_path / "wf"),
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--forceall", "--quiet",
+                           "rules"], cwd=copy_workflow(tmp_path / "wf"),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = _job_counts(proc.stdout)
@@ -49,8 +50,8 @@ def test_paper_dag_resolves_with_at_least_1000_training_runs_in_packs(tmp_path):
     pack_jobs = {k: v for k, v in counts.items() if k.startswith("train_pack_")}
     assert pack_jobs == {pack_rule_name(p): 1 for p in packs}  # one job per pack, every pack
     packed = sum(len(keys) for keys in packs.values())
-    print(f"paper DAG: {len(pack_jobs)} pack jobs ({packed} runs) + {counts.get('train', 0)} single-run jobs, "
-          f"{counts.get('total')} jobs in all")
+    print(f"paper DAG: {len(pack_jobs)} pack jobs ({packed} runs) + {counts.get('train', 0)} "
+          f"single-run jobs, {counts.get('total')} jobs in all")
     assert packed + counts.get("train", 0) == len(reg.runs) >= 1000
     for n in range(6, 15):
         assert counts[f"table_table{n}"] == 1
@@ -59,10 +60,12 @@ def test_paper_dag_resolves_with_at_least_1000_training_runs_in_packs(tmp_path):
     assert counts["check_claims"] == 1
     # docs/workflow.md "The paper registry" states the DAG's counts
     page = " ".join((REPO / "docs" / "workflow.md").read_text().split())
-    m = re.search(r"resolves (\d+) training runs in (\d+) pack jobs, plus (\d+) partitions, (\d+) downloads, "
-                  r"(\d+) tables, (\d+) figure panels, the claims and the report's (\d+) jobs: (\d+) jobs", page)
+    m = re.search(r"resolves (\d+) training runs in (\d+) pack jobs, plus (\d+) partitions, (\d+) "
+                  r"downloads, (\d+) tables, (\d+) figure panels, the claims and the report's "
+                  r"(\d+) jobs: (\d+) jobs", page)
     assert m, "docs/workflow.md no longer states the paper DAG's counts; update this test"
-    report = sum(counts.get(k, 0) for k in ("registry_json", "runs_index", "report_notebook", "report_html"))
+    report = sum(counts.get(k, 0)
+                 for k in ("registry_json", "runs_index", "report_notebook", "report_html"))
     actual = [len(reg.runs), len(pack_jobs), counts["partition"], counts["download"],
               sum(v for k, v in counts.items() if k.startswith("table_")),
               sum(v for k, v in counts.items() if k.startswith("figure_")), report, counts["total"]]
@@ -70,7 +73,8 @@ def test_paper_dag_resolves_with_at_least_1000_training_runs_in_packs(tmp_path):
 
 
 def test_claims_target_builds_only_the_runs_the_claims_need():
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "results/paper/claims.md", "-n", "--quiet", "rules"],
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "results/paper/claims.md", "-n",
+                           "--quiet", "rules"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = _job_counts(proc.stdout)
@@ -82,7 +86,8 @@ def test_claims_target_builds_only_the_runs_the_claims_need():
 
 def test_one_figure_builds_only_the_packs_of_its_runs():
     # the target goes before options that take several values
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "results/paper/figures/fig3a.pdf", "-n", "--quiet", "rules"],
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "results/paper/figures/fig3a.pdf",
+                           "-n", "--quiet", "rules"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = _job_counts(proc.stdout)
@@ -92,7 +97,8 @@ def test_one_figure_builds_only_the_packs_of_its_runs():
     if runs - {k for keys in packs.values() for k in keys}:
         needed.add("train")  # runs outside packs: one job each
     assert {k for k in counts if k.startswith("train")} == needed, counts
-    assert counts["figure_fig3a"] == 1 and not any(k.startswith(("table_", "report")) for k in counts)
+    assert counts["figure_fig3a"] == 1 and not any(k.startswith(("table_", "report"))
+                                                   for k in counts)
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +112,8 @@ def test_tiny_config_end_to_end(workdir, tmp_path):
     # from a shell without the environment activated: every rule (papermill's kernel included)
     # runs with this interpreter, none with the decoys first on PATH
     env, decoys_called = unactivated_env(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/test.yaml"], cwd=workdir,
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile",
+                           "config/test.yaml"], cwd=workdir,
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
     assert not decoys_called.exists(), decoys_called.read_text()
@@ -144,22 +151,27 @@ def test_snakemake_report_holds_every_table_figure_and_the_claims_with_captions(
     cfg = yaml.safe_load((workdir / "config/test.yaml").read_text())
     reg = expand(cfg)
     archive = tmp_path / "report.zip"
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "--configfile", "config/test.yaml", "--report", str(archive)],
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--configfile", "config/test.yaml",
+                           "--report", str(archive)],
                           cwd=workdir, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     with zipfile.ZipFile(archive) as zf:
         names = zf.namelist()
         # the report's own page (the notebook's report.html is stored deeper, under data/raw/)
-        page = zf.read(min((n for n in names if n.endswith("/report.html")), key=lambda n: n.count("/"))).decode()
+        page = zf.read(min((n for n in names if n.endswith("/report.html")),
+                           key=lambda n: n.count("/"))).decode()
     categories = _report_json(page, "categories")
     tables = {t: [f"results/test/tables/{t}.{ext}" for ext in ("csv", "md")] for t in reg.tables}
-    figures = {f: [f"results/test/figures/{f}.{ext}" for ext in ("pdf", "png")] for f in reg.figures}
+    figures = {f: [f"results/test/figures/{f}.{ext}" for ext in ("pdf", "png")]
+               for f in reg.figures}
     assert set(categories) == {"Tables", "Figures", "Claims", "Report"}
     assert {t: sorted(v) for t, v in categories["Tables"].items()} == tables  # one subcategory each
     assert {f: sorted(v) for f, v in categories["Figures"].items()} == figures
-    assert sorted(f for v in categories["Claims"].values() for f in v) == [f"results/test/claims.{e}" for e in ("csv", "md")]
+    assert sorted(f for v in categories["Claims"].values()
+                  for f in v) == [f"results/test/claims.{e}" for e in ("csv", "md")]
     results = _report_json(page, "results")
-    stored = {Path(n).name for n in names if "/data/raw/" in n}  # the files themselves, beside the page
+    # the files themselves, beside the page
+    stored = {Path(n).name for n in names if "/data/raw/" in n}
     for specs, files in ((reg.tables, tables), (reg.figures, figures)):
         for name, spec in specs.items():
             for f in files[name]:
@@ -168,7 +180,8 @@ def test_snakemake_report_holds_every_table_figure_and_the_claims_with_captions(
     assert "report.html" in stored and "reproduction report" in results["results/test/report/report.html"]["caption"]
     for f in ("claims.csv", "claims.md"):
         assert f in stored and "claims, checked on the runs" in results[f"results/test/{f}"]["caption"]
-    assert '<tt class="docutils literal">test</tt>' in _report_json(page, "workflow-desc")  # the profile
+    # the profile
+    assert '<tt class="docutils literal">test</tt>' in _report_json(page, "workflow-desc")
 
 
 @pytest.mark.slow
@@ -178,8 +191,10 @@ def test_deleting_one_figure_reruns_only_its_rule(workdir):
         pytest.skip("needs the end-to-end run")
     fig.unlink()
     # the target goes before --configfile (which takes several values)
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "results/test/figures/fig1a.png", "-n", "--quiet", "rules",
-                           "--configfile", "config/test.yaml"], cwd=workdir, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "results/test/figures/fig1a.png",
+                           "-n", "--quiet", "rules",
+                           "--configfile", "config/test.yaml"], cwd=workdir, capture_output=True,
+                          text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = _job_counts(proc.stdout)
@@ -199,12 +214,16 @@ def test_a_raw_dir_with_a_space_reaches_every_job_as_one_argument(tmp_path):
     cfg["settings"]["fmnist_b10"] = {"dataset": "fmnist", "partition": "shards", "batch_size": 10,
                                      "local_lr": 0.05, "participation": 0.1, "rounds": 2}
     cfg["experiments"]["fm"] = {"setting": "fmnist_b10", "grid": "tiny", "seeds": [1]}
-    (wd / "config/spaced.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
-    snakemake = [sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", "config/spaced.yaml"]
+    (wd / "config/spaced.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True),
+                                           encoding="utf-8")
+    snakemake = [sys.executable, "-m", "snakemake", "--cores", "1", "--configfile",
+                 "config/spaced.yaml"]
 
-    proc = subprocess.run([*snakemake, "-n", "-p"], cwd=wd, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([*snakemake, "-n", "-p"], cwd=wd, capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    commands = [shlex.split(line.removeprefix("Shell command: ")) for line in proc.stdout.splitlines()
+    commands = [shlex.split(line.removeprefix("Shell command: "))
+                for line in proc.stdout.splitlines()
                 if line.startswith("Shell command: ") and " fedmgda.workflow_cli " in line]
     kinds = {words[3] for words in commands}
     assert {"download", "partition"} <= kinds, proc.stdout[-3000:]
@@ -215,7 +234,8 @@ def test_a_raw_dir_with_a_space_reaches_every_job_as_one_argument(tmp_path):
             assert words[words.index("--done") + 1] == f"{SPACED_RAW_DIR}/fmnist/.fedmgda-download.done"
 
     target = "results/test/partitions/digits-shards/seed1.npz"
-    proc = subprocess.run([*snakemake[:3], target, *snakemake[3:]],  # the target before --configfile
+    # the target before --configfile
+    proc = subprocess.run([*snakemake[:3], target, *snakemake[3:]],
                           cwd=wd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert (wd / target).is_file()

@@ -46,7 +46,8 @@ def test_every_table_and_figure_reads_back_from_its_json(shipped):
 def _orders(spec) -> list:
     """The key order of every mapping of a spec (a table's column order is content)."""
     out = []
-    for value in [getattr(spec, f.name) for f in dataclasses.fields(spec)] + list(getattr(spec, "rows", [])):
+    for value in [getattr(spec, f.name)
+                  for f in dataclasses.fields(spec)] + list(getattr(spec, "rows", [])):
         if isinstance(value, dict):
             out.append(list(value))
         elif isinstance(value, Row):
@@ -64,7 +65,8 @@ def test_the_claims_read_back_from_their_json(shipped):
 
 
 def test_the_json_is_the_same_text_for_the_same_content():
-    row = Row("e", "fedavg", "FedAvg", "fedavg", {"mu": 0.1, "eta": 1.0}, {"kind": "none"}, [1, 2], ["a", "b"])
+    row = Row("e", "fedavg", "FedAvg", "fedavg", {"mu": 0.1, "eta": 1.0}, {"kind": "none"}, [1, 2],
+              ["a", "b"])
     spec = TableSpec(name="t", experiments=["e"], columns={"A": "final.mean_acc"}, rows=[row],
                      tolerance={"B": 1.0, "A": 0.5})
     text = spec_to_json(spec)
@@ -86,7 +88,8 @@ def test_spec_json_with_an_unknown_or_missing_key_is_one_error():
         spec_from_json('{"name": "t", "experiments": ["e"]}', TableSpec)
 
 
-@pytest.mark.parametrize("section, name, key", [("tables", "table8", "colour"), ("figures", "fig3a", "rows"),
+@pytest.mark.parametrize("section, name, key",
+                         [("tables", "table8", "colour"), ("figures", "fig3a", "rows"),
                                                 ("tables", "table8", "column_experiment")])
 def test_a_config_spec_key_the_spec_does_not_know_is_rejected_before_any_job(section, name, key):
     cfg = copy.deepcopy(load_config(str(REPO / "config" / "config.yaml")))

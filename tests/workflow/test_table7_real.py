@@ -35,7 +35,8 @@ def test_table7_on_the_real_adult_files_is_within_the_papers_band(tmp_path):
     raw = wd / "resources/raw/adult"
     raw.mkdir(parents=True)
     for name in ("adult.data", "adult.test"):
-        shutil.copy(ADULT / name, raw / name)  # as the data README says: copy them into resources/raw/adult/
+        # as the data README says: copy them into resources/raw/adult/
+        shutil.copy(ADULT / name, raw / name)
     cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "results/paper/tables/table7.md",
            "--config", "device=cpu", "allow_download=false"]
     if ROUNDS != 500:
@@ -45,10 +46,13 @@ def test_table7_on_the_real_adult_files_is_within_the_papers_band(tmp_path):
 
     table = pd.read_csv(wd / "results/paper/tables/table7.csv")
     print((wd / "results/paper/tables/table7.md").read_text())
-    assert len(table) == 24 and (table["status"] == "ok").all()  # 18 paper rows (FedMGDA+ at 7 biases)
+    # 18 paper rows (FedMGDA+ at 7 biases)
+    assert len(table) == 24 and (table["status"] == "ok").all()
     assert set(table["seeds"]) == {5}
     if ROUNDS != 500:
         return
-    misses = [f"{r['label']}: {c} {r[f'{c} repro_mean']:.2f} vs paper {r[f'{c} paper']} ({r[f'{c} diff']:+.2f})"
-              for _, r in table.iterrows() for c in COLUMNS if not r[f"{c} verdict"].startswith("within")]
+    misses = [f"{r['label']}: {c} {r[f'{c} repro_mean']:.2f} vs paper {r[f'{c} paper']} "
+              f"({r[f'{c} diff']:+.2f})"
+              for _, r in table.iterrows() for c in COLUMNS
+              if not r[f"{c} verdict"].startswith("within")]
     assert not misses, "rows outside max(paper ±, 0.6 / 1.2 PhD):\n" + "\n".join(misses)

@@ -23,7 +23,8 @@ def paper():
 
 
 def _run(dataset="adult", algorithm="qfedavg", **extra):
-    return {"dataset": dataset, "algorithm": algorithm, "local_lr": 0.01, "hparams": {"gamma_w": 0.01}, **extra}
+    return {"dataset": dataset, "algorithm": algorithm, "local_lr": 0.01,
+            "hparams": {"gamma_w": 0.01}, **extra}
 
 
 def test_every_reading_cites_a_source_and_sets_a_valid_field():
@@ -33,7 +34,8 @@ def test_every_reading_cites_a_source_and_sets_a_valid_field():
         assert len(variant.readings) >= 2 and variant.question and variant.protocol.startswith("§")
         for reading in variant.readings.values():
             # the paper, a section of docs/protocol.md, or a file and line of the code it comes from
-            cited = "§" in reading.source or "paper" in reading.source or re.search(r"\.py:L\d+", reading.source)
+            cited = ("§" in reading.source or "paper" in reading.source
+                     or re.search(r"\.py:L\d+", reading.source))
             assert cited, (variant.name, reading.name)
 
 
@@ -56,21 +58,26 @@ def test_each_reading_changes_its_field_and_nothing_else(name):
         values.add(repr(reading.value))
     assert len(values) == len(variant.readings)  # readings differ
     # a run the variant does not concern is returned unchanged
-    other = _run("digits" if variant.datasets else dataset, "afl" if "afl" not in variant.algorithms else "fedavg")
+    other = _run("digits" if variant.datasets else dataset,
+                 "afl" if "afl" not in variant.algorithms else "fedavg")
     if not variant.concerns(other):
         assert variant.apply(other, next(iter(variant.readings))) == other
 
 
 def test_readings_give_valid_run_configs():
-    cfg = {"dataset": "adult", "algorithm": "afl", "hparams": {"gamma_w": 0.01, "gamma_lambda": 0.5}, "local_lr": 0.01}
-    out = apply_readings(cfg, {"afl_gamma_w": "local_lr", "adult_client_rows": "shifted_ids", "final_model": "last"})
+    cfg = {"dataset": "adult", "algorithm": "afl",
+           "hparams": {"gamma_w": 0.01, "gamma_lambda": 0.5}, "local_lr": 0.01}
+    out = apply_readings(cfg,
+                         {"afl_gamma_w": "local_lr", "adult_client_rows": "shifted_ids",
+                          "final_model": "last"})
     assert out["afl_gamma_w"] == "local_lr" and out["dataset_options"] == {"shift_by_one": True}
     assert "final_model" not in out  # AFL's output is its average iterate by definition
     RunConfig.from_dict(out)
 
 
 def test_unknown_variant_or_reading_is_one_clear_error():
-    with pytest.raises(VariantError, match="unknown protocol variant 'nope'; known: adult_client_rows"):
+    with pytest.raises(VariantError,
+                       match="unknown protocol variant 'nope'; known: adult_client_rows"):
         apply_readings({"dataset": "adult", "algorithm": "afl"}, {"nope": "x"})
     with pytest.raises(VariantError, match="unknown reading 'x'; readings: local_lr, server_step"):
         apply_readings({"dataset": "adult", "algorithm": "afl"}, {"afl_gamma_w": "x"})
@@ -111,18 +118,24 @@ def test_sensitivity_experiment_reuses_the_base_runs_and_varies_one_reading(pape
                 continue
             diff = {k for k in set(cfg) | set(base_cfg) if cfg.get(k) != base_cfg.get(k)}
             assert diff <= {variant.field.split(".")[0]}, (row.variant, diff)
-            assert bool(diff) == (run != base_run)  # the same value (e.g. average for FedMGDA+): the same run
+            # the same value (e.g. average for FedMGDA+): the same run
+            assert bool(diff) == (run != base_run)
     spec = item_spec(reg, reg.tables["table7_variants"])
     assert spec.chosen == chosen and {r.variant for r in spec.rows} == set(chosen)
 
 
 @pytest.mark.parametrize("mutate, needle", [
-    (lambda c: c["experiments"]["table7"]["variants"].update(nope="x"), "unknown protocol variant 'nope'"),
-    (lambda c: c["experiments"]["table7"]["variants"].update(final_model="first"), "unknown reading 'first'"),
+    (lambda c: c["experiments"]["table7"]["variants"].update(nope="x"), "unknown protocol variant "
+     "'nope'"),
+    (lambda c: c["experiments"]["table7"]["variants"].update(final_model="first"), "unknown "
+     "reading 'first'"),
     (lambda c: c["experiments"]["table7_variants"].update(vary=["fmnist_shards"]), "fmnist_shards"),
-    (lambda c: c["experiments"]["table7"]["variants"].pop("qffl_loss"), "table7 chooses no reading of it"),
-    (lambda c: c["experiments"]["table7_variants"].update(variants_of="table77"), "not a plain experiment"),
-    (lambda c: c["tables"]["table7"].update(kind="variants"), "kind variants shows a sensitivity experiment"),
+    (lambda c: c["experiments"]["table7"]["variants"].pop("qffl_loss"), "table7 chooses no reading "
+     "of it"),
+    (lambda c: c["experiments"]["table7_variants"].update(variants_of="table77"), "not a plain "
+     "experiment"),
+    (lambda c: c["tables"]["table7"].update(kind="variants"), "kind variants shows a sensitivity "
+     "experiment"),
     (lambda c: c["tables"]["table7_variants"].pop("kind"), "show it with a table of kind variants"),
 ])
 def test_bad_variant_configs_are_rejected_before_any_job(paper, mutate, needle):
@@ -136,8 +149,11 @@ def test_variants_table_on_fixture_runs(tmp_path):
     runs = tmp_path / "runs"
     rows = []
     for reading, acc in (("shifted_ids", 0.8326), ("domain_rows", 0.7690)):
-        write_run(runs, f"{reading}/seed1", [acc], final={"test_acc_uniform": acc, "test_acc_phd": 0.7790, "test_acc_non_phd": 0.8332})
-        rows.append(Row("t7v", "afl gamma_lambda=0.5 gamma_w=0.01 bias=0", "AFL [bias 0]", "afl", {}, {}, [1],
+        write_run(runs, f"{reading}/seed1", [acc],
+                  final={"test_acc_uniform": acc, "test_acc_phd": 0.7790,
+                         "test_acc_non_phd": 0.8332})
+        rows.append(Row("t7v", "afl gamma_lambda=0.5 gamma_w=0.01 bias=0", "AFL [bias 0]", "afl",
+                        {}, {}, [1],
                         [f"{reading}/seed1"], variant="adult_client_rows", reading=reading))
     spec = TableSpec(name="t7v", experiments=["t7v"], kind="variants", paper="table7", rows=rows,
                      chosen={"adult_client_rows": "shifted_ids"},
@@ -145,7 +161,8 @@ def test_variants_table_on_fixture_runs(tmp_path):
                               "Non-PhD": "final.test_acc_non_phd"},
                      tolerance={"Uniform": 0.6, "PhD": 1.2, "Non-PhD": 0.6})
     df = write_table(spec, runs, tmp_path / "t.csv", tmp_path / "t.md")
-    assert list(df["reading"]) == ["shifted_ids", "domain_rows"] and list(df["chosen"]) == [True, False]
+    assert list(df["reading"]) == ["shifted_ids",
+                                   "domain_rows"] and list(df["chosen"]) == [True, False]
     assert list(df["Uniform verdict"]) == ["within (1 seed)", "outside (1 seed)"]
     md = (tmp_path / "t.md").read_text()
     assert md == variants_markdown(df, spec) + environment_footer(spec, runs)

@@ -38,7 +38,8 @@ class AFL(Algorithm):
                "gamma_lambda": HParam(0.1, 0.0, symbol="γ_λ")}
     averages_iterates = True
     # the model step's weights (above) and what gamma_w is (``build``)
-    own_options = {"afl_step_weights": ("lambda", "uniform"), "afl_gamma_w": ("server_step", "local_lr")}
+    own_options = {"afl_step_weights": ("lambda", "uniform"),
+                   "afl_gamma_w": ("server_step", "local_lr")}
 
     gamma_w: float = 1.0
     gamma_lambda: float = 0.1
@@ -61,8 +62,9 @@ class AFL(Algorithm):
         if cfg.afl_gamma_w == "local_lr":
             gamma_w = cfg.hparams.get("gamma_w", 1.0)
             if not math.isclose(float(gamma_w), float(cfg.local_lr)):
-                raise ConfigError(f"afl_gamma_w: local_lr reads AFL's gamma_w as the clients' learning rate, so local_lr "
-                                  f"must equal gamma_w (got local_lr {cfg.local_lr}, gamma_w {gamma_w})")
+                raise ConfigError("afl_gamma_w: local_lr reads AFL's gamma_w as the clients' "
+                                  "learning rate, so local_lr must equal gamma_w (got local_lr "
+                                  f"{cfg.local_lr}, gamma_w {gamma_w})")
 
     def __post_init__(self) -> None:
         if self.lam is None:

@@ -22,10 +22,13 @@ from fedmgda.algorithms.base import Algorithm, HParam
 # the server step of the normalising rules: eta_t = eta * beta^floor(t/100)
 STEP_HPARAMS = {
     "eta": HParam(1.0, 0.0, low_open=True, symbol="η"),
-    "decay": HParam(0.0, 0.0, 1.0, symbol="decay"),  # the paper's total decay over the run; 0 (or 1) = none
-    "beta": HParam(None, 0.0, 1.0, low_open=True, symbol="β"),  # the code's per-100-round factor; overrides decay
+    # the paper's total decay over the run; 0 (or 1) = none
+    "decay": HParam(0.0, 0.0, 1.0, symbol="decay"),
+    # the code's per-100-round factor; overrides decay
+    "beta": HParam(None, 0.0, 1.0, low_open=True, symbol="β"),
 }
-EPSILON = HParam(1.0, 0.0, 1.0, symbol="ε")  # half-width of the QP's box around lambda0 (1: the simplex)
+# half-width of the QP's box around lambda0 (1: the simplex)
+EPSILON = HParam(1.0, 0.0, 1.0, symbol="ε")
 
 
 def decay_per_100_rounds(decay: float | None, beta: float | None, rounds: int) -> float:
@@ -61,7 +64,8 @@ class WeightedUpdates(Algorithm):
     """
 
     uses_losses: ClassVar[bool] = False
-    own_options: ClassVar[dict[str, tuple[str, ...]]] = {"aggregation_weights": ("uniform", "samples")}  # lambda0
+    # lambda0
+    own_options: ClassVar[dict[str, tuple[str, ...]]] = {"aggregation_weights": ("uniform", "samples")}
     epsilon: float = 0.0
     eta: float = 1.0
     beta: float = 1.0

@@ -37,12 +37,14 @@ class HParam:
     symbol: str = ""  # the paper's notation in row labels ("η"); "" = the name
 
     def check(self, algorithm: str, name: str, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not math.isfinite(value)):
             raise ConfigError(f"{algorithm}: hyper-parameter {name} must be a number, got {value!r}")
         too_low = value <= self.low if self.low_open else value < self.low
         if too_low or value > self.high:
             bracket = "(" if self.low_open else "["
-            raise ConfigError(f"{algorithm}: {name} = {value} is out of range {bracket}{self.low}, {self.high}]")
+            raise ConfigError(f"{algorithm}: {name} = {value} is out of range {bracket}{self.low}, "
+                              f"{self.high}]")
         return float(value)
 
 
@@ -56,7 +58,8 @@ class RoundContext:
     pre_round_losses: torch.Tensor  # F_i: reported loss of w_t on each participant's train split
     train_losses: torch.Tensor  # reported mean local training loss of each participant
     train_sizes: list[int]  # n_i: each participant's number of train samples
-    client_reports: list[Any] = field(default_factory=list)  # what each participant sent beside its update (``after_training``)
+    # what each participant sent beside its update (``after_training``)
+    client_reports: list[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -101,21 +104,28 @@ class Algorithm(ABC):
     # hyper-parameters whose default is part of the algorithm's definition (docs/protocol.md §4.2):
     # left out of run paths and row keys when equal to it ("FedMGDA+ with epsilon 1" = "FedMGDA+")
     implied: ClassVar[tuple[str, ...]] = ()
-    proximal: ClassVar[bool] = False  # the clients add mu ||w - w_t||^2 (no 1/2), mu = hyper-parameter ``mu``
-    needs_pre_round_losses: ClassVar[bool] = False  # F_i of w_t on each participant, before it trains
+    # the clients add mu ||w - w_t||^2 (no 1/2), mu = hyper-parameter ``mu``
+    proximal: ClassVar[bool] = False
+    # F_i of w_t on each participant, before it trains
+    needs_pre_round_losses: ClassVar[bool] = False
     averages_iterates: ClassVar[bool] = False  # the run's output is the average of all iterates
-    normalised_updates: ClassVar[bool] = False  # each update divided by its norm (the averaging rules act on it)
+    # each update divided by its norm (the averaging rules act on it)
+    normalised_updates: ClassVar[bool] = False
     min_norm_qp: ClassVar[bool] = False  # weights from the min-norm QP (descriptive)
     # whether ``aggregate`` reads the participants' reported losses (ctx.pre_round_losses,
     # ctx.train_losses): then a participant reporting a non-finite loss is left out of the round,
     # as one with a non-finite update always is. True unless a rule says it ignores them.
     uses_losses: ClassVar[bool] = True
-    run_options: ClassVar[tuple[str, ...]] = ()  # RunConfig options its ``build`` receives as keywords
+    # RunConfig options its ``build`` receives as keywords
+    run_options: ClassVar[tuple[str, ...]] = ()
     # a built-in's own run options (RunConfig fields that only it reads, which its ``build`` also
-    # receives): name -> the values allowed, the default first; fedmgda.config and the schema read them
+    # receives): name -> the values allowed, the default first; fedmgda.config and the schema read
+    # them
     own_options: ClassVar[dict[str, tuple[str, ...]]] = {}
-    proximal_mu: float = 0.0  # the clients add proximal_mu * ||w - w_start||^2 (no 1/2) to their objective
-    vmap_local_term: ClassVar[bool] = True  # False: the local term cannot be vmap-ed; its clients train on the reference path
+    # the clients add proximal_mu * ||w - w_start||^2 (no 1/2) to their objective
+    proximal_mu: float = 0.0
+    # False: the local term cannot be vmap-ed; its clients train on the reference path
+    vmap_local_term: ClassVar[bool] = True
 
     @classmethod
     def build(cls, hparams: dict[str, float | None], *, rounds: int, num_users: int) -> Algorithm:
@@ -162,10 +172,12 @@ class Algorithm(ABC):
         return type(self).local_term is not Algorithm.local_term
 
     def has_client_state(self) -> bool:
-        return type(self).client_state is not Algorithm.client_state or type(self).after_training is not Algorithm.after_training
+        return (type(self).client_state is not Algorithm.client_state
+                or type(self).after_training is not Algorithm.after_training)
 
     @abstractmethod
-    def aggregate(self, w: torch.Tensor, updates: torch.Tensor, ctx: RoundContext) -> tuple[torch.Tensor, dict[str, Any]]:
+    def aggregate(self, w: torch.Tensor, updates: torch.Tensor,
+                  ctx: RoundContext) -> tuple[torch.Tensor, dict[str, Any]]:
         """The next global model and what to log about the round (``eta``, ``lambda``)."""
 
     def state_dict(self) -> dict[str, Any]:

@@ -46,7 +46,9 @@ def gram_matrix(directions: torch.Tensor) -> np.ndarray:
     below the dtype's normal range, in float64 from the rows divided by their largest |entry|:
     the QP's minimiser does not change when K is scaled (``fedmgda.qp.min_norm_weights``)."""
     gram = (directions @ directions.T).double().cpu().numpy()
-    if np.isfinite(gram).all() and not (np.max(np.diag(gram)) < torch.finfo(directions.dtype).tiny and bool((directions != 0).any())):
+    if (np.isfinite(gram).all()
+        and not (np.max(np.diag(gram)) < torch.finfo(directions.dtype).tiny
+                 and bool((directions != 0).any()))):
         return gram
     scaled = directions.double() / directions.abs().max().double()
     return (scaled @ scaled.T).cpu().numpy()

@@ -29,7 +29,8 @@ class QFedAvg(Algorithm):
     display = "q-FedAvg"
     hparams = {"q": HParam(0.1, 0.0, symbol="q"), "L": HParam(1.0, 0.0, low_open=True, symbol="L")}
     needs_pre_round_losses = True
-    own_options = {"qffl_loss": ("batch_sum", "batch_sum_per_sample", "train_mean")}  # F_i: ``reported_loss``
+    # F_i: ``reported_loss``
+    own_options = {"qffl_loss": ("batch_sum", "batch_sum_per_sample", "train_mean")}
 
     q: float = 0.1
     L: float = 1.0
@@ -56,7 +57,8 @@ class QFedAvg(Algorithm):
         deltas = self.L * updates
         h = self.q * losses ** (self.q - 1) * (deltas**2).sum(dim=1) + self.L * losses**self.q
         step = (losses**self.q) @ deltas / h.sum()
-        if not (h.isfinite().all() and step.isfinite().all()):  # float32 overflow: the same in float64
+        # float32 overflow: the same in float64
+        if not (h.isfinite().all() and step.isfinite().all()):
             losses, deltas = losses.double(), deltas.double()
             h = self.q * losses ** (self.q - 1) * (deltas**2).sum(dim=1) + self.L * losses**self.q
             step = ((losses**self.q) @ deltas / h.sum()).to(updates.dtype)

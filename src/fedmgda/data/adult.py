@@ -116,7 +116,9 @@ def load(raw_dir: Path, options: dict[str, Any]) -> RawData:
         return RawData(name="adult", x=t(x_tr), y=t(y_tr), global_test=global_test,
                        users=["phd", "non_phd"], user_idx=domains_tr)
     n = len(y_tr)  # adult.test row i is pool row n + i
-    source = [(rows, n + np.flatnonzero(mask)) for rows, mask in zip(domains_tr, (phd_te, ~phd_te), strict=True)]
-    return RawData(name="adult", x=t(np.concatenate([x_tr, x_te])), y=t(np.concatenate([y_tr, y_te])),
+    source = [(rows, n + np.flatnonzero(mask))
+              for rows, mask in zip(domains_tr, (phd_te, ~phd_te), strict=True)]
+    return RawData(name="adult", x=t(np.concatenate([x_tr, x_te])),
+                   y=t(np.concatenate([y_tr, y_te])),
                    global_test=global_test, users=["phd", "non_phd"],
                    user_idx=[np.concatenate(pair) for pair in source], source_split=source)

@@ -65,6 +65,7 @@ class FederatedDataset:
             train_idx=[i.to(device) for i in self.train_idx],
             test_idx=[i.to(device) for i in self.test_idx],
             num_classes=self.num_classes,
-            global_test={k: (gx.to(device), gy.to(device)) for k, (gx, gy) in self.global_test.items()},
+            global_test={k: (gx.to(device), gy.to(device))
+                         for k, (gx, gy) in self.global_test.items()},
             partition_hash=self.partition_hash,
         )

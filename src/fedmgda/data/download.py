@@ -57,7 +57,8 @@ class RawFile:
         if self.content_checksum:
             if not self.filename.endswith(".gz"):
                 raise ValueError(f"{self.filename}: a content checksum needs a .gz file")
-            if not self.content_checksum.startswith("sha256:") or len(self.content_checksum) != 7 + 64:
+            if (not self.content_checksum.startswith("sha256:")
+                or len(self.content_checksum) != 7 + 64):
                 raise ValueError(f"bad content checksum {self.content_checksum!r}: use sha256:<hex>")
         if self.checksum == UNPINNED:
             return
@@ -65,7 +66,8 @@ class RawFile:
         if not digest and len(algo) == 64:
             object.__setattr__(self, "checksum", f"sha256:{algo}")
         elif algo not in HASH_ALGORITHMS or not digest:
-            raise ValueError(f"bad checksum {self.checksum!r}: use md5:<hex>, sha256:<hex> or unpinned")
+            raise ValueError(f"bad checksum {self.checksum!r}: use md5:<hex>, sha256:<hex> or "
+                             "unpinned")
 
     def path(self, raw_dir: str | Path) -> Path:
         return Path(raw_dir) / self.dataset / self.filename
@@ -116,10 +118,13 @@ def file_digest(path: str | Path, algorithm: str = "sha256", decompress: bool = 
 
 def _describe(rf: RawFile, raw_dir: str | Path, problem: str) -> str:
     """One line: the file, what is wrong, where to put a good copy and how to recognise one."""
-    checksum = rf.checksum + (f" (or decompressed content {rf.content_checksum})" if rf.content_checksum else "")
+    checksum = rf.checksum + (f" (or decompressed content {rf.content_checksum})"
+                              if rf.content_checksum else "")
     note = f"; note: {rf.note}" if rf.note else ""
-    return (f"{rf.dataset}: raw file {rf.filename!r}: {problem}; place a good copy by hand at {rf.path(raw_dir).resolve()} "
-            f"(expected checksum {checksum}; source URL {rf.url}{note}; docs/datasets.md lists every raw file)")
+    return (f"{rf.dataset}: raw file {rf.filename!r}: {problem}; place a good copy by hand at "
+            f"{rf.path(raw_dir).resolve()} "
+            f"(expected checksum {checksum}; source URL {rf.url}{note}; docs/datasets.md lists "
+            "every raw file)")
 
 
 def fetch_url(url: str, dest: str | Path, timeout: float = TIMEOUT_S) -> None:
@@ -186,7 +191,8 @@ def ensure_files(raw_files: Iterable[RawFile], raw_dir: str | Path,
         if path.is_file():
             if not rf.pinned:
                 print(f"[fedmgda] {rf.dataset}/{rf.filename} has no pinned checksum; its sha256 is "
-                      f"{file_digest(path, 'sha256')} (pin it in the registry to protect later runs)",
+                      f"{file_digest(path, 'sha256')} (pin it in the registry to protect later "
+                      "runs)",
                       file=sys.stderr)
             else:
                 problem = rf.problem(path)
@@ -197,7 +203,8 @@ def ensure_files(raw_files: Iterable[RawFile], raw_dir: str | Path,
                         "checksum (corrupt or a different release). It was left untouched: delete "
                         "or replace it with a good copy"))
         elif not rf.pinned:
-            raise DataError(_describe(rf, raw_dir, "missing; it has no published checksum, so it is "
+            raise DataError(_describe(rf, raw_dir,
+                                      "missing; it has no published checksum, so it is "
                                                    "never downloaded automatically"))
         elif not allow_download:
             why = f"{OFFLINE_ENV} is set" if os.environ.get(OFFLINE_ENV) else "downloads are off"

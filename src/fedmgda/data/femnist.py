@@ -26,7 +26,8 @@ from fedmgda.data.partition import RawData
 
 ARCHIVE = "fed_emnist.tar.bz2"
 RAW_FILES = (
-    RawFile("femnist", ARCHIVE, "https://storage.googleapis.com/tff-datasets-public/fed_emnist.tar.bz2",
+    RawFile("femnist", ARCHIVE,
+            "https://storage.googleapis.com/tff-datasets-public/fed_emnist.tar.bz2",
             "sha256:fe1ed5a502cea3a952eb105920bff8cffb32836b5173cb18a57a32c3606f3ea0",
             "sha256 as published in TensorFlow Federated's emnist.load_data"),
 )

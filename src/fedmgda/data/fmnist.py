@@ -81,7 +81,8 @@ def load(raw_dir: Path, options: dict[str, Any]) -> RawData:
 
 
 # q-FFL's Fashion-MNIST (fair_flearn data/fmnist/create_dataset.py): one device per class.
-THREE_CLASSES = {"tshirt": 0, "pullover": 2, "shirt": 6}  # user -> original label; new label = position
+# user -> original label; new label = position
+THREE_CLASSES = {"tshirt": 0, "pullover": 2, "shirt": 6}
 SIGMA_EPS = 0.001  # (x - mu) / (sigma + 0.001), create_dataset.py lines 42-43
 
 

@@ -34,7 +34,8 @@ from fedmgda.partitioners import (  # noqa: F401  (split_user ... global_test_sh
     split_user,
 )
 
-FORMAT_VERSION = 2  # 2: meta carries content_hash; sort 'quicksort' is numpy 1.17's order (format 1: the machine's)
+# 2: meta carries content_hash; sort 'quicksort' is numpy 1.17's order (format 1: the machine's)
+FORMAT_VERSION = 2
 
 
 @dataclass
@@ -212,8 +213,10 @@ def _read_partition(path: Path) -> tuple[dict[str, Any], dict[str, list[np.ndarr
         version = meta.get("format_version")
         stale = version == 1 and meta.get("options", {}).get("sort") == "quicksort"
         if version not in (1, FORMAT_VERSION) or stale:
-            why = " (with sort 'quicksort' it holds the order of the numpy that made it)" if stale else ""
-            raise DataError(f"partition file {path} has format {version}, expected {FORMAT_VERSION}{why}; "
+            why = (" (with sort 'quicksort' it holds the order of the numpy that made it)"
+                   if stale else "")
+            raise DataError(f"partition file {path} has format {version}, expected "
+                            f"{FORMAT_VERSION}{why}; "
                             f"{_remake(path)}")
         keys = (*META_KEYS, "content_hash") if version != 1 else META_KEYS
         missing = [k for k in keys if k not in meta]
@@ -235,7 +238,8 @@ def check_partition(partition: Partition, path, dataset: str, scheme: str, seed:
             "options": _jsonable(partition.options), "fingerprint": partition.fingerprint}
     diff = [f"{k}: file has {have[k]!r}, requested {want[k]!r}" for k in want if have[k] != want[k]]
     if diff:
-        raw = (" (a fingerprint change means the raw data differ from the data the partition was built on)"
+        raw = (" (a fingerprint change means the raw data differ from the data the partition was "
+               "built on)"
                if have["fingerprint"] != want["fingerprint"] else "")
         raise DataError(f"stale partition file {path}: {'; '.join(diff)}{raw}; "
                         f"{_remake(Path(path))}")

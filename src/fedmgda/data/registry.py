@@ -104,7 +104,8 @@ DATASET_SPECS: dict[str, DatasetSpec] = {spec.name: spec for spec in (
                 load=femnist.load),
     DatasetSpec("shakespeare", num_classes=80, input_shape=(80,), raw_files=shakespeare.RAW_FILES,
                 load=shakespeare.load),
-    DatasetSpec("adult", num_classes=2, input_shape=(99,), raw_files=adult.RAW_FILES, load=adult.load,
+    DatasetSpec("adult", num_classes=2, input_shape=(99,), raw_files=adult.RAW_FILES,
+                load=adult.load,
                 global_tests=("uniform", "phd", "non_phd")),
     DatasetSpec("synthetic", num_classes=10, input_shape=(60,), raw_files=(), load=synthetic.load),
     DatasetSpec("digits", num_classes=10, input_shape=(64,), raw_files=(), load=digits.load),
@@ -153,14 +154,16 @@ def load_raw(name: str, raw_dir: str | Path, options: Mapping[str, Any] | None =
     raw_dir = Path(raw_dir)
     if spec.raw_files:
         ensure_files(spec.raw_files, raw_dir, allow_download)
-    stamps = [(st.st_size, st.st_mtime_ns) for st in (rf.path(raw_dir).stat() for rf in spec.raw_files)]
+    stamps = [(st.st_size, st.st_mtime_ns)
+              for st in (rf.path(raw_dir).stat() for rf in spec.raw_files)]
     key = (name, str(raw_dir.resolve()), repr(sorted(opts.items())), stamps)
     if _last_raw[0] != key:  # packed runs of one dataset parse the files once
         _last_raw[:] = [key, spec.load(raw_dir, opts)]
     return _last_raw[1]
 
 
-_last_raw: list[Any] = [None, None]  # (key, RawData) of the last load (the files' checksums are checked every time)
+# (key, RawData) of the last load (the files' checksums are checked every time)
+_last_raw: list[Any] = [None, None]
 
 
 def effective_seed(spec: DatasetSpec, scheme: str, seed: int, opts: Mapping[str, Any]) -> int:
@@ -204,7 +207,8 @@ def load_federated(name: str, raw_dir: str | Path, partition: str | None = None,
         # an option the file lacks was added after the file was written: it was built under the
         # option's default (defaults keep the earlier behaviour), e.g. fmnist's local_test
         part.options = {**spec.options, **part.options}
-        check_partition(part, partition_file, name, scheme, effective_seed(spec, scheme, seed, opts),
+        check_partition(part, partition_file, name, scheme,
+                        effective_seed(spec, scheme, seed, opts),
                         opts, raw.fingerprint())
     else:
         part = _partition_of(raw, spec, scheme, seed, opts)
@@ -212,5 +216,6 @@ def load_federated(name: str, raw_dir: str | Path, partition: str | None = None,
             save_partition(part, partition_file)
     return FederatedDataset(
         name=name, x=raw.x, y=raw.y, train_idx=list(part.train), test_idx=list(part.test),
-        num_classes=spec.num_classes, global_test=dict(raw.global_test), partition_hash=part.content_hash(),
+        num_classes=spec.num_classes, global_test=dict(raw.global_test),
+        partition_hash=part.content_hash(),
     )

@@ -71,7 +71,8 @@ def load(raw_dir: Path, options: dict[str, Any]) -> RawData:
         te_x, te_y = test.get(u, ([], []))
         for s in tr_x + te_x:
             if len(s) != SEQ_LEN:
-                raise DataError(f"shakespeare user {u!r}: sequence of length {len(s)}, not {SEQ_LEN}")
+                raise DataError(f"shakespeare user {u!r}: sequence of length {len(s)}, not "
+                                f"{SEQ_LEN}")
         xs.append(encode(tr_x + te_x))
         ys.append(encode([c[:1] for c in tr_y + te_y]).reshape(-1))
         n_tr, n_te = len(tr_x), len(te_x)

@@ -48,7 +48,8 @@ def size_lognormal(sizes: str) -> tuple[float, float]:
 
 def generate(alpha: float, beta: float, num_users: int, data_seed: int,
              max_samples: int | None = None, dimension: int = DIMENSION,
-             num_classes: int = NUM_CLASSES, sizes: str = "script") -> tuple[list[np.ndarray], list[np.ndarray]]:
+             num_classes: int = NUM_CLASSES,
+             sizes: str = "script") -> tuple[list[np.ndarray], list[np.ndarray]]:
     rng = np.random.RandomState(data_seed)
     samples = rng.lognormal(*size_lognormal(sizes), num_users).astype(int) + SIZE_FLOOR
     if max_samples:

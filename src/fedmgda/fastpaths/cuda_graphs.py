@@ -60,9 +60,11 @@ class CudaGraphs:
                 return fn(*inputs)
             try:
                 self.graphs[key] = self._capture(fn, inputs)
-            except RuntimeError as error:  # an operation that cannot be captured: stay eager for this key
+            # an operation that cannot be captured: stay eager for this key
+            except RuntimeError as error:
                 self.failed.add(key)
-                warnings.warn(f"CUDA graph capture failed, running eagerly: {str(error).splitlines()[0]}", stacklevel=2)
+                warnings.warn("CUDA graph capture failed, running eagerly: "
+                              f"{str(error).splitlines()[0]}", stacklevel=2)
                 return fn(*inputs)
             self.replays[key] = 0
         self.graphs.move_to_end(key)
@@ -94,7 +96,9 @@ class CudaGraphs:
         need = self.footprints.get(key, 0)
         if need > limit:
             return False
-        while self.graphs and (len(self.graphs) >= self.capacity or sum(self.footprints.get(k, 0) for k in self.graphs) + need > limit):
+        while (self.graphs
+               and (len(self.graphs) >= self.capacity
+                    or sum(self.footprints.get(k, 0) for k in self.graphs) + need > limit)):
             oldest = self.graphs.popitem(last=False)[0]
             if self.replays.pop(oldest) < self.recapture_after:
                 self.evicted.add(oldest)
@@ -103,7 +107,8 @@ class CudaGraphs:
     @staticmethod
     def device_memory() -> int:
         """The current CUDA device's memory in bytes (unbounded without CUDA)."""
-        return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory if torch.cuda.is_available() else 1 << 62
+        return (torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+                if torch.cuda.is_available() else 1 << 62)
 
     @staticmethod
     def _capture(fn, inputs):

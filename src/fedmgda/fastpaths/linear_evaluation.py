@@ -14,7 +14,8 @@ from fedmgda.metrics import participant_stats, per_owner_mean
 
 
 @torch.no_grad()
-def evaluate_linear(model: FlatModel, ws: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def evaluate_linear(model: FlatModel, ws: torch.Tensor, x: torch.Tensor,
+                    y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``evaluate_samples`` of several linear + log_softmax models (``LinearSoftmaxSteps.eligible``)
     at once, in one matrix product: ``ws`` (models, P) flat weights; per-sample NLL and correctness
     as (samples, models). The logits are laid out classes first, (classes, models, samples), so
@@ -23,10 +24,12 @@ def evaluate_linear(model: FlatModel, ws: torch.Tensor, x: torch.Tensor, y: torc
     ``torch.argmax``'s (written out: torch.argmax over a leading dimension is slow on the CPU)."""
     classes, features = model.shapes[0]
     models = len(ws)
-    weight = ws[:, : classes * features].reshape(models, classes, features).transpose(0, 1).reshape(classes * models, features)
+    weight = ws[:, : classes * features].reshape(models, classes,
+                                                 features).transpose(0, 1).reshape(classes * models, features)
     bias = ws[:, classes * features :].T.reshape(-1, 1)
     with threads_for_product(classes * models * features * len(y)):
-        logits = torch.addmm(bias, weight, x.flatten(1).to(ws.dtype).T).view(classes, models, len(y))
+        logits = torch.addmm(bias, weight,
+                             x.flatten(1).to(ws.dtype).T).view(classes, models, len(y))
     log_p = F.log_softmax(logits, dim=0)
     per_sample = -log_p.gather(0, y.view(1, 1, -1).expand(1, models, -1))[0]
     if classes == 2:
@@ -48,7 +51,8 @@ class DistinctSamples:
 
     def __init__(self, x: torch.Tensor, y: torch.Tensor):
         x = x.flatten(1)
-        pairs, self.inverse = torch.unique(torch.cat([x, y[:, None].to(x.dtype)], dim=1), dim=0, return_inverse=True)
+        pairs, self.inverse = torch.unique(torch.cat([x, y[:, None].to(x.dtype)], dim=1), dim=0,
+                                           return_inverse=True)
         self.x, self.y = pairs[:, :-1], pairs[:, -1].to(y.dtype)
 
     def subset(self, rows: torch.Tensor) -> DistinctSamples:
@@ -74,32 +78,45 @@ class LinearSoftmaxEvaluation:
     evaluated together share its partition."""
 
     def __init__(self):
-        self._train: dict[str, tuple[list[int], DistinctSamples]] = {}  # partition -> the latest participants'
+        # partition -> the latest participants'
+        self._train: dict[str, tuple[list[int], DistinctSamples]] = {}
         self._test: dict[str, DistinctSamples] = {}
         self._pool: DistinctSamples | None = None  # the pairs of all the pack's samples
 
-    def participant_losses(self, run, ws: list[torch.Tensor], users: list[int]) -> list[dict[str, torch.Tensor]]:
+    def participant_losses(self, run, ws: list[torch.Tensor],
+                           users: list[int]) -> list[dict[str, torch.Tensor]]:
         """``RunInputs.participant_losses`` of the models ``ws`` (one per run, the runs sharing
         ``run``'s partition and the participants ``users``)."""
         pairs = self.train_pairs(run, users)
-        per_sample, correct = (pairs.expand(values) for values in evaluate_linear(run.trainer.model, torch.stack(ws), pairs.x, pairs.y))  # (samples, runs)
+        # (samples, runs)
+        per_sample, correct = (pairs.expand(values)
+                               for values in evaluate_linear(run.trainer.model, torch.stack(ws),
+                                                             pairs.x, pairs.y))
         sizes = [len(run.data.train_idx[user]) for user in users]
-        stats = participant_stats(per_sample, correct, sizes, run.trainer.hparams.batch_size)  # (users, runs) each
+        # (users, runs) each
+        stats = participant_stats(per_sample, correct, sizes, run.trainer.hparams.batch_size)
         return [{key: value[:, r] for key, value in stats.items()} for r in range(len(ws))]
 
-    def evaluate(self, run, ws: list[torch.Tensor], with_global: list[bool]) -> list[tuple[np.ndarray, np.ndarray, dict[str, float]]]:
+    def evaluate(self, run, ws: list[torch.Tensor],
+                 with_global: list[bool]) -> list[tuple[np.ndarray, np.ndarray, dict[str, float]]]:
         """``RunInputs.evaluate`` of the models ``ws`` (one per run, the runs sharing ``run``'s
         partition) on the users' and the global test sets."""
         pairs = self.test_pairs(run)
-        per_sample, correct = (pairs.expand(values) for values in evaluate_linear(run.trainer.model, torch.stack(ws), pairs.x, pairs.y))  # (samples, runs)
+        # (samples, runs)
+        per_sample, correct = (pairs.expand(values)
+                               for values in evaluate_linear(run.trainer.model, torch.stack(ws),
+                                                             pairs.x, pairs.y))
         n = len(run.test_y)
-        acc = per_owner_mean(correct[:n], run.test_owner, run.data.num_users).T.cpu().numpy()  # (runs, users)
+        # (runs, users)
+        acc = per_owner_mean(correct[:n], run.test_owner, run.data.num_users).T.cpu().numpy()
         loss = per_owner_mean(per_sample[:n], run.test_owner, run.data.num_users).T.cpu().numpy()
         global_acc, start = {}, n
         for name, (_, gy) in run.data.global_test.items():
             global_acc[f"test_acc_{name}"] = correct[start : start + len(gy)].mean(dim=0).tolist()
             start += len(gy)
-        return [(acc[r], loss[r], {key: values[r] for key, values in global_acc.items()} if wanted else {}) for r, wanted in enumerate(with_global)]
+        return [(acc[r], loss[r],
+                 {key: values[r] for key, values in global_acc.items()} if wanted else {})
+                for r, wanted in enumerate(with_global)]
 
     def train_pairs(self, run, users: list[int]) -> DistinctSamples:
         """The participants' pooled train samples as ``DistinctSamples``: a subset of the pack's
@@ -107,7 +124,8 @@ class LinearSoftmaxEvaluation:
         kept = self._train.get(run.partition)
         if kept is None or kept[0] != users:
             if self._pool is None:
-                self._pool = DistinctSamples(run.data.x, run.data.y)  # the pack shares one copy of the samples
+                # the pack shares one copy of the samples
+                self._pool = DistinctSamples(run.data.x, run.data.y)
             pooled = torch.cat([run.data.train_idx[user] for user in users])
             kept = self._train[run.partition] = (list(users), self._pool.subset(pooled))
         return kept[1]
@@ -117,5 +135,6 @@ class LinearSoftmaxEvaluation:
         if run.partition not in self._test:
             global_sets = list(run.data.global_test.values())
             x = torch.cat([run.test_x.flatten(1), *(gx.flatten(1) for gx, _ in global_sets)])
-            self._test[run.partition] = DistinctSamples(x, torch.cat([run.test_y, *(gy for _, gy in global_sets)]))
+            y = torch.cat([run.test_y, *(gy for _, gy in global_sets)])
+            self._test[run.partition] = DistinctSamples(x, y)
         return self._test[run.partition]

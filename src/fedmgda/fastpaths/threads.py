@@ -9,7 +9,8 @@ import torch
 
 LARGE_PRODUCT = 1 << 26  # multiply-adds from which a product is split across the CPU threads
 
-_REPLACED_THREADS: list[int] = []  # the thread counts single_thread_on_cpu replaced, outermost first
+# the thread counts single_thread_on_cpu replaced, outermost first
+_REPLACED_THREADS: list[int] = []
 
 
 @contextmanager
