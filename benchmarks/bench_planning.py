@@ -8,8 +8,8 @@ with N / 2 seeds, hence N runs; its table, figures and claims stay. ``packed``: 
 12 per job (``resources.default.pack: 12``, as config/quick.yaml); ``single``: ``pack: 1``, one
 train job per run. Each case runs ``snakemake -n --quiet rules`` in a scratch copy of the
 workflow (no results/ of the checkout is read or written) and prints its wall and CPU seconds,
-the load average before it, the jobs planned, and per mode the growth ratio of the largest N to the smallest
-(10 for N = 2 000 and 20 000 if planning is linear in the runs).
+the load average before it, the jobs planned, and per mode the growth ratio of the largest N to
+the smallest (10 for N = 2 000 and 20 000 if planning is linear in the runs).
 """
 
 from __future__ import annotations
