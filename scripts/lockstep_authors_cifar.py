@@ -46,8 +46,9 @@ model as each code evaluates it, which must be identical. Exit status 1 otherwis
 inputs both codes were fed (partition, participants, minibatch orders), a hash of the pixels, and
 of the authors' models after round 1 and the last their values at ``SKETCH`` fixed positions of
 every weight tensor (each tensor's largest weight among them) with the model's norm and largest
-weight; ``--recorded FILE`` compares the package, fed those inputs, with that
-(tests/data/test_authors_lockstep_cifar.py).
+weight; ``--recorded FILE`` compares the package, fed those inputs, with that: the differences at
+those positions and of the norms, relative to the largest weight and the norm, and users 0-9's
+accuracies under the package's own model (tests/data/test_authors_lockstep_cifar.py).
 """
 
 from __future__ import annotations
@@ -361,7 +362,7 @@ def authors_record(args, settings: tuple[str, ...]) -> dict:
         positions = sketch_positions(fed.global_models[-1], sizes)
         record["settings"][setting] = {
             "positions": positions,
-            "accuracies": torch.tensor(fed.accuracies),
+            "accuracies": torch.tensor(fed.accuracies, dtype=torch.float64),
             "rounds_kept": [1, args.rounds],
             "models": [sketch(fed.global_models[t - 1], positions) for t in (1, args.rounds)],
         }
