@@ -1,5 +1,6 @@
-"""The one harness around the authors' F-MNIST code (watml/Fed-MGDA, its ``main/`` folder), for
-scripts/run_authors_fmnist.py, scripts/lockstep_authors_fmnist.py and scripts/compare_authors_fmnist.py;
+"""The one harness around the authors' F-MNIST and CIFAR-10 code (watml/Fed-MGDA, its ``main/``
+folder), for scripts/run_authors_fmnist.py, scripts/lockstep_authors_fmnist.py,
+scripts/compare_authors_fmnist.py and scripts/lockstep_authors_cifar.py;
 scripts/lockstep_authors_adult.py runs their ``adult/`` folder with :func:`code_on_path`,
 :func:`run_federated_main` and :class:`NullWriter`.
 
@@ -16,7 +17,9 @@ their imported modules, and named here:
 - :func:`authors_rounds`: the lockstep check's inputs from outside (participants, minibatch
   orders, dropout off, a dtype), their server rule's flags, the round their loop starts from
   (:func:`rounds_from`) and the global model of every round (``lockstep_authors_fmnist.py
-  rounds``); :func:`authors_client`: their ``LocalUpdate`` of every user (``... masks``).
+  rounds``); :func:`authors_client`: their ``LocalUpdate`` of every user (``... masks``);
+  :func:`authors_rounds_fed`: the same inputs from outside for any of their arguments and models
+  (``lockstep_authors_cifar.py``, which names its further changes).
 
 Everything stops first unless this numpy sorts equal labels as the authors' numpy 1.17 did
 (:func:`require_authors_sort`; docs/protocol.md §8.19).
@@ -223,9 +226,14 @@ class FedFromOutside:
     the global model of every round and every user's test accuracy after the last."""
 
     def __init__(self, participants: list[list[int]], batches: Callable[[int, int], list[list[int]]],
-                 dropout: bool, dtype: torch.dtype, start: int = 0):
+                 dropout: bool, dtype: torch.dtype, start: int = 0, model: str = "CNNMnist",
+                 once: bool = True, evaluated: int | None = None):
         self.participants, self.batches, self.dropout, self.dtype = participants, batches, dropout, dtype
         self.start = start  # the 0-based round of participants[0]
+        self.model = model  # the class name of their model in main/models.py
+        self.once = once  # each dataset transformed once (Transformed), or at each access
+        self.evaluated = evaluated  # after the last round, users 0 .. evaluated - 1 (None: all)
+        self.groups: dict = {}  # their partition, as their get_dataset returned it
         self.rounds = len(participants)
         self.round, self.user = -1, 0
         self.global_models: list[torch.Tensor] = []
@@ -237,7 +245,10 @@ class FedFromOutside:
 
         def dataset_then_given_participants(args):
             train_dataset, test_dataset, groups = get_dataset(args)  # their partition draws np.random.choice: only then replaced
-            loaded = Cast(Transformed(train_dataset), fed.dtype), Cast(Transformed(test_dataset), fed.dtype), groups
+            fed.groups = groups
+            once = Transformed if fed.once else (lambda dataset: dataset)
+            loaded = (Cast(once(train_dataset), fed.dtype), Cast(once(test_dataset), fed.dtype),
+                      groups)
             np.random.choice = fed.next_participants
             return loaded
 
@@ -245,14 +256,15 @@ class FedFromOutside:
             user = fed.participants[global_round - fed.start][fed.user]
             fed.user += 1
             self.trainloader = DataLoader(self.trainloader.dataset, batch_sampler=fed.batches(global_round, user))
-            if not fed.dropout:
+            if not fed.dropout and hasattr(model, "conv2_drop"):
                 model.conv2_drop = nn.Identity()
             return train(self, model, global_round)
 
         def inference(self, model):
             if not fed.global_models or len(fed.global_models) <= fed.round:  # the round's first evaluation: the new global model
                 fed.global_models.append(torch.cat([p.detach().flatten() for p in model.parameters()]).clone())
-            if fed.round < fed.rounds - 1:
+            enough = fed.evaluated is not None and len(fed.accuracies) >= fed.evaluated
+            if fed.round < fed.rounds - 1 or enough:
                 return float("nan"), float("nan")  # only the last round's per-user accuracies are compared
             accuracy, loss = infer(self, model)
             fed.accuracies.append(accuracy)
@@ -264,13 +276,14 @@ class FedFromOutside:
         update.test_inference = lambda args, model, test_dataset: (float("nan"), float("nan"))
         if not self.dropout:
             their_models.F = FunctionalWithoutDropout()
-        built = their_models.CNNMnist.__init__
+        model_class = getattr(their_models, self.model)
+        built = model_class.__init__
 
         def built_then_cast(self, *a, **k):  # their CNN, built as released (after their seed), then cast
             built(self, *a, **k)
             self.to(fed.dtype)
 
-        their_models.CNNMnist.__init__ = built_then_cast
+        model_class.__init__ = built_then_cast
         tensorboardX.SummaryWriter = NullWriter
 
     def next_participants(self, a, size=None, replace=True, p=None):
@@ -327,6 +340,30 @@ def authors_rounds(authors: Path, participants: list[list[int]],
         finally:
             np.random.choice = choice
     return fed.global_models, np.array(fed.accuracies)
+
+
+def authors_rounds_fed(authors: Path, fed: FedFromOutside, argv: list[str],
+                       also: Callable[[object], None] | None = None) -> FedFromOutside:
+    """Their ``federated_main.py`` with ``argv`` for ``fed.rounds`` rounds, patched by ``fed``
+    (:class:`FedFromOutside`) and then by ``also(update)`` (their ``update`` module), quiet; ``fed``
+    holds what it recorded."""
+    with authors_modules(authors):
+        import models as their_models
+        import tensorboardX
+        import update
+        import utils
+
+        fed.patch(utils, update, their_models, tensorboardX)
+        if also is not None:
+            also(update)
+        choice = np.random.choice
+        try:
+            with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), \
+                    contextlib.redirect_stderr(null):
+                run_federated_main(authors, [*argv, f"--epochs={fed.rounds}"])
+        finally:
+            np.random.choice = choice
+    return fed
 
 
 def authors_client(authors: Path, seed: int):

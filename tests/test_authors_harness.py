@@ -218,6 +218,23 @@ def test_authors_rounds_from_a_later_round_run_those_rounds_only(harness, stand_
     assert rounds == ["98", "98", "99", "99"]
 
 
+def test_authors_rounds_fed_takes_their_arguments_and_a_further_patch(harness, stand_in):
+    """``authors_rounds_fed``: their script with the arguments given, the model class named, the
+    samples transformed at each access, users 0-2 evaluated after the last round, and a patch of
+    their ``update`` module applied after the harness's own."""
+    participants = [[7, 2], [3, 90]]
+    fed = harness.FedFromOutside(participants, lambda t, user: [[0, 1]], dropout=False,
+                                 dtype=torch.float64, model="CNNMnist", once=False, evaluated=3)
+    patched = []
+    fed = harness.authors_rounds_fed(stand_in, fed, ["--seed=5", "--num_users=100"],
+                                     also=patched.append)
+    assert [module.__name__ for module in patched] == ["update"]
+    assert len(fed.global_models) == 2 and fed.global_models[0].dtype == torch.float64
+    assert len(fed.accuracies) == 3 and sorted(fed.groups) == list(range(100))
+    lines = (stand_in / "trained.txt").read_text().splitlines()
+    assert len(lines) == 4 and all(" Identity " in line for line in lines)
+
+
 def test_authors_client_gives_every_users_local_update(harness, stand_in):
     clients, cnn = harness.authors_client(stand_in, 1)
     assert sorted(clients) == list(range(100)) and len(clients[0].trainloader.dataset) == 8
@@ -266,7 +283,8 @@ def test_the_authors_code_runs_only_where_numpy_sorts_as_theirs_did(harness, mon
 
 def test_the_scripts_use_the_one_harness():
     """No script beside the harness imports the authors' modules or runs their code itself."""
-    for name in ("run_authors_fmnist", "lockstep_authors_fmnist", "compare_authors_fmnist"):
+    for name in ("run_authors_fmnist", "lockstep_authors_fmnist", "compare_authors_fmnist",
+                 "lockstep_authors_cifar"):
         text = (SCRIPTS / f"{name}.py").read_text()
         assert "from authors_code import" in text or "import authors_code" in text, name
         assert "import runpy" not in text and "os.chdir" not in text and "def require_authors_sort" not in text, name

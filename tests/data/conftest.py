@@ -42,12 +42,13 @@ def pin_to_present(monkeypatch, name: str, raw_dir: Path) -> None:
 
 
 # ---------------------------------------------------------------- CIFAR-10 python tarball
-def write_cifar(raw_dir: Path, per_batch: int = 20, test_n: int = 30, seed: int = 0) -> Path:
+def write_cifar(raw_dir: Path, per_batch: int = 20, test_n: int = 30, seed: int = 0,
+                compresslevel: int = 9) -> Path:
     rng = np.random.RandomState(seed)
     path = raw_dir / "cifar10" / "cifar-10-python.tar.gz"
     path.parent.mkdir(parents=True, exist_ok=True)
     batches = {f"data_batch_{i}": per_batch for i in range(1, 6)} | {"test_batch": test_n}
-    with tarfile.open(path, "w:gz") as tar:
+    with tarfile.open(path, "w:gz", compresslevel=compresslevel) as tar:
         for name, n in batches.items():
             d = {"batch_label": name, "labels": [int(v) for v in np.arange(n) % 10],
                  "data": rng.randint(0, 256, size=(n, 3072)).astype(np.uint8),
