@@ -320,24 +320,27 @@ KINDS = {"curves": plot_curves, "violin": plot_violin, "bars": plot_bars, "trade
          "reading_window": plot_reading_window, "gaps": plot_gaps}
 
 
+# kinds drawn one panel per item: (the items of a spec, a panel's width and height, what they need)
+PANELS = {
+    "reading_window": (lambda spec: spec.metrics, 6.0, 4.8,
+                       "metrics (metrics.csv columns, one panel each)"),
+    "gaps": (lambda spec: list(spec.columns) if len(spec.select or []) >= 2 else [], 5.2, 4.4,
+             "select (the row, then the rows subtracted) and columns (the statistics, one panel "
+             "each)"),
+}
+
+
 def make_figure(spec: FigureSpec, runs_dir: str | Path, out_pdf: str | Path,
                 out_png: str | Path) -> None:
     kind = spec.kind
     if kind not in KINDS:
         raise ValueError(f"figure {spec.name}: unknown kind {kind!r}; known: {', '.join(KINDS)}")
-    if kind == "reading_window":
-        if not spec.metrics:
-            raise ValueError(f"figure {spec.name}: reading_window needs metrics (metrics.csv "
-                             "columns, one panel each)")
-        fig, axes = plt.subplots(1, len(spec.metrics), figsize=(6.0 * len(spec.metrics), 4.8),
-                                 squeeze=False)
-        KINDS[kind](spec, RunFolders(runs_dir), list(axes[0]))
-        fig.suptitle(spec.title or spec.name, fontsize=10)
-    elif kind == "gaps":
-        if len(spec.select or []) < 2 or not spec.columns:
-            raise ValueError(f"figure {spec.name}: gaps needs select (the row, then the rows "
-                             "subtracted) and columns (the statistics, one panel each)")
-        fig, axes = plt.subplots(1, len(spec.columns), figsize=(5.2 * len(spec.columns), 4.4),
+    if kind in PANELS:
+        items, width, height, needs = PANELS[kind]
+        panels = items(spec)
+        if not panels:
+            raise ValueError(f"figure {spec.name}: {kind} needs {needs}")
+        fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), height),
                                  squeeze=False)
         KINDS[kind](spec, RunFolders(runs_dir), list(axes[0]))
         fig.suptitle(spec.title or spec.name, fontsize=10)
