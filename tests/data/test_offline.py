@@ -92,7 +92,7 @@ def test_unknown_names_list_the_valid_ones(tmp_path):
     with pytest.raises(DataError, match="cifar10"):
         load_federated("mnist", tmp_path)
     with pytest.raises(DataError, match="shards"):
-        load_federated("digits", tmp_path, partition="dirichlet")
+        load_federated("digits", tmp_path, partition="natural")
     with pytest.raises(DataError, match="num_users"):
         load_federated("digits", tmp_path, options={"users": 3})
     with pytest.raises(DataError, match="quicksort"):

@@ -7,6 +7,7 @@ import ast
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -21,11 +22,20 @@ RULES = REPO / "workflow/rules/report.smk"
 NOTEBOOK = REPO / "notebooks/report.ipynb"
 
 
-def report_html_command() -> str:
-    """The shell command of `rule report_html`, as written in workflow/rules/report.smk."""
+class ShellPath(str):
+    """A path as Snakemake formats it into a shell command: ``{x:q}`` shell-quoted."""
+
+    def __format__(self, spec: str) -> str:
+        return shlex.quote(self) if spec == "q" else format(str(self), spec)
+
+
+def report_html_command(**paths) -> str:
+    """The shell command of `rule report_html`, as written in workflow/rules/report.smk, with
+    ``paths`` filled in as Snakemake fills them."""
     rule = RULES.read_text().split("rule report_html:", 1)[1]
     literals = rule.split("shell:", 1)[1].split("\nrule ", 1)[0]
-    return ast.literal_eval("(" + literals.strip() + ")")
+    template = ast.literal_eval("(" + literals.strip() + ")")
+    return template.format(**{k: ShellPath(v) for k, v in paths.items()})
 
 
 def test_the_report_rule_exports_outputs_without_code(tmp_path):
@@ -40,7 +50,7 @@ def test_the_report_rule_exports_outputs_without_code(tmp_path):
     nbformat.write(notebook, executed)
     html_path, log = tmp_path / "out" / "report.html", tmp_path / "nbconvert.log"
     html_path.parent.mkdir()
-    command = report_html_command().format(input=executed, output=html_path, log=log)
+    command = report_html_command(input=executed, output=html_path, log=log)
     done = subprocess.run(["bash", "-c", command],
                           env={**os.environ, "FEDMGDA_PYTHON": sys.executable},
                           capture_output=True, text=True, timeout=300)
@@ -246,8 +256,7 @@ def toy_report(tmp_path_factory) -> Path:
                            "-p", "tables", "", "-p", "figures", "", "-p", "bare", "toy_exp"],
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    command = report_html_command().format(input=executed, output=page,
-                                           log=tmp_path / "nbconvert.log")
+    command = report_html_command(input=executed, output=page, log=tmp_path / "nbconvert.log")
     done = subprocess.run(["bash", "-c", command], env={**env, "FEDMGDA_PYTHON": sys.executable},
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, (tmp_path / "nbconvert.log").read_text()[-2000:]
