@@ -141,3 +141,18 @@ def test_the_resume_note_names_what_changed(change, said):
     note = provenance.resume_note({**STAMP, **change}, STAMP)
     assert note == (None if said is None
                     else f"resuming a checkpoint made under another environment: {said}")
+
+
+def test_a_run_trained_elsewhere_is_trained_and_a_changed_config_is_not(tmp_path):
+    """The trained-run check compares identities (``config_hash``): a run trained on a GPU, on a
+    partition saved at another path, is the workflow's run; one with another step size is not."""
+    out = tmp_path / "runs" / "key"
+    assert main(train(out)) == 0
+    wanted = {**CONFIG, "device": "cpu"}
+    elsewhere = {**CONFIG, "device": "cuda", "partition_file": "/elsewhere/seed1.npz"}
+    (out / "run.yaml").write_text(yaml.safe_dump(elsewhere))
+    assert trained_runs(tmp_path / "runs", {"key": yaml.safe_dump(wanted)}) == {"key"}
+    changed = {**wanted, "local_lr": 0.123}
+    assert trained_runs(tmp_path / "runs", {"key": yaml.safe_dump(changed)}) == set()
+    (out / "run.yaml").write_text("[not, a, mapping]")
+    assert trained_runs(tmp_path / "runs", {"key": yaml.safe_dump(wanted)}) == set()

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fedmgda.catalog import get_algorithm
+from fedmgda.config import config_hash
 from fedmgda.devices import job_gpu
 from fedmgda.experiments import RUN_DEFAULTS, RunSpec, fmt_num, fmt_value
 from fedmgda.schema import def_defaults
@@ -141,16 +142,33 @@ RUN_FILES = ("run.yaml", "metrics.csv", "per_user.csv", "summary.json")
 
 def trained_runs(runs_dir: str | Path, configs: Mapping[str, str]) -> set[str]:
     """The runs of ``configs`` ({run key: its run.yaml text}) already trained with that config: all
-    of :data:`RUN_FILES` are in ``<runs_dir>/<key>/`` and its run.yaml is the text given. The
-    workflow leaves them to no rule, so no job retrains them: a pack job would retrain its finished
-    members (Snakemake deletes a job's outputs before running it), and changing ``pack`` would
-    retrain everything. A run whose config changed is not trained (its run.yaml differs)."""
+    of :data:`RUN_FILES` are in ``<runs_dir>/<key>/`` and its run.yaml is the config given, up to
+    the fields that are no part of a run's identity (``fedmgda.config.config_hash``: the device,
+    the partition file's path, ...). The workflow leaves them to no rule, so no job retrains them:
+    a pack job would retrain its finished members (Snakemake deletes a job's outputs before running
+    it), and changing ``pack`` or ``device`` would retrain everything. A run whose config changed is
+    not trained (its identity differs); the readers check the same identity (``fedmgda.results``)."""
     trained = set()
     for key, text in configs.items():
         run_dir = Path(runs_dir) / key
-        if all((run_dir / f).is_file() for f in RUN_FILES) and (run_dir / "run.yaml").read_text() == text:
+        if not all((run_dir / f).is_file() for f in RUN_FILES):
+            continue
+        written = (run_dir / "run.yaml").read_text()
+        if written == text or _identity(written) == _identity(text):
             trained.add(key)
     return trained
+
+
+def _identity(run_yaml: str) -> str | None:
+    """The config hash of a run.yaml's text; None for a text that is no mapping."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        config = yaml.load(run_yaml, Loader=loader)
+    except yaml.YAMLError:
+        return None
+    return config_hash(config) if isinstance(config, dict) else None
 
 
 def assign_packs(runs: Mapping[str, RunSpec], trained: Collection[str] = ()) -> dict[str, list[str]]:
