@@ -10,16 +10,16 @@ for ``--rounds`` rounds, training and aggregation only: no participant losses (F
 ``track_improvement``), and the package's evaluations (every user's test split and the global test
 set, after rounds 1 and T and once more for the final statistics: 48 000 forward passes a run, five
 times the images a run trains on in 2 rounds) are timed apart and left out of the ratio, since
-the plain loop does none; they are printed beside it. The plain loop is what a researcher writes first: one
-``nn.Module`` per client copied from the global model, ``torch.optim.SGD``, a loop over batches of
-10, the mean of the updates. The package's path is ``fedmgda.scheduler.run_packed`` over K
-``Simulation``s: every round's clients of all K runs trained as one vmap-ed step per minibatch;
+the plain loop does none; they are printed beside it. The plain loop is what a researcher writes
+first: one ``nn.Module`` per client copied from the global model, ``torch.optim.SGD``, a loop over
+batches of 10, the mean of the updates. The package's path is ``fedmgda.scheduler.run_packed`` over
+K ``Simulation``s: every round's clients of all K runs trained as one vmap-ed step per minibatch;
 its reference path (``batched: false``: each run alone, its clients one after another) is timed
-too. Every path's simulations are built before its clock starts, and each path first trains one untimed
-round (``warm_up``). ``--repeat R`` times the paths in turn R times. It prints run-rounds per second of each
-(wall clock, and per second of the process's CPU time, steadier on a shared machine) and their
-ratio to the plain loop (the goal, per CPU second on one thread: 6 runs packed at least 2x, one
-run at least 1x). Results go to
+too. Every path's simulations are built before its clock starts, and each path first trains one
+untimed round (``warm_up``). ``--repeat R`` times the paths in turn R times. It prints run-rounds
+per second of each (wall clock, and per second of the process's CPU time, steadier on a shared
+machine) and their ratio to the plain loop (the goal, per CPU second on one thread: 6 runs packed at
+least 2x, one run at least 1x). Results go to
 docs/performance.md with the command. The real files must be in ``--raw-dir``/fmnist/ (without
 them it says so and exits).
 """
@@ -147,7 +147,8 @@ def main() -> None:
 
     paths = {  # name: (work, the simulations it runs, built untimed)
         "plain PyTorch loop (nn.Module + torch.optim.SGD, batch 10)": (lambda s: plain_runs(s, args.rounds), lambda: sims),
-        f"package, {args.runs} runs packed (run_packed)": (lambda s: run_packed(s, [None] * len(s)), build),
+        f"package, {args.runs} runs packed (run_packed)": (lambda s: run_packed(s, [None] * len(s)),
+                                                           build),
         "package, reference path (batched: false, clients one by one)": (
             lambda s: [run_packed([sim], [None]) for sim in s], lambda: build(batched=False)),
     }

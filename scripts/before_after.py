@@ -4,8 +4,9 @@
 
 Reads the "| row | seeds | stat ... |" table of each file (mean ± population std over seeds) and
 prints, for every row and statistic in both, before, after, the change and whether the change is
-within the seed spread (at most the larger of the two stds), as docs/results/fmnist/before_after_*.md
-show it. ``--rows``: fnmatch patterns on the row paths (default: every row in both).
+within the seed spread (at most the larger of the two stds), as
+docs/results/fmnist/before_after_*.md show it. ``--rows``: fnmatch patterns on the row paths
+(default: every row in both).
 """
 
 from __future__ import annotations

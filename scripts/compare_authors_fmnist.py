@@ -5,8 +5,9 @@
     python scripts/compare_authors_fmnist.py --authors /tmp/Fed-MGDA/main --seeds 1 5000 6000
 
 The authors' functions are imported from the folder given (their code never enters this
-repository; ``authors_code.authors_modules``, the harness shared with the scripts that run it). For each seed it compares, with the package's ``shards`` partition under both
-readings of the label sort (``dataset_options.sort``):
+repository; ``authors_code.authors_modules``, the harness shared with the scripts that run it). For
+each seed it compares, with the package's ``shards`` partition under both readings of the label sort
+(``dataset_options.sort``):
 
 - the partition: ``main/sampling.py``'s ``noniid(dataset, 100, 300, 200)`` after
   ``np.random.seed(seed)``, as ``main/utils.py`` calls it, cut by ``main/update.py``'s 80/10/10
@@ -38,7 +39,8 @@ from fedmgda.data.partition import split_user
 from fedmgda.models import CNNFashion
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from authors_code import authors_modules  # noqa: E402  (the harness around the authors' code, beside this script)
+# noqa: E402  (the harness around the authors' code, beside this script)
+from authors_code import authors_modules
 
 
 def authors_partition(sampling, labels: np.ndarray,

@@ -4,9 +4,9 @@
   docs/results/fmnist/authors_paired.md): per run, the window mean of the mean user accuracy and
   its standard error from the run's own rounds (:func:`window_standard_error`, autocorrelation
   included); per seed, the difference package - authors (:func:`paired_rows`); over seeds, the
-  mean difference with a 95 % interval from the seeds' spread (:func:`fedmgda.metrics.paired_interval`,
-  the claims' Student's t interval) beside a normal one from the runs' standard errors alone
-  (:func:`difference_interval`).
+  mean difference with a 95 % interval from the seeds' spread
+  (:func:`fedmgda.metrics.paired_interval`, the claims' Student's t interval) beside a normal one
+  from the runs' standard errors alone (:func:`difference_interval`).
 - **Two rows, paired by seed and round** (``scripts/reading_window.py``,
   docs/results/fmnist/reading_window.md): every seed's per-user statistics at every evaluation
   (:func:`evaluations`), the range of their means over seeds (:func:`seed_mean_range`) and the
@@ -122,7 +122,8 @@ def interval_verdict(result: dict[str, float]) -> str:
     """What :func:`difference_interval`'s interval from the seeds' spread says about 0."""
     if result["low"] <= 0 <= result["high"]:
         return "the interval contains 0"
-    return f"the interval excludes 0: the package is {'above' if result['mean'] > 0 else 'below'} the authors' code"
+    return (f"the interval excludes 0: the package is {'above' if result['mean'] > 0 else 'below'} "
+            "the authors' code")
 
 
 # ----------------------------------------------------------------- two rows, paired by seed and

@@ -176,7 +176,8 @@ def test_record_run_writes_every_rounds_per_user_accuracies(harness, stand_in, t
     harness.record_run(stand_in, 3, tmp_path / "exact", ["--epochs=2"], exact=True)
     assert (stand_in / "events.txt").exists()
     accuracies = pd.read_csv(tmp_path / "fast" / "seed3.csv")
-    assert accuracies["round"].tolist() == [1] * 100 + [2] * 100 and accuracies["user"].tolist() == list(range(100)) * 2
+    assert (accuracies["round"].tolist() == [1] * 100 + [2] * 100
+            and accuracies["user"].tolist() == list(range(100)) * 2)
     assert len(pd.read_csv(tmp_path / "fast" / "seed3_train_loss.csv")) == 2
     for name in ("seed3.csv", "seed3_train_loss.csv"):
         assert (tmp_path / "fast" / name).read_bytes() == (tmp_path / "exact" / name).read_bytes()
@@ -287,7 +288,8 @@ def test_the_scripts_use_the_one_harness():
                  "lockstep_authors_cifar"):
         text = (SCRIPTS / f"{name}.py").read_text()
         assert "from authors_code import" in text or "import authors_code" in text, name
-        assert "import runpy" not in text and "os.chdir" not in text and "def require_authors_sort" not in text, name
+        assert ("import runpy" not in text and "os.chdir" not in text
+                and "def require_authors_sort" not in text), name
 
 
 # ----------------------------------------------------------------- compare: the published
@@ -304,7 +306,9 @@ def test_compare_pairs_seeds_and_states_the_interval(script, tmp_path, capsys):
     for seed, gap in ((1, 0.02), (5000, 0.04), (6000, 0.03)):
         per_user(lambda r, u: 0.7 + wobble(r)).to_csv(authors / f"seed{seed}.csv", index=False)
         (package / f"seed{seed}").mkdir(parents=True)
-        per_user(lambda r, u, g=gap: 0.7 - g + wobble(r)).to_csv(package / f"seed{seed}" / "per_user.csv", index=False)
+        per_user(lambda r, u,
+                 g=gap: 0.7 - g + wobble(r)).to_csv(package / f"seed{seed}" / "per_user.csv",
+                                                    index=False)
     # no package run: skipped
     per_user(lambda r, u: 0.5).to_csv(authors / "seed9000.csv", index=False)
     markdown = tmp_path / "paired.md"
@@ -322,7 +326,8 @@ def test_compare_pairs_seeds_and_states_the_interval(script, tmp_path, capsys):
 
 def synthetic_runs(root: Path) -> None:
     """Four authors' runs (seed 4: no package run) and three package runs, per-user accuracies of
-    4 users in rounds 90-200 (the package's seed 3 misses every 7th round), losses for seeds 1 and 2."""
+    4 users in rounds 90-200 (the package's seed 3 misses every 7th round), losses for seeds 1 and
+    2."""
     rng = np.random.default_rng(44)
     authors, package = root / "authors", root / "package"
     authors.mkdir()

@@ -128,7 +128,8 @@ def test_cuda_graph_replay_gives_the_eager_updates():
 @needs_cuda
 def test_cuda_graph_spans_give_the_eager_updates(monkeypatch):
     """Real CUDA graphs of spans of 3 steps (clients of 20, 3 and 16 steps: a first span, recurring
-    middle spans, the tails): the updates and losses of the eager loop, bit for bit, dropout included."""
+    middle spans, the tails): the updates and losses of the eager loop, bit for bit, dropout
+    included."""
     import fedmgda.client as client
 
     monkeypatch.setattr(client, "GRAPH_STEPS", 3)

@@ -23,7 +23,8 @@ def test_the_versions_compute_one_gradient_and_the_written_out_and_wavefront_one
     differences = re.findall(r"largest gradient difference, (written-out|wavefront) vs autograd: "
                              r"(\S+)", out)
     assert [name for name, _ in differences] == ["written-out",
-                                                 "wavefront"] and all(float(d) < 1e-5 for _, d in differences)
+                                                 "wavefront"] and all(float(d) < 1e-5 for _,
+                                                                      d in differences)
     ops = {name: int(count)
            for name, count in re.findall(r"^(autograd|written-out|wavefront|bound)\s+[\d.]+\s+(\d+)\s+-$", out, re.M)}
     assert ops["written-out"] * 2 < ops["autograd"]  # the time loops hold only the recurrence

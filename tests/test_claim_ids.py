@@ -85,6 +85,6 @@ def test_other_seeds_or_rounds_are_in_the_id(fmnist):
     # fmnist_table8's own seeds
     assert ids(three)["fmnist_improved_vs_fedmgda"] == "fmnist_improved_vs_fedmgda"
     long = {**fmnist, "seeds": [1, 5000, 6000, 9000], "rounds": 2000}
-    assert ids(long)["fmnist_fairness_std_late"] == "fmnist_fairness_std_late@T=2000;seeds=1,5000,6000,9000"
+    assert (ids(long)["fmnist_fairness_std_late"] == "fmnist_fairness_std_late@T=2000;seeds=1,5000,6000,9000")
     over = {**fmnist, "experiment_overrides": {"fmnist_core": {"seeds": [1, 5000]}}}
     assert evaluation_tag(over, ["fmnist_core"]) == "@seeds=1,5000"

@@ -49,8 +49,9 @@ def outputs(out) -> dict[str, str]:
 
 
 def test_a_dropout_run_does_not_depend_on_its_pack_partners_or_on_resuming(tmp_path, monkeypatch):
-    """One F-MNIST CNN run (dropout on) alone, packed with either partner, and resumed from a round-2
-    checkpoint beside a partner resumed from round 4: identical metrics.csv and per_user.csv."""
+    """One F-MNIST CNN run (dropout on) alone, packed with either partner, and resumed from a
+    round-2 checkpoint beside a partner resumed from round 4: identical metrics.csv and
+    per_user.csv."""
     train([ME], [tmp_path / "alone"])
     alone = outputs(tmp_path / "alone")
     for i, partner in enumerate(PARTNERS):
@@ -98,7 +99,8 @@ def test_dropout_masks_are_the_authors_dropout():
 
 def test_no_random_draw_happens_inside_the_batched_step():
     """The vmap-ed step runs with randomness="error": a draw inside (a model's own dropout, a local
-    term's noise) could not be per client, so it raises (and a term then takes the reference path)."""
+    term's noise) could not be per client, so it raises (and a term then takes the reference
+    path)."""
     flat = FlatModel(build_model("cnn_fmnist", (1, 28, 28), 10))
     trainer = LocalTrainer(flat, LocalHParams(batch_size=5))
     # the masks withheld: the module falls back to F.dropout's own draws

@@ -160,7 +160,8 @@ def test_measured_pack_averages_each_settings_ratio_to_its_single_run():
 def test_the_committed_table_packs_the_gpu_datasets_as_measured():
     """config/config.yaml's pack: auto from the H200 rows: CIFAR-10 (1, 4, 8, 16 runs measured on
     2026-11-27) is best by 4 (per run-round, the mean of its settings' ratios to one run: 0.89 for
-    4, 0.92 for 8, 1.04 for 16); F-MNIST by 8 (within 5 % of 16's); Shakespeare (1 and 8, 2026-11-26) by 8."""
+    4, 0.92 for 8, 1.04 for 16); F-MNIST by 8 (within 5 % of 16's); Shakespeare (1 and 8,
+    2026-11-26) by 8."""
     from fedmgda.devices import measured_pack
 
     assert ({d: measured_pack(d, "cuda") for d in ("cifar10", "fmnist", "shakespeare")}

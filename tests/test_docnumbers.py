@@ -149,7 +149,8 @@ def test_no_claims_rows_have_no_claims_file():
 def test_a_marker_that_does_not_parse_fails_the_check():
     """A marker whose spec holds a '|' (a table row's key) matches no marker and would stay at
     whatever value was typed; the check names its line."""
-    page = 'A row:\n  a value <!-- n benchmarks/measurements/paper_flops.txt "| 1 |" #1 .1f -->0<!-- /n --> here.\n'
+    page = ('A row:\n  a value <!-- n benchmarks/measurements/paper_flops.txt "| 1 |" #1 .1f '
+            '-->0<!-- /n --> here.\n')
     assert check(page, REPO) == ["line 2: a marker that does not parse (no '|' in its spec, a "
                                  "value on its line, then <!-- /n -->); it would never be rendered"]
 
@@ -263,7 +264,8 @@ def test_a_table_block_is_its_csv(tmp_path):
     rendered = render(page, tmp_path)
     assert rendered == ("before\n\n<!-- table: runs.csv commit,passed -->\n| commit | passed |\n| "
                         "--- | --- |\n| abc | 5 |\n| def | 6 |\n<!-- /table -->\n\nafter\n")
-    assert check(rendered, tmp_path) == [] and check(page, tmp_path) == ["table block of runs.csv: differs from the file"]
+    assert (check(rendered, tmp_path) == []
+            and check(page, tmp_path) == ["table block of runs.csv: differs from the file"])
     every = render("<!-- table: runs.csv -->\n<!-- /table -->\n", tmp_path)
     # a "|" in a cell is escaped
     assert "| commit | passed | note |" in every and "| def | 6 | a\\|b |" in every

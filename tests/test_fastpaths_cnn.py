@@ -97,7 +97,8 @@ def test_the_scheduler_trains_cpu_cnn_runs_on_it_and_nothing_else(monkeypatch):
     run_packed([scaffold], [None])
     assert not calls and terms and all(term is not None for term in terms)
     inputs = cnn_run().inputs
-    assert batched_path(inputs) is ConvNetSteps and training_path(inputs) == "conv-net" and isinstance(Scheduler([inputs]).steps, ConvNetSteps)
+    assert (batched_path(inputs) is ConvNetSteps and training_path(inputs) == "conv-net"
+            and isinstance(Scheduler([inputs]).steps, ConvNetSteps))
     assert training_path(cnn_run(batched=False).inputs) == "reference (batched: false)"
     assert batched_path(dataclasses.replace(inputs, device=torch.device("cuda"))) is VmapSteps
     for model, shape in [("cnn_cifar",

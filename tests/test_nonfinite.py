@@ -114,7 +114,8 @@ def test_a_scaling_attacker_never_stops_a_run_by_its_reports(name, value, finite
     if result.summary["status"] != "ok":  # only the global model itself may end a run
         assert result.summary["diverged_because"] in ("weights not finite", "test loss not finite")
     else:
-        assert result.summary["rounds_completed"] == 6 and torch.isfinite(result.final_weights).all()
+        assert (result.summary["rounds_completed"] == 6
+                and torch.isfinite(result.final_weights).all())
     assert np.isfinite(metrics["train_loss"]).all()  # non-finite losses are left out of the mean
     flagged = metrics["nonfinite_losses"] + metrics["nonfinite_updates"] > 0
     assert (metrics.loc[flagged, "nonfinite_users"].astype(str) == "0").all()  # only the attacker

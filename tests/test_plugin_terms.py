@@ -117,7 +117,8 @@ def test_the_batched_run_equals_the_reference_run(algorithm, model, monkeypatch)
     assert reference.client_states.keys() == batched.client_states.keys()
     for user, state in reference.client_states.items():
         assert (state is None
-                and batched.client_states[user] is None) or torch.allclose(state, batched.client_states[user], atol=1e-5)
+                and batched.client_states[user] is None) or torch.allclose(state,
+                                                                           batched.client_states[user], atol=1e-5)
     assert algorithm["algorithm"] not in ("scaffold", "feddyn") or len(reference.client_states) > 2
     if batched.algorithm.has_local_term():
         assert training_path(batched.inputs) == "vmap, local_term vmap-ed"

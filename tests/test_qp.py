@@ -149,7 +149,8 @@ def test_two_updates_closed_form_agrees_with_the_interior_point_solver(epsilon):
     for g in pairs:
         gram = g @ g.T
         lam = min_norm_weights(gram, epsilon)
-        assert abs(lam.sum() - 1) < 1e-12 and (lam >= lower - 1e-12).all() and (lam <= upper + 1e-12).all()
+        assert (abs(lam.sum() - 1) < 1e-12 and (lam >= lower - 1e-12).all()
+                and (lam <= upper + 1e-12).all())
         scale = gram.diagonal().max()
         reference = interior_point_weights(gram / scale, lower, upper)
         # the closed form is exact (KKT) and at least as good as cvxopt's answer (up to the

@@ -34,7 +34,8 @@ def test_every_algorithm_sees_the_same_participants_and_initial_model():
         assert sims[0].participants(t) == sims[1].participants(t) == sims[2].participants(t)
     assert torch.equal(sims[0].model.initial_vector(), sims[2].model.initial_vector())
     assert len(sims[0].participants(0)) == 4  # floor(0.5 * 8)
-    assert sims[0].participants(0) != sims[0].participants(1) or sims[0].participants(1) != sims[0].participants(2)
+    assert (sims[0].participants(0) != sims[0].participants(1)
+            or sims[0].participants(1) != sims[0].participants(2))
 
 
 def test_participants_per_round_is_floor_p_m():
@@ -61,7 +62,8 @@ def test_fedmgda_plus_with_epsilon_zero_equals_fedavg_n_step_for_step():
 
 def test_common_descent_keeps_participants_improved(capsys):
     """Full-batch clients, one local step, decaying global step: FedMGDA+ (epsilon = 1) moves along
-    a common descent direction, so (almost) every participant's loss decreases each round (paper §5)."""
+    a common descent direction, so (almost) every participant's loss decreases each round (paper
+    §5)."""
     data = make_toy_federated(num_users=10, n_train=30, seed=1)
     common = dict(rounds=300, participation=0.5, batch_size="full", local_lr=0.5, momentum=0.0,
                   eval_every=50, per_user_every=100)
@@ -250,7 +252,8 @@ def test_without_dropout_the_clients_train_without_masks():
     cfg = toy_config(rounds=2, batch_size=10, local_lr=0.05, batched=False)
     on = Simulation(cfg, data=images(), model_name="cnn_fmnist")
     off = Simulation(cfg, data=images(), model_name="cnn_fmnist", dropout=False)
-    assert on.trainer.minibatches.sites and off.trainer.minibatches.sites == () and not off.trainer.dropout
+    assert (on.trainer.minibatches.sites and off.trainer.minibatches.sites == ()
+            and not off.trainer.dropout)
     assert not torch.equal(run_packed([on], [None])[0].final_weights,
                            run_packed([off], [None])[0].final_weights)
 
@@ -293,7 +296,8 @@ def test_track_improvement_only_adds_its_columns(algorithm, hparams):
     tracked = simulate(algorithm=algorithm, hparams=hparams, track_improvement=True)
     untracked = simulate(algorithm=algorithm, hparams=hparams, track_improvement=False)
     improved = ["improved_loss", "improved_acc"]
-    assert tracked.metrics[improved].notna().all().all() and untracked.metrics[improved].isna().all().all()
+    assert (tracked.metrics[improved].notna().all().all()
+            and untracked.metrics[improved].isna().all().all())
     pd.testing.assert_frame_equal(tracked.metrics.drop(columns=improved),
                                   untracked.metrics.drop(columns=improved))
     pd.testing.assert_frame_equal(tracked.per_user, untracked.per_user)

@@ -101,7 +101,8 @@ def test_package_rounds_equal_the_authors_code_fed_the_same_inputs(lockstep, rea
     accuracies under the authors' last model are identical in both codes' evaluation."""
     monkeypatch.setattr(partitioners, "numpy_1_17_argsort", another_machines_order)
     args = lockstep_args(lockstep, real_fmnist, rule, start)
-    package_models = lockstep.package_paths(args, paths=(True,))  # the batched path the package keeps
+    # the batched path the package keeps
+    package_models = lockstep.package_paths(args, paths=(True,))
     assert lockstep.check_rounds(args, package_models) == 0, capsys.readouterr().out
     out = capsys.readouterr().out
     assert "lockstep: passed" in out and "users whose test accuracy differs 0/100" in out

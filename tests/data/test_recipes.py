@@ -69,7 +69,8 @@ def test_a_partitioner_added_as_the_recipe_says_is_built_by_the_dispatch(monkeyp
         patch.setitem(partitioners.PARTITIONERS, "round_robin", toy_partitioner())
         part = build_partition(raw, "round_robin", 3,
                                {"num_users": 4, "order": "seeded", "sort": "stable"})
-        assert part.scheme == "round_robin" and part.num_users == 4 and part.options["sort"] == "stable"
+        assert (part.scheme == "round_robin" and part.num_users == 4
+                and part.options["sort"] == "stable")
         assert sorted(np.concatenate([part.user_indices(u)
                                       for u in range(4)]).tolist()) == list(range(50))
         assert [len(t) for t in part.train] == [10, 10, 9, 9]  # 13, 13, 12, 12 samples cut 80/10/10
@@ -225,6 +226,7 @@ def test_a_dataset_and_a_partitioner_added_as_the_recipes_say_build_validate_and
                            str(REPO / "config/test.yaml"),
                            str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
-    assert done.returncode == 0 and "recipes followed" in done.stdout, (done.stdout + done.stderr)[-4000:]
+    assert (done.returncode == 0
+            and "recipes followed" in done.stdout), (done.stdout + done.stderr)[-4000:]
     # the checkout untouched
     assert re.search(r"\btoy\b", (REPO / "src/fedmgda/config.schema.yaml").read_text()) is None

@@ -413,7 +413,8 @@ def test_snakemake_stops_on_a_bad_claim_before_any_job(tmp_path):
                           cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
-    assert "claim fairness_worst5" in proc.stdout + proc.stderr and "matches no row" in proc.stdout + proc.stderr
+    assert ("claim fairness_worst5" in proc.stdout + proc.stderr
+            and "matches no row" in proc.stdout + proc.stderr)
 
 
 def gap_config(claims: dict, seeds=(1, 2, 3)) -> dict:

@@ -43,8 +43,8 @@ def test_the_report_rule_exports_outputs_without_code(tmp_path):
         nbformat.v4.new_markdown_cell("## A heading"),
         nbformat.v4.new_code_cell("secret_source_line = 6 * 7\nsecret_source_line",
                                   execution_count=1,
-                                  outputs=[nbformat.v4.new_output("execute_result", {"text/plain": "OUTPUT-42"},
-                                                                  execution_count=1)]),
+                                  outputs=[nbformat.v4.new_output("execute_result",
+                                                                  {"text/plain": "OUTPUT-42"}, execution_count=1)]),
     ])
     executed = tmp_path / "report.ipynb"
     nbformat.write(notebook, executed)
@@ -57,7 +57,8 @@ def test_the_report_rule_exports_outputs_without_code(tmp_path):
     assert done.returncode == 0, log.read_text()[-2000:] if log.exists() else done.stderr
     page = html_path.read_text()
     assert "OUTPUT-42" in page and "A heading" in page
-    assert "secret_source_line" not in page and 'class="jp-CodeMirrorEditor' not in page and "In&nbsp;[" not in page
+    assert ("secret_source_line" not in page and 'class="jp-CodeMirrorEditor' not in page
+            and "In&nbsp;[" not in page)
 
 
 def test_the_claims_summary_is_the_reports_first_output():
@@ -179,7 +180,8 @@ def test_an_experiment_without_a_table_shows_its_rows(tmp_path):
     # one row: its hparams
     assert report.experiment_rows(runs, keys[2:]) == {"fedmgda epsilon=0": keys[2:]}
     stats = report.statistics_table(runs, rows)
-    assert list(stats.index) == list(rows) and set(stats["seeds"]) == {2} and set(stats["status"]) == {"2 ok"}
+    assert (list(stats.index) == list(rows) and set(stats["seeds"]) == {2}
+            and set(stats["status"]) == {"2 ok"})
     assert stats.loc["fedavg", "final mean_acc"] == "65.00 ± 1.67"  # user means 63.33 %, 66.67 %
     figure = report.curves_figure(runs, rows)
     assert [len(ax.lines) for ax in figure.axes] == [2, 2]
@@ -290,7 +292,8 @@ CHROMIUM = (shutil.which("chromium") or shutil.which("chromium-browser")
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium (Debian: apt-get install chromium)")
 def test_a_browser_shows_the_curves_of_the_one_experiment_report(toy_report, tmp_path):
     """Headless Chromium renders the report (docs/workflow.md, "The report", has the command): the
-    screenshot has the curves' colours (tab10 blue and orange), which nothing else on the page has."""
+    screenshot has the curves' colours (tab10 blue and orange), which nothing else on the page
+    has."""
     from PIL import Image
 
     shot = tmp_path / "report.png"
