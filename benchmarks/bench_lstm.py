@@ -169,7 +169,8 @@ def wavefront_weights(w_ih: list, w_hh: list) -> torch.Tensor:
 
 
 def wavefront_forward(model: ShakespeareLSTM):
-    """``ShakespeareLSTM.forward`` with ``WavefrontLSTM`` for its layers, on a dict of parameters."""
+    """``ShakespeareLSTM.forward`` with ``WavefrontLSTM`` for its layers, on a dict of
+    parameters."""
     layers = model.lstm.num_layers
 
     def forward(params, x):

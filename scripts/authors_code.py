@@ -216,7 +216,8 @@ def _record_patched(authors: Path, seed: int, out: Path, extra: list[str], exact
 
 
 def write_train_loss(train_loss: list[float], path: Path) -> None:
-    """federated_main.py's ``train_loss``: one value per round, the participants' mean local loss."""
+    """federated_main.py's ``train_loss``: one value per round, the participants' mean local
+    loss."""
     pd.DataFrame({"round": range(1, len(train_loss) + 1),
                   "train_loss": [float(v) for v in train_loss]}).to_csv(path, index=False)
 
@@ -297,7 +298,8 @@ class FedFromOutside:
         tensorboardX.SummaryWriter = NullWriter
 
     def next_participants(self, a, size=None, replace=True, p=None):
-        """``np.random.choice`` of ``federated_main.py``'s round loop: the next round's participants."""
+        """``np.random.choice`` of ``federated_main.py``'s round loop: the next round's
+        participants."""
         self.round += 1
         self.user = 0
         return np.array(self.participants[self.round])

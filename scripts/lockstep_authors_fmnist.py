@@ -362,7 +362,8 @@ def run_args(args, rule: str, start: int) -> argparse.Namespace:
 
 
 def recording_inputs(recorded: Path | None) -> dict[str, torch.Tensor] | None:
-    """The inputs a recording carries (``recorded_inputs``), to feed the package; None without one."""
+    """The inputs a recording carries (``recorded_inputs``), to feed the package; None without
+    one."""
     return None if recorded is None else torch.load(recorded, weights_only=True)["inputs"]
 
 

@@ -149,7 +149,8 @@ def seed_mean_range(frame: pd.DataFrame, column: str, seeds: list[str]) -> dict[
 
 def seed_rounds_better(a: pd.DataFrame, b: pd.DataFrame, column: str, seeds: list[str],
                        higher: bool = True) -> int:
-    """In how many (evaluation of A, seed) B's ``column`` is higher than A's (``higher`` False: lower)."""
+    """In how many (evaluation of A, seed) B's ``column`` is higher than A's (``higher`` False:
+    lower)."""
     if higher:
         return sum(int(b.loc[r, (s, column)] > a.loc[r, (s, column)]) for r in a.index
                    for s in seeds)

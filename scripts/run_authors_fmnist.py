@@ -54,7 +54,8 @@ from paired import difference_interval, interval_verdict, paired_rows, seed_pair
 
 def compare(authors_runs: Path, package_runs: Path, first: int = 101, last: int = 200,
             markdown: Path | None = None) -> None:
-    """The comparison's table and interval (scripts/paired.py), printed and, with ``markdown``, written there."""
+    """The comparison's table and interval (scripts/paired.py), printed and, with ``markdown``,
+    written there."""
     for seed, ours in seed_pairs(authors_runs, package_runs)[1]:
         print(f"{seed}: no package run at {ours}; skipped")
     try:

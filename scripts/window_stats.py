@@ -35,7 +35,8 @@ def digits(stat: str) -> int:
 
 
 def mean_std(values: list[float], digits: int) -> str:
-    """Mean ± population std over seeds (fedmgda.results.seed_stats: the tables' ±, NaN left out)."""
+    """Mean ± population std over seeds (fedmgda.results.seed_stats: the tables' ±, NaN left
+    out)."""
     mean, std = seed_stats(values)
     return f"{mean:.{digits}f} ± {std:.{digits}f}"
 

@@ -1,4 +1,5 @@
-"""scripts/before_after.py: two window_stats tables side by side, each change against the seed spread."""
+"""scripts/before_after.py: two window_stats tables side by side, each change against the seed
+spread."""
 
 from __future__ import annotations
 

@@ -155,7 +155,8 @@ def test_plan_command_prints_the_committed_plan(gpus):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     committed = (ROOT / f"benchmarks/measurements/plan_cores16_gpus{gpus}.txt").read_text()
-    assert committed == f"$ python {' '.join(argv)}\n" + out, "remake the file: the command's output changed"
+    assert committed == f"$ python {' '.join(argv)}\n" + out, ("remake the file: the command's "
+                                                               "output changed")
     assert ("adult_b10" in out and out.count("  cuda         cuda") == 7
             and "  cuda         cpu" in out)
     all_line = next(line for line in out.splitlines() if line.startswith("all "))
@@ -164,7 +165,8 @@ def test_plan_command_prints_the_committed_plan(gpus):
 
 
 def test_a_run_writes_rows_of_the_committed_table(bench, tmp_path):
-    """--csv: the rows a measurement adds to src/fedmgda/reference/round_times.csv, read back as written."""
+    """--csv: the rows a measurement adds to src/fedmgda/reference/round_times.csv, read back as
+    written."""
     from fedmgda.devices import RoundTime
 
     rows = bench.run_rows({"adult_b10": (0.2134, 0.001), "fmnist_b10_p0.1": (1.8444, 0.307)},
@@ -315,7 +317,9 @@ def test_flops_print_the_committed_file(bench, capsys):
     bench.print_flops(round_times(), CONFIG)
     out = capsys.readouterr().out
     committed = (ROOT / "benchmarks/measurements/paper_flops.txt").read_text()
-    assert committed == "$ python benchmarks/bench_rounds.py --flops\n" + out, "remake the file: the command's output changed"
+    assert committed == "$ python benchmarks/bench_rounds.py --flops\n" + out, ("remake the file: "
+                                                                                "the command's "
+                                                                                "output changed")
     assert "paper DAG (1600 runs of the config)" in out
     work, counted = bench.paper_work(CONFIG)
     total = sum(w.total for w in work.values())
@@ -339,7 +343,8 @@ def test_round_samples_by_participation_and_sampling(bench):
 
 
 def test_also_takes_run_config_fields(bench):
-    """--also KEY=VALUE: a run-config field and its YAML value; anything else stops the benchmark in one line."""
+    """--also KEY=VALUE: a run-config field and its YAML value; anything else stops the benchmark in
+    one line."""
     assert bench.parse_override("deterministic=false") == ("deterministic", False)
     assert bench.parse_override("tf32=true") == ("tf32", True)
     with pytest.raises(SystemExit, match="--also takes run-config fields as KEY=VALUE"):

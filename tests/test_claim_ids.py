@@ -32,14 +32,16 @@ def test_committed_claims_files_give_each_id_one_meaning():
     files = claims_files()
     assert len(files) >= 10, [str(f) for f in files]
     conflicts = id_conflicts(files)
-    assert not conflicts, "one claim id, two meanings (qualify the id: fedmgda.claims.evaluation_tag):\n" + "\n".join(conflicts)
+    assert not conflicts, ("one claim id, two meanings (qualify the id: "
+                           "fedmgda.claims.evaluation_tag):\n" + "\n".join(conflicts))
 
 
 def test_profiles_define_each_id_once():
     defined = {p.name: (yaml.safe_load(p.read_text()).get("claims") or {}) for p in PROFILES}
     for (a, ca), (b, cb) in itertools.combinations(defined.items(), 2):
         for cid in set(ca) & set(cb):
-            assert ca[cid] == cb[cid], f"{a} and {b} define claim {cid} differently; give one of them another id"
+            assert ca[cid] == cb[cid], (f"{a} and {b} define claim {cid} differently; give one of "
+                                        "them another id")
 
 
 def _row(claim: str, expected: str, n: int, verdict: str = "holds") -> dict:

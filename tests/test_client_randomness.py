@@ -19,7 +19,8 @@ OUTPUTS = ("metrics.csv", "per_user.csv")
 
 
 def images(users: int = 8, n_train: int = 30, n_test: int = 10) -> FederatedDataset:
-    """Random 28x28 images, equal-sized users: F-MNIST's CNN (with its two dropout sites) trains on them."""
+    """Random 28x28 images, equal-sized users: F-MNIST's CNN (with its two dropout sites) trains on
+    them."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(users * (n_train + n_test), 1, 28, 28, generator=g)
     y = torch.randint(0, 10, (len(x),), generator=g)

@@ -198,7 +198,8 @@ def test_the_pack_sizes_the_docs_state_are_the_measured_ones():
     config = " ".join(line.lstrip("# ")
                       for line in (ROOT / "config" / "config.yaml").read_text().splitlines())
     m = re.search(r"CIFAR-10 (\d+), F-MNIST (\d+) from .*? Shakespeare (\d+) from", config)
-    assert m, "config/config.yaml's comment no longer states the measured pack sizes; update this test"
+    assert m, ("config/config.yaml's comment no longer states the measured pack sizes; "
+               "update this test")
     assert [int(x)
             for x in m.groups()] == [measured_pack(d, "cuda")
                                      for d in ("cifar10", "fmnist", "shakespeare")]

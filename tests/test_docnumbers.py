@@ -82,7 +82,8 @@ def covered_text(page: str, heading: str, start: str) -> str:
     if not start:
         return section
     found = [p for p in section.split("\n\n") if p.startswith(start)]
-    assert len(found) == 1, f"{page}: no paragraph starting {start!r} in {heading!r}; update COVERED"
+    assert len(found) == 1, (f"{page}: no paragraph starting {start!r} in {heading!r}; "
+                             "update COVERED")
     return found[0]
 
 
@@ -143,7 +144,8 @@ def test_no_claims_rows_have_no_claims_file():
             continue
         for table in re.findall(r"\(docs/results/fmnist/fmnist_([a-z0-9_]+)\.md\)", cells[3]):
             claims = REPO / "docs" / "results" / "fmnist" / f"claims_{table}.md"
-            assert not claims.exists(), f"{cells[0]}: 'no claims', but {claims.relative_to(REPO)} exists"
+            assert not claims.exists(), (f"{cells[0]}: 'no claims', but "
+                                         f"{claims.relative_to(REPO)} exists")
 
 
 def test_a_marker_that_does_not_parse_fails_the_check():
@@ -306,7 +308,8 @@ def test_every_page_with_markers_is_rendered_and_checked():
                     if not p.startswith(("docs/results/", "benchmarks/measurements/"))
                     and re.search(r"<!-- (n |table: )",
                                   re.sub(r"`[^`\n]*`", "", (REPO / p).read_text()))}
-    assert with_markers <= set(PAGES), f"add to fedmgda.docnumbers.PAGES: {sorted(with_markers - set(PAGES))}"
+    assert with_markers <= set(PAGES), ("add to fedmgda.docnumbers.PAGES: "
+                                        f"{sorted(with_markers - set(PAGES))}")
 
 
 def test_a_table_block_of_a_markdown_file_is_its_tables(tmp_path):

@@ -36,7 +36,8 @@ def clients(model: str, classes: int, sizes: list[int], seed: int = 1):
 
 
 def generators(n: int, seed: int = 3):
-    """Each client's minibatch order and dropout-mask generators, fresh, as the scheduler seeds them."""
+    """Each client's minibatch order and dropout-mask generators, fresh, as the scheduler seeds
+    them."""
     keys = [(seed, 0, user) for user in range(n)]
     return ([torch.Generator().manual_seed(derived_seed(*key)) for key in keys],
             [dropout_generator(key, CPU) for key in keys])

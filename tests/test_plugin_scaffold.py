@@ -24,7 +24,8 @@ def scaffold(**overrides):
 
 
 def test_first_round_is_fedavg_and_later_rounds_are_not():
-    """c = c_i = 0 in round 1: the local term vanishes and eta_g = 1 takes the mean update (FedAvg)."""
+    """c = c_i = 0 in round 1: the local term vanishes and eta_g = 1 takes the mean update
+    (FedAvg)."""
     data = make_toy_federated()
     for rounds, same in ((1, True), (4, False)):
         fedavg = run(toy_config(algorithm="fedavg", momentum=0.0, rounds=rounds, batched=False),

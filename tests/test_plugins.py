@@ -207,7 +207,8 @@ def test_registry_rejects_an_undeclared_algorithm_and_bad_hparams():
 
 
 def test_a_plugin_receives_its_run_options_and_checks_the_run(tmp_path):
-    """``run_options``: run-config keys passed to ``build``; ``check_run``: one error before the run."""
+    """``run_options``: run-config keys passed to ``build``; ``check_run``: one error before the
+    run."""
     (tmp_path / "opts.py").write_text(
         "from fedmgda.algorithms import Algorithm\n"
         "from fedmgda.errors import ConfigError\n"

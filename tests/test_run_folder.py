@@ -22,7 +22,8 @@ CONFIG = dict(dataset="synthetic", algorithm="fedavg", rounds=3, device="cpu", c
 
 
 class SideEffect:
-    """Unpickled, it creates the file ``marker`` (what a malicious checkpoint would do, harmlessly)."""
+    """Unpickled, it creates the file ``marker`` (what a malicious checkpoint would do,
+    harmlessly)."""
 
     def __init__(self, marker):
         self.marker = str(marker)
@@ -123,7 +124,8 @@ def test_fresh_if_unreadable_sets_the_checkpoint_aside_and_restarts_from_round_0
     assert outputs(out) == outputs(tmp_path / "fresh")
 
 
-def test_fresh_if_unreadable_comes_from_the_environment_and_still_resumes_a_good_checkpoint(tmp_path, monkeypatch):
+def test_fresh_if_unreadable_comes_from_the_environment_and_still_resumes_a_good_checkpoint(
+        tmp_path, monkeypatch):
     """Under Snakemake the option is FEDMGDA_FRESH_IF_UNREADABLE=1 (the training jobs inherit it); a
     checkpoint the run can resume from is resumed, with the option or without."""
     from toy_federated import killed_at

@@ -199,7 +199,8 @@ def test_runs_on_cuda():
 
 
 def test_afl_gamma_w_as_local_lr_is_a_server_step_of_one():
-    """afl_gamma_w: local_lr (docs/protocol.md §8.11): gamma_w is the clients' lr, the server step is 1."""
+    """afl_gamma_w: local_lr (docs/protocol.md §8.11): gamma_w is the clients' lr, the server step
+    is 1."""
     as_lr = simulate(algorithm="afl", participation=1.0, local_lr=0.05, afl_gamma_w="local_lr",
                      hparams={"gamma_w": 0.05, "gamma_lambda": 0.3})
     literal = simulate(algorithm="afl", participation=1.0, local_lr=0.05,

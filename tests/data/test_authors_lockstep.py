@@ -64,7 +64,8 @@ def lockstep_args(lockstep, raw_dir, rule, start, recording=RECORDING) -> Namesp
 
 
 def another_machines_order(keys):
-    """An unstable sort as another CPU's numpy may do it: sorted, each class in descending id order."""
+    """An unstable sort as another CPU's numpy may do it: sorted, each class in descending id
+    order."""
     keys = np.asarray(keys)
     return np.lexsort((-np.arange(len(keys)), keys))
 

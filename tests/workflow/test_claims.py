@@ -72,7 +72,8 @@ def write(runs_dir: Path, key: str, mean_acc: float, *, loss: list[float] | None
 
 
 def setup(tmp_path, claims, values: dict[str, list[float]], seeds=(1, 2, 3), **kw):
-    """values: {row key pattern prefix: per-seed final.mean_acc}; writes the runs; returns the frame."""
+    """values: {row key pattern prefix: per-seed final.mean_acc}; writes the runs; returns the
+    frame."""
     cfg = base_config(claims, seeds)
     reg = expand(cfg)
     specs = parse_claims(cfg, reg)
