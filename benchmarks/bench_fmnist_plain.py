@@ -1,8 +1,9 @@
 """F-MNIST's CNN on the CPU: the package's packed path beside a plain PyTorch loop, in one process.
 
-    python benchmarks/bench_fmnist_plain.py                        # 6 FedAvg runs, 5 rounds, real files
+    python benchmarks/bench_fmnist_plain.py           # 6 FedAvg runs, 5 rounds, real files
     python benchmarks/bench_fmnist_plain.py --runs 6 --rounds 10 --threads 1
-    python benchmarks/bench_fmnist_plain.py --runs 6 --rounds 2 --threads 1 --repeat 5   # paired ratios, their median
+    # paired ratios, their median
+    python benchmarks/bench_fmnist_plain.py --runs 6 --rounds 2 --threads 1 --repeat 5
 
 Both train the same clients on the same samples: K FedAvg runs (seeds 1..K) of the paper's F-MNIST
 setting (shards, 100 users, 10 per round, one local epoch of minibatch 10 at lr 0.01, momentum 0.5),
@@ -140,15 +141,17 @@ def main() -> None:
     try:
         sims = [Simulation(cfg) for cfg in configs(args.runs, args.rounds, args.raw_dir)]
     except DataError as err:
-        raise SystemExit(f"{err}\n(place the four Fashion-MNIST files in {args.raw_dir}/fmnist/)") from None
+        raise SystemExit(f"{err}\n(place the four Fashion-MNIST files in "
+                         f"{args.raw_dir}/fmnist/)") from None
 
     def build(batched: bool = True) -> list[Simulation]:
         return [Simulation(cfg) for cfg in configs(args.runs, args.rounds, args.raw_dir, batched)]
 
     paths = {  # name: (work, the simulations it runs, built untimed)
-        "plain PyTorch loop (nn.Module + torch.optim.SGD, batch 10)": (lambda s: plain_runs(s, args.rounds), lambda: sims),
-        f"package, {args.runs} runs packed (run_packed)": (lambda s: run_packed(s, [None] * len(s)),
-                                                           build),
+        "plain PyTorch loop (nn.Module + torch.optim.SGD, batch 10)":
+            (lambda s: plain_runs(s, args.rounds), lambda: sims),
+        f"package, {args.runs} runs packed (run_packed)":
+            (lambda s: run_packed(s, [None] * len(s)), build),
         "package, reference path (batched: false, clients one by one)": (
             lambda s: [run_packed([sim], [None]) for sim in s], lambda: build(batched=False)),
     }

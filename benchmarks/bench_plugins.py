@@ -1,6 +1,6 @@
 """Round time of client-side algorithms beside FedAvg's, in one process, on the same config.
 
-    python benchmarks/bench_plugins.py                       # quick profile's digits shards, 30 rounds
+    python benchmarks/bench_plugins.py               # quick profile's digits shards, 30 rounds
     python benchmarks/bench_plugins.py --rounds 10 --repeats 5 --reference-terms --pack
 
 FedAvg, FedProx (built-ins), SCAFFOLD (examples/scaffold.py) and FedDyn (examples/feddyn.py)

@@ -1,6 +1,6 @@
 """Round-time benchmark: batched (torch.func.vmap) against sequential client training.
 
-    python benchmarks/bench_rounds.py                  # every dataset setting, this machine's device
+    python benchmarks/bench_rounds.py           # every dataset setting, this machine's device
     python benchmarks/bench_rounds.py --device cuda --fraction 1 --rounds 3
     python benchmarks/bench_rounds.py --only cifar10_b10_p0.1 fmnist_b10_p0.1
     python benchmarks/bench_rounds.py --device cuda --pack 8    # also 8 runs trained packed
@@ -143,7 +143,8 @@ def synthetic_sizes(sizes_option: str = "table4", users: int = 100, data_seed: i
     with ``script``), 80 % for training."""
     from fedmgda.data.synthetic import SIZE_FLOOR, size_lognormal
 
-    sizes = np.random.RandomState(data_seed).lognormal(*size_lognormal(sizes_option), users).astype(int) + SIZE_FLOOR
+    draws = np.random.RandomState(data_seed).lognormal(*size_lognormal(sizes_option), users)
+    sizes = draws.astype(int) + SIZE_FLOOR
     return tuple(max(1, int(train_fraction * n)) for n in sizes)
 
 
@@ -344,7 +345,8 @@ def bound_shape(setting: Setting) -> tuple[int, int, int]:
     samples = setting.per_round * round(statistics.mean(setting.train_sizes))
     if setting.batch_size == "full":
         return 1, samples, samples
-    return math.ceil(max(setting.train_sizes) / setting.batch_size), setting.per_round * setting.batch_size, samples
+    steps = math.ceil(max(setting.train_sizes) / setting.batch_size)
+    return steps, setting.per_round * setting.batch_size, samples
 
 
 def bound_step(setting: Setting, batch: int, device: torch.device):
@@ -497,9 +499,8 @@ def match_setting(cfg: dict, names: set[str] | dict) -> tuple[Setting, int, str 
     return chosen, per_round, "; ".join(notes) or None
 
 
-def paper_runs(measured,
-               config: str = "config/config.yaml") -> tuple[list[tuple[dict, Setting, float, str]],
-                                                            int]:
+def paper_runs(measured, config: str = "config/config.yaml"
+               ) -> tuple[list[tuple[dict, Setting, float, str]], int]:
     """The paper DAG's training runs, each matched to one of the ``measured`` settings (names):
     (run config, setting, its steps per round, the approximation note or ''), and the count of
     runs of settings not measured."""
@@ -525,7 +526,8 @@ def project_paper(per_setting: dict[str, tuple[float, float]],
     for cfg, chosen, per_round, _ in matched:
         round_s, eval_s = per_setting[chosen.name]
         round_s *= per_round / chosen.per_round
-        seconds[cfg["dataset"]] = seconds.get(cfg["dataset"], 0.0) + cfg["rounds"] * (round_s + eval_s / cfg.get("eval_every", 1))
+        run_s = cfg["rounds"] * (round_s + eval_s / cfg.get("eval_every", 1))
+        seconds[cfg["dataset"]] = seconds.get(cfg["dataset"], 0.0) + run_s
     if skipped:
         approximated.add(f"{skipped} runs of datasets not measured here are left out of the total")
     return seconds, len(matched) + skipped, sorted(approximated)
@@ -568,11 +570,12 @@ def plan_jobs(rows, gpus: int = 1, config: str = "config/config.yaml"):
         mine = [r for r in rows if r.setting == setting.name and r.device == device]
         factor, timed = variant_factor(variants, mine, cfg)
         untimed += 0 if timed or cfg["track_improvement"] else len(keys)
-        round_s = pack_round_seconds({r.runs: r.s_per_round
-                                      for r in mine}, len(keys)) * per_round / setting.per_round * factor
+        pack_s = pack_round_seconds({r.runs: r.s_per_round for r in mine}, len(keys))
+        round_s = pack_s * per_round / setting.per_round * factor
         eval_s = max(r.eval_s for r in mine)
-        seconds = max(s.config["rounds"]
-                      for s in specs) * round_s + sum(s.config["rounds"] * eval_s / s.config.get("eval_every", 1) for s in specs)
+        seconds = (max(s.config["rounds"] for s in specs) * round_s
+                   + sum(s.config["rounds"] * eval_s / s.config.get("eval_every", 1)
+                         for s in specs))
         jobs.append(Job(name, dataset, device, seconds, pack_resources(specs)["threads"]))
         runs[dataset] = runs.get(dataset, 0) + len(keys)
     for (dataset, device), n in sorted(skipped.items()):
@@ -598,7 +601,8 @@ def variant_factor(variants, mine, cfg: dict) -> tuple[float, bool]:
     factor, timed = 1.0, False
     for r in variants:
         key, value = parse_override(r.also)
-        if single and (r.setting, r.device) == (mine[0].setting, mine[0].device) and cfg.get(key) == value:
+        if (single and (r.setting, r.device) == (mine[0].setting, mine[0].device)
+                and cfg.get(key) == value):
             factor *= r.s_per_round / single
             timed = timed or key == "track_improvement"
     return factor, timed
@@ -855,24 +859,38 @@ def parse_args() -> argparse.Namespace:
                         f"{TimeLimit.PROFILES_SHARE:.0%}% (TimeLimit)")
     parser.add_argument("--bound", action="store_true",
                         help="also time each setting's lower bound (its steps as one model's "
-                        "large-batch steps, a CUDA graph on a GPU) and print the batched "
-                        "round's ratio to it")
+                             "large-batch steps, a CUDA graph on a GPU) and print the batched "
+                             "round's ratio to it")
     parser.add_argument("--pack", type=int, nargs="+", default=[1], metavar="K",
-                        help="also time K runs (seeds 1..K) trained packed, "
-                        "for each K given (e.g. --pack 4 8 16), and print their throughput against "
-                        "K batched runs one after another")
+                        help="also time K runs (seeds 1..K) trained packed, for each K given "
+                             "(e.g. --pack 4 8 16), and print their throughput against K batched "
+                             "runs one after another")
     parser.add_argument("--max-padding", type=float, nargs="*", default=[], metavar="P",
-                        help="also time each setting whose "
-                        "clients all take part and differ in size with size groups of at most this "
-                        "padding (inf: one group; the default is fedmgda.client.MAX_PADDING)")
+                        help="also time each setting whose clients all take part and differ in "
+                             "size with size groups of at most this padding (inf: one group; the "
+                             "default is fedmgda.client.MAX_PADDING)")
     parser.add_argument("--also", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="also time each setting (one run, batched) "
-                        "with this run-config field changed, for each one given: e.g. "
-                        "deterministic=false (cuDNN may choose faster algorithms with atomics; "
-                        "reruns differ by float rounding) or tf32=true (TF32 tensor cores)")
+                        help="also time each setting (one run, batched) with this run-config "
+                             "field changed, for each one given: e.g. deterministic=false (cuDNN "
+                             "may choose faster algorithms with atomics; reruns differ by float "
+                             "rounding) or tf32=true (TF32 tensor cores)")
     parser.add_argument("--no-sequential", action="store_true",
-                        help="do not time the sequential reference path (its "
-                        "columns print '-'; it is the slow part on a GPU and feeds no projection)")
+                        help="do not time the sequential reference path (its columns print '-'; "
+                             "it is the slow part on a GPU and feeds no projection)")
+    add_plan_arguments(parser)
+    args = parser.parse_args()
+    for item in args.also:
+        parse_override(item)  # a bad one stops here, before any measurement
+    unknown = [name for name in args.only or () if name not in {s.name for s in SETTINGS}]
+    if unknown:
+        parser.error(f"--only: unknown setting(s) {', '.join(unknown)}; known: "
+                     f"{', '.join(s.name for s in SETTINGS)}")
+    return args
+
+
+def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that measure nothing (--sizes, --plan, --flops) and those of the round-time
+    table's rows (--csv, --source)."""
     parser.add_argument("--sizes", action="store_true",
                         help="measure nothing: print each setting's client sizes and "
                         "the sequential local steps they cost a round")
@@ -881,10 +899,9 @@ def parse_args() -> argparse.Namespace:
                               "--gpus from the committed round times "
                               "(src/fedmgda/reference/round_times.csv)"))
     parser.add_argument("--flops", action="store_true",
-                        help="measure nothing: each setting's counted work "
-                             "(benchmarks/flops.py), the "
-                        "TFLOP/s its committed GPU round times reach, the paper DAG's work and the "
-                        "rate 8 h would take")
+                        help="measure nothing: each setting's counted work (benchmarks/flops.py), "
+                             "the TFLOP/s its committed GPU round times reach, the paper DAG's "
+                             "work and the rate 8 h would take")
     parser.add_argument("--cores", type=int, default=16,
                         help="CPU cores of the machine the plan is projected on")
     parser.add_argument("--gpus", type=int, default=1,
@@ -895,14 +912,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--source", default="this run",
                         help=("the source column of --csv's rows: the measurement file they will "
                               "be committed as"))
-    args = parser.parse_args()
-    for item in args.also:
-        parse_override(item)  # a bad one stops here, before any measurement
-    unknown = [name for name in args.only or () if name not in {s.name for s in SETTINGS}]
-    if unknown:
-        parser.error(f"--only: unknown setting(s) {', '.join(unknown)}; known: "
-                     f"{', '.join(s.name for s in SETTINGS)}")
-    return args
 
 
 def local_steps(setting: Setting) -> list[int]:
@@ -1036,15 +1045,7 @@ def measure_settings(args: argparse.Namespace, device: torch.device, measured_so
                                     rounds=args.rounds, device=str(device))[0] / fraction)
             # before the default timings: each run sets the CUDA backend flags, so they end as the
             # defaults set them
-            also = {}
-            for item in args.also:
-                if not applies(setting, item):
-                    continue
-                if limit and not limit.allows(limit.SETTINGS_SHARE, f"{setting.name} with {item}"):
-                    break
-                also[item] = time_rounds(setting, data, batched=True, rounds=args.rounds,
-                                         device=str(device),
-                                         overrides=dict([parse_override(item)]))[0] / fraction
+            also = time_variants(setting, data, args, device, fraction, limit)
             warm_up: list[float] = []
             bat, eval_s = time_rounds(setting, data, batched=True, rounds=args.rounds,
                                       device=str(device), warm_up=warm_up)
@@ -1063,20 +1064,9 @@ def measure_settings(args: argparse.Namespace, device: torch.device, measured_so
         if warm_up:
             print(f"{'':22} warm-up: {warm_up[0]:.3f} s for the untimed rounds before (as run: not "
                   "scaled by 1/f)", flush=True)
-        for k in sorted(k for k in set(args.pack) if k > 1):
-            # about k rounds' time for each timed round, and the single run's warm-up at least (on a
-            # GPU launch-bound: first calls and captures cost about as much at any width)
-            need = max(warm_up[0] if warm_up
-                       else 0.0, 2 * k * bat * fraction) + k * bat * fraction * args.rounds
-            if limit and not limit.allows(limit.SETTINGS_SHARE, f"{setting.name} {k} runs packed",
-                                          need=need):
-                break
-            packed = time_rounds(setting, data, batched=True, rounds=args.rounds,
-                                 device=str(device), pack=k)[0] / fraction
-            print(f"{'':22} {k} runs packed: {packed:.3f} s per round of all {k} "
-                  f"(throughput {k * bat / packed:.2f}x that of the runs one after another)",
-                  flush=True)
-            packed_s.setdefault(setting.name, {})[k] = packed
+        packs = time_packs(setting, data, args, device, fraction, bat, warm_up, limit)
+        if packs:
+            packed_s[setting.name] = packs
         time_paddings(setting, data, args, device, fraction)
         for item, seconds in also.items():
             print(f"{'':22} with {item}: {seconds:.3f} s per round ({bat / seconds:.2f}x the "
@@ -1085,6 +1075,45 @@ def measure_settings(args: argparse.Namespace, device: torch.device, measured_so
         if measured_so_far:
             measured_so_far(measured, packed_s, also_s)
     return measured, packed_s, also_s
+
+
+def time_variants(setting: Setting, data: FederatedDataset, args: argparse.Namespace,
+                  device: torch.device, fraction: float,
+                  limit: TimeLimit | None) -> dict[str, float]:
+    """Batched seconds per round of the setting with each --also change that applies to it."""
+    also = {}
+    for item in args.also:
+        if not applies(setting, item):
+            continue
+        if limit and not limit.allows(limit.SETTINGS_SHARE, f"{setting.name} with {item}"):
+            break
+        also[item] = time_rounds(setting, data, batched=True, rounds=args.rounds,
+                                 device=str(device),
+                                 overrides=dict([parse_override(item)]))[0] / fraction
+    return also
+
+
+def time_packs(setting: Setting, data: FederatedDataset, args: argparse.Namespace,
+               device: torch.device, fraction: float, bat: float, warm_up: list[float],
+               limit: TimeLimit | None) -> dict[int, float]:
+    """Seconds per round of k runs trained packed, for each --pack size k > 1, printed as timed;
+    ``bat``: the single batched run's seconds per round (scaled by 1/fraction)."""
+    packed_s = {}
+    for k in sorted(k for k in set(args.pack) if k > 1):
+        # about k rounds' time for each timed round, and the single run's warm-up at least (on a
+        # GPU launch-bound: first calls and captures cost about as much at any width)
+        warm_up_s = warm_up[0] if warm_up else 0.0
+        need = max(warm_up_s, 2 * k * bat * fraction) + k * bat * fraction * args.rounds
+        if limit and not limit.allows(limit.SETTINGS_SHARE, f"{setting.name} {k} runs packed",
+                                      need=need):
+            break
+        packed = time_rounds(setting, data, batched=True, rounds=args.rounds,
+                             device=str(device), pack=k)[0] / fraction
+        print(f"{'':22} {k} runs packed: {packed:.3f} s per round of all {k} "
+              f"(throughput {k * bat / packed:.2f}x that of the runs one after another)",
+              flush=True)
+        packed_s[k] = packed
+    return packed_s
 
 
 def applies(setting: Setting, item: str) -> bool:
@@ -1117,7 +1146,8 @@ def time_paddings(setting: Setting, data: FederatedDataset, args: argparse.Names
     a size group may carry (``fedmgda.client.size_groups``; inf: every client in one group)."""
     from fedmgda.client import size_groups
 
-    if len(set(setting.train_sizes)) == 1 or setting.per_round != len(setting.train_sizes) or not args.max_padding:
+    if (len(set(setting.train_sizes)) == 1 or setting.per_round != len(setting.train_sizes)
+            or not args.max_padding):
         return  # equal clients, or a round's clients drawn anew: one group count would not say much
     sim = Simulation(bench_config(setting, str(device), True), data=data,
                      model_name=DATASET_SPECS[setting.dataset].model)

@@ -233,7 +233,8 @@ class FedFromOutside:
                  batches: Callable[[int, int], list[list[int]]], dropout: bool, dtype: torch.dtype,
                  start: int = 0, model: str = "CNNMnist", once: bool = True,
                  evaluated: int | None = None):
-        self.participants, self.batches, self.dropout, self.dtype = participants, batches, dropout, dtype
+        self.participants, self.batches = participants, batches
+        self.dropout, self.dtype = dropout, dtype
         self.start = start  # the 0-based round of participants[0]
         self.model = model  # the class name of their model in main/models.py
         self.once = once  # each dataset transformed once (Transformed), or at each access
@@ -246,7 +247,8 @@ class FedFromOutside:
 
     def patch(self, utils, update, their_models, tensorboardX) -> None:
         fed = self
-        get_dataset, train, infer = utils.get_dataset, update.LocalUpdate.update_weights, update.LocalUpdate.inference
+        get_dataset = utils.get_dataset
+        train, infer = update.LocalUpdate.update_weights, update.LocalUpdate.inference
 
         def dataset_then_given_participants(args):
             # their partition draws np.random.choice: only then replaced

@@ -71,8 +71,8 @@ def main() -> None:
             change, spread, ok = rerun_change((bm, bs), (am, as_))
             within += ok
             total += 1
-            print(f"| {row} | {stat} | {bm:.2f} ± {bs:.2f} ({bn}) | {am:.2f} ± {as_:.2f} ({an}) | "
-                  f"{change:+.2f} | "
+            print(f"| {row} | {stat} | {bm:.2f} ± {bs:.2f} ({bn}) | "
+                  f"{am:.2f} ± {as_:.2f} ({an}) | {change:+.2f} | "
                   f"{'yes' if ok else 'no'} (larger std {spread:.2f}) |")
     print(f"\n{within} of {total} changes within the seed spread.")
 

@@ -1,7 +1,8 @@
 """Check the package's F-MNIST pipeline against the authors' own code, item by item.
 
     git clone https://github.com/watml/Fed-MGDA /tmp/Fed-MGDA      # outside this repository
-    export NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR"  # numpy 2.4 on x86-64 (docs/protocol.md §8.19)
+    # numpy 2.4 on x86-64 (docs/protocol.md §8.19)
+    export NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR"
     python scripts/compare_authors_fmnist.py --authors /tmp/Fed-MGDA/main --seeds 1 5000 6000
 
 The authors' functions are imported from the folder given (their code never enters this

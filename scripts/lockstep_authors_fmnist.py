@@ -1,18 +1,19 @@
 """Lockstep check: the authors' F-MNIST code and the package, fed the same inputs, round by round.
 
     git clone https://github.com/watml/Fed-MGDA /tmp/Fed-MGDA        # outside this repository
-    mkdir -p /tmp/Fed-MGDA/data/fmnist/FashionMNIST/raw && cp resources/raw/fmnist/*.gz "$_" &&
-    gunzip -kf "$_"/*.gz
+    mkdir -p /tmp/Fed-MGDA/data/fmnist/FashionMNIST/raw && cp resources/raw/fmnist/*.gz "$_" \\
+        && gunzip -kf "$_"/*.gz
     pip install --target /tmp/authors-site quadprog tensorboardX tqdm  # the authors' imports
-    export NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR"  # numpy 2.4 on x86-64: their sort's order (docs/protocol.md §8.19)
-    PYTHONPATH=/tmp/authors-site python scripts/lockstep_authors_fmnist.py rounds --authors
-    /tmp/Fed-MGDA/main --seed 1 --rounds 5 PYTHONPATH=/tmp/authors-site python
-    scripts/lockstep_authors_fmnist.py rounds \
+    # numpy 2.4 on x86-64: their sort's order (docs/protocol.md §8.19)
+    export NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR"
+    PYTHONPATH=/tmp/authors-site python scripts/lockstep_authors_fmnist.py rounds \\
+        --authors /tmp/Fed-MGDA/main --seed 1 --rounds 5
+    PYTHONPATH=/tmp/authors-site python scripts/lockstep_authors_fmnist.py rounds \
         --authors /tmp/Fed-MGDA/main --rule fedmgda_plus --start-round 99   # across the first drop
     PYTHONPATH=/tmp/authors-site python scripts/lockstep_authors_fmnist.py record \
         --authors /tmp/Fed-MGDA/main --seed 1 --rounds 5 --out tests/data/authors_lockstep_seed1.pt
-    PYTHONPATH=/tmp/authors-site python scripts/lockstep_authors_fmnist.py masks --authors
-    /tmp/Fed-MGDA/main --seed 1 --draws 200
+    PYTHONPATH=/tmp/authors-site python scripts/lockstep_authors_fmnist.py masks \\
+        --authors /tmp/Fed-MGDA/main --seed 1 --draws 200
 
 Both codes run one server rule of the authors' code (``--rule``, default FedAvg: the authors'
 ``--epsilon=0 --normalize=0``; ``RULES`` maps each rule's flags to the package's algorithm and
@@ -398,8 +399,8 @@ def check_rounds(args, own: dict[bool, dict[int, torch.Tensor]] | None = None,
     print(f"seed {args.seed}, {args.rule}, {str(args.dtype)[6:]}, dropout off, the same "
           "participants and minibatches in both codes; largest |difference| / largest |weight| "
           "of the global models:")
-    print(f"round | package vs authors ({names})" + (" | reference vs batched" if len(own) == 2
-                                                     else "")
+    print(f"round | package vs authors ({names})"
+          + (" | reference vs batched" if len(own) == 2 else "")
           + (f" | one round from the authors' model ({names})" if one else ""))
     for t, authors in sorted(theirs.items()):
         whole = [relative_difference(models[t].to(authors.dtype), authors)
@@ -423,8 +424,8 @@ def check_rounds(args, own: dict[bool, dict[int, torch.Tensor]] | None = None,
           f"differs {differ}/{len(acc)} (mean: package {100 * acc.mean():.3f} %, "
           f"authors {100 * their_acc.mean():.3f} %)")
     within = "from the same model, each round" if one else "every round"
-    print("lockstep: " + ("FAILED" if failed
-                          else f"passed ({within} within {args.rtol:g}; the evaluations identical)"))
+    passed = f"passed ({within} within {args.rtol:g}; the evaluations identical)"
+    print("lockstep: " + ("FAILED" if failed else passed))
     return 1 if failed else 0
 
 
@@ -464,14 +465,15 @@ def check_masks(args) -> int:
         norms = v.norm(dim=1)
         print(f"  {name}: update norm {float(norms.mean()):.5f} ± {float(norms.std()):.5f}, "
               f"tr Var(update) {float(v.var(0).sum()):.3e}")
-    print(f"  training loss: authors {np.mean(their_loss):.4f} ± {np.std(their_loss, ddof=1):.4f}, "
+    print(f"  training loss: authors {np.mean(their_loss):.4f} ± "
+          f"{np.std(their_loss, ddof=1):.4f}, "
           f"package {np.mean(our_loss):.4f} ± {np.std(our_loss, ddof=1):.4f}")
     print(f"  |mean_a - mean_p|^2 = {gap:.3e}; sampling error alone gives about {expected:.3e}: "
           f"ratio {gap / expected:.2f}")
     keep = sim.trainer.minibatches.dropout_masks(len(batches), 10, torch.Generator().manual_seed(0),
                                                  torch.device("cpu"))
-    print("  package masks, kept fraction per site: " + ", ".join(f"{float(k.float().mean()):.3f}"
-                                                                  for k in keep))
+    kept = ", ".join(f"{float(k.float().mean()):.3f}" for k in keep)
+    print("  package masks, kept fraction per site: " + kept)
     start.eval()
     sim.model.module.eval()
     with torch.no_grad():

@@ -44,7 +44,8 @@ def mean_accuracy(per_user: pd.DataFrame, first: int, last: int) -> float:
 
 def mean_train_loss(per_round: pd.DataFrame, first: int, last: int) -> float:
     """The mean ``train_loss`` (a ``metrics.csv``'s column) over the rounds in [first, last]."""
-    return float(per_round[(per_round["round"] >= first) & (per_round["round"] <= last)]["train_loss"].mean())
+    window = (per_round["round"] >= first) & (per_round["round"] <= last)
+    return float(per_round[window]["train_loss"].mean())
 
 
 def window_standard_error(series: pd.Series) -> float:
@@ -133,9 +134,11 @@ def evaluations(row_dir: Path, columns: list[str]) -> pd.DataFrame:
     ValueError when the folder has no ``seed*/metrics.csv``."""
     frames = {}
     for metrics in sorted(Path(row_dir).glob("seed*/metrics.csv")):
-        frames[metrics.parent.name] = pd.read_csv(metrics).set_index("round")[list(columns)].dropna() * 100.0
+        table = pd.read_csv(metrics).set_index("round")
+        frames[metrics.parent.name] = table[list(columns)].dropna() * 100.0
     if not frames:
-        raise ValueError(f"{row_dir}: no seed*/metrics.csv; give a row folder under the runs folder")
+        raise ValueError(f"{row_dir}: no seed*/metrics.csv; give a row folder under the runs "
+                         "folder")
     return pd.concat(frames, axis=1)
 
 

@@ -2,10 +2,11 @@
 package's.
 
     git clone https://github.com/watml/Fed-MGDA /tmp/Fed-MGDA        # outside this repository
-    mkdir -p /tmp/Fed-MGDA/data/fmnist/FashionMNIST/raw && cp resources/raw/fmnist/*.gz "$_" &&
-    gunzip -kf "$_"/*.gz
+    mkdir -p /tmp/Fed-MGDA/data/fmnist/FashionMNIST/raw && cp resources/raw/fmnist/*.gz "$_" \\
+        && gunzip -kf "$_"/*.gz
     pip install quadprog tensorboardX tqdm                            # the authors' imports
-    export NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR"  # numpy 2.4 on x86-64: their sort's order (§8.19)
+    # numpy 2.4 on x86-64: their sort's order (§8.19)
+    export NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR"
     python scripts/run_authors_fmnist.py run --authors /tmp/Fed-MGDA/main --seed 1 \\
         --out results/fmnist/authors -- --epsilon=0 --normalize=0
     python scripts/run_authors_fmnist.py compare --authors-runs results/fmnist/authors \\

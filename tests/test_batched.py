@@ -356,8 +356,8 @@ def test_every_recurring_key_of_a_shakespeare_round_is_replayed(monkeypatch):
     import importlib.util
     from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location("bench_rounds",
-                                                  Path(__file__).resolve().parents[1] / "benchmarks" / "bench_rounds.py")
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_rounds.py"
+    spec = importlib.util.spec_from_file_location("bench_rounds", path)
     bench = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "bench_rounds", bench)  # its dataclasses look their module up
     spec.loader.exec_module(bench)

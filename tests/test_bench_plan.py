@@ -38,8 +38,8 @@ def test_back_to_back_is_the_committed_h200_projection(bench):
     assert len(singles) == 6
     seconds, runs, _ = bench.project_paper(singles, CONFIG)
     printed = (ROOT / source).read_text()
-    assert f"{sum(seconds.values()) / 3600:.1f} h" in printed.split("projected wall time of "
-                                                                    "the paper DAG")[1].splitlines()[0]
+    wall_time = printed.split("projected wall time of the paper DAG")[1].splitlines()[0]
+    assert f"{sum(seconds.values()) / 3600:.1f} h" in wall_time
     by_dataset = ", ".join(f"{d} {v / 3600:.1f} h"
                            for d, v in sorted(seconds.items(), key=lambda kv: -kv[1]))
     assert f"by dataset: {by_dataset}" in printed
@@ -63,7 +63,8 @@ def test_plan_jobs_devices_and_makespan(bench):
 
 def test_plan_job_length_is_rounds_times_pack_round(bench, tmp_path):
     """One pack of 3 runs: rounds x the pack's interpolated round time + each run's evaluations."""
-    rows = parse_round_times("setting,dataset,model,device,machine,threads,runs,s_per_round,eval_s,source\n"
+    rows = parse_round_times("setting,dataset,model,device,machine,threads,runs,s_per_round,"
+                             "eval_s,source\n"
                              "adult_b10,adult,logreg,cuda,G,1,1,0.2,0.01,f\n"
                              "adult_b10,adult,logreg,cuda,G,1,8,0.9,0.01,f\n")
     cfg = tmp_path / "c.yaml"
@@ -99,7 +100,8 @@ def test_plan_times_untracked_runs_by_their_also_row(bench, tmp_path):
     header = "setting,dataset,model,device,machine,threads,runs,s_per_round,eval_s,source,also\n"
     rows = parse_round_times(header + "adult_b10,adult,logreg,cuda,G,1,1,0.2,0.01,f,\n"
                                       "adult_b10,adult,logreg,cuda,G,1,8,0.9,0.01,f,\n"
-                                      "adult_b10,adult,logreg,cuda,G,1,1,0.15,0.01,f,track_improvement=false\n"
+                                      "adult_b10,adult,logreg,cuda,G,1,1,0.15,0.01,f,"
+                                      "track_improvement=false\n"
                                       "adult_b10,adult,logreg,cuda,G,1,1,0.1,0.01,f,tf32=true\n")
     base = yaml.safe_load((ROOT / "config/test.yaml").read_text())
     base.update(device="cuda",
@@ -155,8 +157,8 @@ def test_plan_command_prints_the_committed_plan(gpus):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     committed = (ROOT / f"benchmarks/measurements/plan_cores16_gpus{gpus}.txt").read_text()
-    assert committed == f"$ python {' '.join(argv)}\n" + out, ("remake the file: the command's "
-                                                               "output changed")
+    assert committed == f"$ python {' '.join(argv)}\n" + out, \
+        "remake the file: the command's output changed"
     assert ("adult_b10" in out and out.count("  cuda         cuda") == 7
             and "  cuda         cpu" in out)
     all_line = next(line for line in out.splitlines() if line.startswith("all "))
@@ -183,7 +185,8 @@ def test_a_run_writes_rows_of_the_committed_table(bench, tmp_path):
             and (rows[4].also, rows[4].runs, rows[4].s_per_round) == ("tf32=true", 1, 1.5))
     bench.write_rows(rows, tmp_path / "t.csv")
     text = (tmp_path / "t.csv").read_text()
-    assert text.splitlines()[0] == (ROOT / "src/fedmgda/reference/round_times.csv").read_text().splitlines()[0]
+    assert (text.splitlines()[0]
+            == (ROOT / "src/fedmgda/reference/round_times.csv").read_text().splitlines()[0])
     back = parse_round_times(text)
     assert back == [dataclasses.replace(rows[0], s_per_round=0.213), *rows[1:3],
                     dataclasses.replace(rows[3], s_per_round=1.844), rows[4]]
@@ -317,9 +320,8 @@ def test_flops_print_the_committed_file(bench, capsys):
     bench.print_flops(round_times(), CONFIG)
     out = capsys.readouterr().out
     committed = (ROOT / "benchmarks/measurements/paper_flops.txt").read_text()
-    assert committed == "$ python benchmarks/bench_rounds.py --flops\n" + out, ("remake the file: "
-                                                                                "the command's "
-                                                                                "output changed")
+    assert committed == "$ python benchmarks/bench_rounds.py --flops\n" + out, \
+        "remake the file: the command's output changed"
     assert "paper DAG (1600 runs of the config)" in out
     work, counted = bench.paper_work(CONFIG)
     total = sum(w.total for w in work.values())
@@ -334,8 +336,8 @@ def test_flops_print_the_committed_file(bench, capsys):
 def test_round_samples_by_participation_and_sampling(bench):
     setting = next(s for s in bench.SETTINGS if s.name == "synthetic_b10")
     sizes = setting.train_sizes
-    assert bench.round_samples(setting) == pytest.approx(10 * sum(n * n
-                                                                  for n in sizes) / sum(sizes))
+    assert bench.round_samples(setting) == pytest.approx(10 * sum(n * n for n in sizes)
+                                                         / sum(sizes))
     uniform = dataclasses.replace(setting, sampling="uniform")
     assert bench.round_samples(uniform) == pytest.approx(10 * sum(sizes) / len(sizes))
     assert bench.round_samples(uniform) < bench.round_samples(setting)
@@ -475,7 +477,8 @@ def test_time_limit_stops_a_setting_between_its_packs_and_variants(bench, monkey
     monkeypatch.setattr(sys, "argv",
                         sys.argv[:-6] + ["--time-limit", "30", "--csv", str(csv), "--source", "x"])
     bench.main()  # 60 % of 30: 18 s
-    assert "time limit: fmnist_b10_p0.1 with track_improvement=false skipped (20 s used of 30)" in capsys.readouterr().out
+    assert ("time limit: fmnist_b10_p0.1 with track_improvement=false skipped (20 s used of 30)"
+            in capsys.readouterr().out)
     assert timed == [(1, ("tf32",)), (1, ("deterministic",)), (1, ())]
     # a measured warm-up counts too: 15 s (Shakespeare's captures) make 2 packed need 15 + 10 s: 40
     # + 25 > 63
@@ -491,7 +494,8 @@ def test_time_limit_stops_a_setting_between_its_packs_and_variants(bench, monkey
     monkeypatch.setattr(sys, "argv",
                         sys.argv[:-6] + ["--time-limit", "105", "--csv", str(csv), "--source", "x"])
     bench.main()
-    assert "time limit: fmnist_b10_p0.1 2 runs packed skipped (40 s used of 105)" in capsys.readouterr().out
+    assert ("time limit: fmnist_b10_p0.1 2 runs packed skipped (40 s used of 105)"
+            in capsys.readouterr().out)
 
 
 def test_only_measures_in_its_order_and_refuses_unknown_names(bench, monkeypatch, capsys):
@@ -500,13 +504,13 @@ def test_only_measures_in_its_order_and_refuses_unknown_names(bench, monkeypatch
     assert [s.name
             for s in bench.chosen_settings(["adult_b10", "shakespeare_b10",
                                             "adult_b10"])] == ["adult_b10", "shakespeare_b10"]
-    assert not any(s.stand_in
-                   for s in bench.chosen_settings(None)) and "shakespeare_b10_equal" in {s.name
-                                                                                         for s in bench.SETTINGS}
+    assert not any(s.stand_in for s in bench.chosen_settings(None))
+    assert "shakespeare_b10_equal" in {s.name for s in bench.SETTINGS}
     monkeypatch.setattr(sys, "argv", ["bench_rounds.py", "--only", "fmnist_b10_p0.1", "shakespear"])
     with pytest.raises(SystemExit):
         bench.parse_args()
-    assert "--only: unknown setting(s) shakespear; known: cifar10_b10_p0.1" in capsys.readouterr().err
+    assert ("--only: unknown setting(s) shakespear; known: cifar10_b10_p0.1"
+            in capsys.readouterr().err)
 
 
 def test_time_rounds_reports_its_untimed_warm_up(bench):

@@ -61,7 +61,8 @@ def test_one_id_for_two_seed_sets_is_caught(tmp_path):
     (tmp_path / "claims_core.md").write_text(to_markdown(eight, "fmnist"))
     conflicts = id_conflicts([tmp_path / "claims.csv", tmp_path / "claims_core.md"])
     assert len(conflicts) == 1 and conflicts[0].startswith("fmnist_fairness_average: ")
-    (tmp_path / "claims_core.md").write_text(to_markdown(eight.assign(claim="fmnist_fairness_average@seeds=1,5000,6000,9000,1000,2000,3000,4000"), "fmnist"))
+    qualified = "fmnist_fairness_average@seeds=1,5000,6000,9000,1000,2000,3000,4000"
+    (tmp_path / "claims_core.md").write_text(to_markdown(eight.assign(claim=qualified), "fmnist"))
     assert id_conflicts([tmp_path / "claims.csv", tmp_path / "claims_core.md"]) == []
 
 
@@ -87,6 +88,7 @@ def test_other_seeds_or_rounds_are_in_the_id(fmnist):
     # fmnist_table8's own seeds
     assert ids(three)["fmnist_improved_vs_fedmgda"] == "fmnist_improved_vs_fedmgda"
     long = {**fmnist, "seeds": [1, 5000, 6000, 9000], "rounds": 2000}
-    assert (ids(long)["fmnist_fairness_std_late"] == "fmnist_fairness_std_late@T=2000;seeds=1,5000,6000,9000")
+    assert (ids(long)["fmnist_fairness_std_late"]
+            == "fmnist_fairness_std_late@T=2000;seeds=1,5000,6000,9000")
     over = {**fmnist, "experiment_overrides": {"fmnist_core": {"seeds": [1, 5000]}}}
     assert evaluation_tag(over, ["fmnist_core"]) == "@seeds=1,5000"

@@ -76,8 +76,9 @@ def test_dropout_masks_are_the_authors_dropout():
     scaled by 2; independently for every sample, step and client (each client's own generator)."""
     model = build_model("cnn_fmnist", (1, 28, 28), 10).train()
     trainer = LocalTrainer(FlatModel(model), LocalHParams())
-    channels, units = trainer.minibatches.dropout_masks(6, 10,
-                                                        dropout_generator((1, 0, 0), torch.device("cpu")), torch.device("cpu"))
+    cpu = torch.device("cpu")
+    channels, units = trainer.minibatches.dropout_masks(6, 10, dropout_generator((1, 0, 0), cpu),
+                                                        cpu)
     assert channels.shape == (6, 10, 20, 1, 1) and units.shape == (6, 10, 50)
     conv = dropout(torch.ones(10, 20, 8, 8), model, 0, (channels[0], units[0]))
     per_channel = conv.flatten(2)
@@ -91,8 +92,7 @@ def test_dropout_masks_are_the_authors_dropout():
         assert abs(kept - 0.5) < 0.06
     assert not torch.equal(channels[0, 0],
                            channels[0, 1]) and not torch.equal(channels[0], channels[1])
-    other_user = trainer.minibatches.dropout_masks(6, 10,
-                                                   dropout_generator((1, 0, 1), torch.device("cpu")), torch.device("cpu"))
+    other_user = trainer.minibatches.dropout_masks(6, 10, dropout_generator((1, 0, 1), cpu), cpu)
     assert not torch.equal(other_user[1], units)
     # not the minibatch order's stream
     assert derived_seed(1, 0, 0, DROPOUT_STREAM) != derived_seed(1, 0, 0)

@@ -171,7 +171,8 @@ def test_the_committed_table_packs_the_gpu_datasets_as_measured():
 def test_also_rows_choose_no_device_and_no_pack():
     """A setting timed with a run-config field changed (``also``, e.g. TF32) is faster on the GPU
     here, but only the rows of the benchmark's own config decide the device and the pack size."""
-    rows = parse_round_times("setting,dataset,model,device,machine,threads,runs,s_per_round,eval_s,source,also\n"
+    rows = parse_round_times("setting,dataset,model,device,machine,threads,runs,s_per_round,"
+                             "eval_s,source,also\n"
                              "a,adult,linear,cpu,m,1,1,0.010,0,f,\n"
                              "a,adult,linear,cuda,m,1,1,0.020,0,f,\n"
                              "a,adult,linear,cuda,m,1,1,0.001,0,f,tf32=true\n"

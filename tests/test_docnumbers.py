@@ -50,9 +50,8 @@ ALLOWED = {
     "README.md": {"3.11", "2.14", "40 %", "0.5", "0.05", "0.01", "0.1", "0.001"},
     # η, ε of the grid, lr, momentum, μ, q, sections of the paper and of docs/protocol.md, the
     # rounds read
-    "docs/fmnist-fairness.md": {"0.1", "1.5", "0.05", "0.5", "0.01", "6.1", "6.2", "1.2–1.4", "4.2",
-                                "4.4",
-                                "8.4", "151–200", "1 pp", "100 %",
+    "docs/fmnist-fairness.md": {"0.1", "1.5", "0.05", "0.5", "0.01", "6.1", "6.2", "1.2–1.4",
+                                "4.2", "4.4", "8.4", "151–200", "1 pp", "100 %",
                                 # numpy's and torch's versions; fedplat's lr grid, decay per round
                                 # and its factor over 200 rounds
                                 "1.17", "2.4", "2.14", "8.19", "0.01–0.1", "0.999", "0.82"},
@@ -72,7 +71,8 @@ ALLOWED = {
                         "6.2",
                         "10 %", "100 %", "151–200", "1 pp", "40 %", "0.05"},
 }
-RESULT_NUMBER = re.compile(r"(?<![\w.])[−+-]?\d+(?:\.\d+)?(?:[–-]\d+(?:\.\d+)?)?(?:\s*(?:%|pp\b|min\b|s\b|h\b))?")
+RESULT_NUMBER = re.compile(r"(?<![\w.])[−+-]?\d+(?:\.\d+)?(?:[–-]\d+(?:\.\d+)?)?"
+                           r"(?:\s*(?:%|pp\b|min\b|s\b|h\b))?")
 
 
 def covered_text(page: str, heading: str, start: str) -> str:
@@ -247,7 +247,8 @@ def test_a_claims_csv_gives_its_interval(tmp_path):
     """ci95_low / ci95_high / ci95_half: the verdict tables' 95 % t interval of a claims row."""
     from fedmgda.metrics import paired_interval
 
-    (tmp_path / "c.csv").write_text("claim,diff_mean,diff_std,n_seeds\n\"c1@seeds=1,2,3\",2.78,2.72,8\n")
+    (tmp_path / "c.csv").write_text("claim,diff_mean,diff_std,n_seeds\n"
+                                    "\"c1@seeds=1,2,3\",2.78,2.72,8\n")
     low, high = paired_interval(2.78, 2.72, 8)
     spec = Spec.parse('c.csv "c1@seeds=1,2,3" ci95_low +.2f')
     assert value(spec, tmp_path) == f"{low:+.2f}" == "+0.51"

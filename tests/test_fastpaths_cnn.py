@@ -88,8 +88,9 @@ def test_the_scheduler_trains_cpu_cnn_runs_on_it_and_nothing_else(monkeypatch):
     run_packed([cnn_run(participation=0.125)], [None])  # one client per round: a group of one
     assert calls == [1, 1, 1]
     calls.clear()
-    scaffold = cnn_run(algorithm="scaffold",
-                       plugin=f"{Path(__file__).resolve().parents[1]}/examples/scaffold.py:Scaffold", momentum=0.0)
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    scaffold = cnn_run(algorithm="scaffold", plugin=f"{examples}/scaffold.py:Scaffold",
+                       momentum=0.0)
     terms = []
     original_vmap = VmapSteps.train
     monkeypatch.setattr(VmapSteps, "train",

@@ -121,9 +121,11 @@ def test_packed_linear_softmax_runs_match_the_sequential_reference(algorithm, hp
         assert torch.allclose(result.final_weights, alone.final_weights, rtol=1e-5, atol=1e-6)
         for column in ("train_loss", "improved_loss", "improved_acc", "mean_acc", "worst5_acc",
                        "test_acc_pooled"):
-            assert result.metrics[column].to_numpy() == pytest.approx(alone.metrics[column].to_numpy(), rel=1e-5, nan_ok=True)
+            assert (result.metrics[column].to_numpy()
+                    == pytest.approx(alone.metrics[column].to_numpy(), rel=1e-5, nan_ok=True))
         for column in ("accuracy", "loss"):
-            assert result.per_user[column].to_numpy() == pytest.approx(alone.per_user[column].to_numpy(), rel=1e-5)
+            assert (result.per_user[column].to_numpy()
+                    == pytest.approx(alone.per_user[column].to_numpy(), rel=1e-5))
         assert result.summary["final"] == pytest.approx(alone.summary["final"], rel=1e-6)
 
 

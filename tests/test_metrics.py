@@ -48,7 +48,8 @@ def test_display_scale_of_each_statistic_and_source():
                  "test_acc_pooled",
                  "final_user.0", "final_others.3", "metrics.improved_loss", "improved_acc"):
         assert display_scale(name) == 100.0, name
-    assert display_scale("train_loss") == display_scale("metrics.eta") == display_scale("protocol.round") == 1.0
+    assert (display_scale("train_loss") == display_scale("metrics.eta")
+            == display_scale("protocol.round") == 1.0)
 
 
 def test_improved_fraction_counts_ties_as_improved():

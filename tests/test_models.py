@@ -111,7 +111,8 @@ def test_the_catalog_names_every_model():
                          ["cpu",
                           pytest.param("cuda",
                                        marks=[pytest.mark.cuda,
-                                              pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")])])
+                                              pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                 reason="no CUDA device")])])
 @pytest.mark.parametrize("name,shape,classes",
                          [("cnn_cifar", (3, 32, 32), 10), ("cnn_fmnist", (1, 28, 28), 10),
                           ("cnn_femnist", (1, 28, 28), 62)])

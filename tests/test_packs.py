@@ -172,8 +172,10 @@ def test_pack_auto_is_the_measured_best_size_on_the_runs_device(monkeypatch):
     assert {reg.runs[k].resources["pack"] for k in reg.runs
             if reg.runs[k].config["dataset"] == "cifar10"} == {"auto"}
     assert assign_packs(reg.runs) == explicit
-    rows = devices.parse_round_times("setting,dataset,model,device,machine,threads,runs,s_per_round,eval_s,source\n"
-                                     "s,cifar10,cnn_cifar,cuda,G,1,1,0.1,0,x\ns,cifar10,cnn_cifar,cuda,G,1,2,0.1,0,x\n"
+    rows = devices.parse_round_times("setting,dataset,model,device,machine,threads,runs,"
+                                     "s_per_round,eval_s,source\n"
+                                     "s,cifar10,cnn_cifar,cuda,G,1,1,0.1,0,x\n"
+                                     "s,cifar10,cnn_cifar,cuda,G,1,2,0.1,0,x\n"
                                      "s,cifar10,cnn_cifar,cuda,G,1,4,0.4,0,x\n")
     monkeypatch.setattr(devices, "round_times", lambda: tuple(rows))
     packs = assign_packs(reg.runs)
@@ -278,5 +280,5 @@ def test_the_slurm_profiles_pack_examples_are_the_paper_configs():
         want = pack_resources([reg.runs[k] for k in keys])
         for resource in ("threads", "gpu", "mem_mb", "runtime"):
             row = next(cells for cells in rows if cells[0].startswith(f"`{resource}`"))
-            assert re.findall(r"\d+", row[column])[-1] == str(want[resource]), (resource,
-                                                                                row[column], want)
+            assert re.findall(r"\d+", row[column])[-1] == str(want[resource]), \
+                (resource, row[column], want)

@@ -78,7 +78,8 @@ class OldAvg(Algorithm):
 
     @classmethod
     def build(cls, hparams, *, algorithm, rounds, num_users):
-        assert algorithm.cls is cls and algorithm.name == "oldavg" and set(algorithm.hparams) == {"eta"}
+        assert algorithm.cls is cls and algorithm.name == "oldavg" and \
+set(algorithm.hparams) == {"eta"}
         return cls(hparams["eta"])
 
     def __init__(self, eta):

@@ -24,7 +24,8 @@ PROCESS_WORDS = {
     "sitting": r"\bsessions?\b",
     "ticket number": r"\bissues? #?\d+\b|(?<![\w&#/\"'])#\d{2,}\b",
     "borrowed machine": r"\b(?:lent|borrowed)\b|\bdevice[ -]minutes?\b",
-    "chronology": r"\b(?:first|second|third) run\b|\brerun of the day\b|\b(?:earlier|later) today\b",
+    "chronology": r"\b(?:first|second|third) run\b|\brerun of the day\b"
+                  r"|\b(?:earlier|later) today\b",
     "outside the checkout": r"\.\./shared\b",
 }
 PATTERNS = {name: re.compile(regex, re.I) for name, regex in PROCESS_WORDS.items()}

@@ -145,7 +145,8 @@ def test_fresh_if_unreadable_comes_from_the_environment_and_still_resumes_a_good
                              *cli(tmp_path, config=config)], capture_output=True, text=True,
                             timeout=300)
     assert (result.returncode == 0
-            and "is empty (the run was stopped while writing it?): set aside as" in result.stdout), result.stdout
+            and "is empty (the run was stopped while writing it?): set aside as"
+            in result.stdout), result.stdout
     assert main(["train", "--config", str(tmp_path / "run.yaml"), "--out",
                  str(tmp_path / "fresh")]) == 0
     assert outputs(out) == outputs(tmp_path / "fresh")
@@ -204,8 +205,9 @@ def test_a_second_trainer_on_a_folder_refuses_and_a_killed_ones_lock_is_taken_ov
         wait_for_lock(out, first.pid, first)
         assert main(["train", *cli(tmp_path, config=dict(CONFIG, rounds=1))]) == 2
         line = one_line(capsys.readouterr().err)
-        assert line == f"fedmgda: {out} is being written by another trainer (process {first.pid}); wait for it to end " \
-                       f"or stop it (kill {first.pid}), then rerun"
+        assert line == (f"fedmgda: {out} is being written by another trainer (process "
+                        f"{first.pid}); wait for it to end or stop it (kill {first.pid}), "
+                        "then rerun")
         assert first.poll() is None  # the first goes on, its folder untouched by the second
     finally:
         first.kill()
@@ -215,7 +217,8 @@ def test_a_second_trainer_on_a_folder_refuses_and_a_killed_ones_lock_is_taken_ov
     # ... which the next one takes over
     assert main(["train", *cli(tmp_path, config=dict(CONFIG, rounds=1))]) == 0
     said = capsys.readouterr().out
-    assert f"{out}: took over the lock left by process {first.pid}, which no longer holds it" in said
+    assert (f"{out}: took over the lock left by process {first.pid}, which no longer holds it"
+            in said)
     assert (out / "summary.json").exists() and not (out / LOCK).exists()
 
 

@@ -135,9 +135,11 @@ def test_samples_weighted_fedavg_weights_each_update_by_its_train_size(updates):
         assert torch.allclose(new, (n / n.sum()) @ updates)
         assert np.allclose(info["lambda"], np.array(SIZES) / 100)
     # equal sizes: the uniform mean, bit for bit
-    uniform, _ = make_algorithm("fedavg", {}, 100, 10).aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5, sizes=SIZES))
-    equal, _ = make_algorithm("fedavg", {}, 100, 10,
-                              aggregation_weights="samples").aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5, sizes=[7] * 5))
+    start = torch.zeros(12, dtype=torch.float64)
+    uniform, _ = make_algorithm("fedavg", {}, 100, 10).aggregate(start, updates,
+                                                                 context(5, sizes=SIZES))
+    equal, _ = make_algorithm("fedavg", {}, 100, 10, aggregation_weights="samples").aggregate(
+        start, updates, context(5, sizes=[7] * 5))
     assert torch.allclose(uniform, equal) and torch.allclose(uniform, updates.mean(0))
 
 

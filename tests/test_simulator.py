@@ -160,8 +160,8 @@ def test_checkpoint_of_another_config_is_refused(tmp_path, monkeypatch):
         run(toy_config(rounds=8, checkpoint_every=2), tmp_path, data=make_toy_federated(),
             model_name="logreg")
     monkeypatch.setattr(Simulation, "_round", original)
-    with pytest.raises(RunFolderError,
-                       match="belongs to a different run config; delete it to start this run afresh"):
+    with pytest.raises(RunFolderError, match="belongs to a different run config; delete it to "
+                                             "start this run afresh"):
         run(toy_config(rounds=8, checkpoint_every=2, seed=9), tmp_path, data=make_toy_federated(),
             model_name="logreg")
 
@@ -240,7 +240,8 @@ def test_dtype_casts_the_model_and_the_samples_after_the_model_is_initialised():
     double = Simulation(toy_config(), data=make_toy_federated(), model_name="logreg",
                         dtype=torch.float64)
     assert torch.equal(double.model.initial_vector(), single.model.initial_vector().double())
-    assert double.inputs.data.x.dtype == double.inputs.test_x.dtype == double.data.global_test["pooled"][0].dtype == torch.float64
+    assert (double.inputs.data.x.dtype == double.inputs.test_x.dtype
+            == double.data.global_test["pooled"][0].dtype == torch.float64)
     result = run_packed([double], [None])[0]
     assert result.summary["status"] == "ok" and result.final_weights.dtype == torch.float64
     assert torch.allclose(result.final_weights.float(),
@@ -281,7 +282,8 @@ def test_moved_names_still_import_from_the_simulator_with_one_deprecation_each(c
                                                     f"(from {home} import {name}); the old place "
                                      "goes in fedmgda 0.2.0"]
         assert caught[0].category is DeprecationWarning and caught[0].filename == __file__
-    assert capsys.readouterr().err.count("fedmgda: deprecated: fedmgda.simulator.") == len(simulator.MOVED)
+    assert (capsys.readouterr().err.count("fedmgda: deprecated: fedmgda.simulator.")
+            == len(simulator.MOVED))
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         _ = simulator.nothing_here
 

@@ -113,7 +113,8 @@ def test_a_changed_verdict_is_caught(tmp_path):
     write_claims_csv(csv, {"c_std": "holds", "c_avg": "fails"})
     page = f"## S\n\n<!-- verdicts: {csv.name} c_* -->\n<!-- /verdicts -->\n\nSo `c_std` *holds*.\n"
     page = render_verdict_blocks(page, tmp_path)
-    assert "| `c_std` | A >= B | +1.00 ± 0.50 (+0.50 to +1.50), n = 3; [-0.24, +2.24] | *holds* |" in page
+    assert ("| `c_std` | A >= B | +1.00 ± 0.50 (+0.50 to +1.50), n = 3; [-0.24, +2.24] | *holds* |"
+            in page)
     assert [(v, c) for v, c, _, _ in prose_verdicts(page, tmp_path)] == [("holds", "c_std")]
     write_claims_csv(csv, {"c_std": "inconclusive", "c_avg": "fails"})
     assert render_verdict_blocks(page, tmp_path) != page
@@ -158,4 +159,5 @@ def test_a_loss_sized_gap_keeps_its_digits(tmp_path):
              "note": "", "n_seeds": 3,
              "diff_mean": 0.00596, "diff_std": 0.0015, "diff_min": 0.00503, "diff_max": 0.0078}]
     pd.DataFrame.from_records(rows).to_csv(tmp_path / "c.csv", index=False)
-    assert "+0.0060 ± 0.0015 (+0.0050 to +0.0078), n = 3" in verdict_table(read_claims(tmp_path / "c.csv"))
+    assert ("+0.0060 ± 0.0015 (+0.0050 to +0.0078), n = 3"
+            in verdict_table(read_claims(tmp_path / "c.csv")))

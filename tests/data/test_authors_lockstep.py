@@ -2,9 +2,9 @@
 recording of their side, so that it runs without their code: every server rule of their ``main/``
 code (the script's ``RULES``: FedAvg, FedAvg-n, FedProx, FedMGDA, FedMGDA+, MGDA-Prox, q-FedAvg,
 each from round 1, and FedMGDA+ with ε = 0.1 over rounds 99-103, across the first drop of
-the server step; docs/protocol.md §4.2, §4.6) on the authors' F-MNIST partition, seed 1, 5 rounds a
-run, dropout off, the package's participants and minibatches fed to their ``federated_main.py``,
-both codes in float64. Recorded by
+the server step; docs/protocol.md §4.2, §4.6) on the authors' F-MNIST partition, seed 1, 5
+rounds a run, dropout off, the package's participants and minibatches fed to their
+``federated_main.py``, both codes in float64. Recorded by
 
     NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR" PYTHONPATH=/tmp/authors-site \\
         python scripts/lockstep_authors_fmnist.py record --authors /tmp/Fed-MGDA/main \\

@@ -143,7 +143,8 @@ def test_the_largest_number_of_users_the_size_check_allows_is_the_partitioners(t
     assert digits.size_error(partition, options) is None
     fd = load_federated("digits", tmp_path, partition=partition, options=options)
     assert min(fd.train_sizes()) >= 1 and min(fd.test_sizes()) >= 1
-    assert "a user needs at least 2 (one to train on, one to test on)" in digits.size_error(partition, bound)
+    assert ("a user needs at least 2 (one to train on, one to test on)"
+            in digits.size_error(partition, bound))
     try:
         fd = load_federated("digits", tmp_path, partition=partition, options=bound)
     except DataError:

@@ -54,8 +54,9 @@ def base_config(claims: dict, seeds=(1, 2, 3)) -> dict:
 
 
 def claim(**kw) -> dict:
-    out = {"source": "§6", "paper": "a sentence", "experiment": "exp", "quantity": "final.mean_acc",
-           "compare": "at_least", "a": "fedmgda_plus *", "b": "fedavg"}
+    out = {"source": "§6", "paper": "a sentence", "experiment": "exp",
+           "quantity": "final.mean_acc", "compare": "at_least", "a": "fedmgda_plus *",
+           "b": "fedavg"}
     out.update(kw)
     return out
 
@@ -269,8 +270,8 @@ def test_epsilon_interpolates_loss_iid_does_not_flip_on_float_noise(tmp_path, d,
 
 
 def test_judge_differences_settles_ties():
-    assert judge_differences([-3.7e-10] * 3,
-                             size=0.5)["verdict"] == judge_differences([0.0] * 3)["verdict"] == "holds"
+    assert (judge_differences([-3.7e-10] * 3, size=0.5)["verdict"]
+            == judge_differences([0.0] * 3)["verdict"] == "holds")
     assert judge_differences([-1e-3] * 3, size=0.5)["verdict"] == "fails"
     assert settle_tie(-3.7e-10, 0.5) == 0.0 and settle_tie(-1e-3, 0.5) == -1e-3
 

@@ -44,7 +44,8 @@ def test_the_report_rule_exports_outputs_without_code(tmp_path):
         nbformat.v4.new_code_cell("secret_source_line = 6 * 7\nsecret_source_line",
                                   execution_count=1,
                                   outputs=[nbformat.v4.new_output("execute_result",
-                                                                  {"text/plain": "OUTPUT-42"}, execution_count=1)]),
+                                                                  {"text/plain": "OUTPUT-42"},
+                                                                  execution_count=1)]),
     ])
     executed = tmp_path / "report.ipynb"
     nbformat.write(notebook, executed)
@@ -74,8 +75,8 @@ def test_the_claims_summary_is_the_reports_first_output():
             continue
         tree = ast.parse(source)
         assert "display(" not in source and "print(" not in source, source[:80]
-        assert not (tree.body
-                    and isinstance(tree.body[-1], ast.Expr)), f"a cell before the claims shows a value: {source[:80]!r}"
+        assert not (tree.body and isinstance(tree.body[-1], ast.Expr)), \
+            f"a cell before the claims shows a value: {source[:80]!r}"
 
 
 def test_the_report_says_where_its_runs_were_made(tmp_path):
@@ -247,7 +248,8 @@ def toy_report(tmp_path_factory) -> Path:
     for job, seconds in (("train/toy/fedavg/seed1", 110.0), ("train/toy/fedavg/seed2", 120.0),
                          ("packs/toy_exp/g/pack1", 130.5)):
         (results / "benchmarks" / f"{job}.tsv").parent.mkdir(parents=True, exist_ok=True)
-        (results / "benchmarks" / f"{job}.tsv").write_text(f"s\th:m:s\tmax_rss\n{seconds}\t0:02:00\t800\n")
+        (results / "benchmarks" / f"{job}.tsv").write_text(f"s\th:m:s\tmax_rss\n"
+                                                           f"{seconds}\t0:02:00\t800\n")
     executed, page = results / "report/report.ipynb", results / "report/report.html"
     executed.parent.mkdir()
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "MPLBACKEND": "Agg"}
@@ -274,7 +276,8 @@ def test_the_report_of_one_experiment_shows_its_results(toy_report):
     # the curves, an image (a figure displayed under MPLBACKEND=Agg would be its text, "<Figure size
     # ...>")
     assert html.count('src="data:image/png;base64') == 1 and "Figure size" not in html
-    assert html.index('id="toy_exp"') < html.index('src="data:image/png;base64') < html.index('id="Run-time"')
+    assert (html.index('id="toy_exp"') < html.index('src="data:image/png;base64')
+            < html.index('id="Run-time"'))
     assert "fedmgda epsilon=0" in html and "final mean_acc" in html  # the statistics table
     assert re.findall(r"<h[1-4][^>]*>([^<]*)", html) == [
         "FedMGDA+ reproduction report", "What was run",

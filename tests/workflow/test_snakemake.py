@@ -233,7 +233,8 @@ def test_a_raw_dir_with_a_space_reaches_every_job_as_one_argument(tmp_path):
         if "--raw-dir" in words:
             assert words[words.index("--raw-dir") + 1] == SPACED_RAW_DIR, words
         if "--done" in words:
-            assert (words[words.index("--done") + 1] == f"{SPACED_RAW_DIR}/fmnist/.fedmgda-download.done")
+            assert (words[words.index("--done") + 1]
+                    == f"{SPACED_RAW_DIR}/fmnist/.fedmgda-download.done")
 
     target = "results/test/partitions/digits-shards/seed1.npz"
     # the target before --configfile

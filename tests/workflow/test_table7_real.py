@@ -27,7 +27,8 @@ COLUMNS = ("Uniform", "PhD", "Non-PhD")
 pytestmark = [
     pytest.mark.realdata,
     pytest.mark.skipif(not (ADULT / "adult.data").is_file() or not (ADULT / "adult.test").is_file(),
-                       reason=f"the real UCI Adult files are not in {ADULT} (set FEDMGDA_ADULT_DIR)"),
+                       reason=f"the real UCI Adult files are not in {ADULT} "
+                              "(set FEDMGDA_ADULT_DIR)"),
 ]
 
 

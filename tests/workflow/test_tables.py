@@ -60,12 +60,14 @@ def test_table_against_paper_values(runs_dir):
     fedavg = df[df["row"] == "fedavg"].iloc[0]
     assert fedavg["Average repro_mean"] == pytest.approx(75.0)
     assert fedavg["Average repro_std"] == pytest.approx(5.0)  # population std of {70, 80}
-    assert fedavg["Worst 5% repro_mean"] == pytest.approx(np.mean([np.percentile(a, 5), np.percentile(b, 5)]) * 100)
+    assert (fedavg["Worst 5% repro_mean"]
+            == pytest.approx(np.mean([np.percentile(a, 5), np.percentile(b, 5)]) * 100))
     # paper: FedAvg 70.11 ± 1.27 -> diff 4.89 -> outside
     assert fedavg["Average paper_mean"] == 70.11 and fedavg["Average paper_std"] == 1.27
     assert fedavg["Average diff"] == pytest.approx(75.0 - 70.11)
     assert fedavg["Average verdict"] == "outside"
-    assert fedavg["Average paper"] == "70.11±1.27" and fedavg["Average reproduced"] == "75.00±5.00"
+    assert fedavg["Average paper"] == "70.11±1.27"
+    assert fedavg["Average reproduced"] == "75.00±5.00"
     # every other paper row is listed as not run, never with a reproduced number
     others = df[df["row"] != "fedavg"]
     assert len(others) == 25 and (others["status"].str.startswith("not run")).all()
@@ -341,7 +343,8 @@ def test_a_tables_markdown_ends_with_where_its_runs_were_made(tmp_path):
     assert "Made in 2 environments:" in footer
     assert ("- fedmgda 0.1.0 (0123456, modified), Python 3.11.7, torch 2.14.1, numpy 2.4.6, cvxopt "
             "1.3.3 on cpu, AMD EPYC (x86-64-v4), 2 torch threads (2 runs)") in footer
-    assert "on cuda:0 (NVIDIA H100, CUDA 13.0), AMD EPYC (x86-64-v4), 2 torch threads (1 run)" in footer
+    assert ("on cuda:0 (NVIDIA H100, CUDA 13.0), AMD EPYC (x86-64-v4), 2 torch threads (1 run)"
+            in footer)
     assert "Partitions (sha256): 1 distinct: c0ffeec0ffee." in footer
     assert "1 run carries no environment stamp (trained before stamping)." in footer
     assert "environment" not in (tmp_path / "t.csv").read_text()
