@@ -1,4 +1,4 @@
-"""The numbers the docs show come from committed files (fedmgda.docnumbers), and none is typed.
+"""The numbers the docs show come from committed files (tools/docnumbers.py), and none is typed.
 
 Each page's ``<!-- n PATH ROW COL [FORMAT] -->value<!-- /n -->`` markers must read what their file
 says (``make docs`` rewrites them); in the sections listed in COVERED, a number that looks like a
@@ -13,8 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
-
-from fedmgda.docnumbers import (
+from docnumbers import (
     MARKER_RE,
     PAGES,
     TABLE_BLOCK_RE,
@@ -120,7 +119,7 @@ def test_covered_sections_type_no_result(page, heading, start):
     typed = typed_results(covered_text(page, heading, start), ALLOWED.get(page, set()))
     assert not typed, (f"{page}, {heading} {start}: numbers typed, not rendered: {typed}; write "
                        "each as a marker <!-- n PATH ROW COL FORMAT -->…<!-- /n --> "
-                       "(fedmgda.docnumbers)")
+                       "(tools/docnumbers.py)")
 
 
 def test_the_quick_rows_run_count_is_the_profiles():
@@ -309,7 +308,7 @@ def test_every_page_with_markers_is_rendered_and_checked():
                     if not p.startswith(("docs/results/", "benchmarks/measurements/"))
                     and re.search(r"<!-- (n |table: )",
                                   re.sub(r"`[^`\n]*`", "", (REPO / p).read_text()))}
-    assert with_markers <= set(PAGES), ("add to fedmgda.docnumbers.PAGES: "
+    assert with_markers <= set(PAGES), ("add to tools/docnumbers.py's PAGES: "
                                         f"{sorted(with_markers - set(PAGES))}")
 
 

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from fedmgda.docnumbers import visible
+from docnumbers import visible
 
 REPO = Path(__file__).resolve().parents[1]
 PROTOCOL = REPO / "docs" / "protocol.md"

@@ -240,8 +240,7 @@ def test_every_module_is_used_by_the_package_its_commands_or_the_workflow():
 
 def test_the_entry_points_and_reach_are_read_from_the_files():
     entries = entry_points()
-    assert {"fedmgda.cli", "fedmgda.__main__", "fedmgda.workflow_cli", "fedmgda.schema",
-            "fedmgda.docnumbers"} <= entries
+    assert {"fedmgda.cli", "fedmgda.__main__", "fedmgda.workflow_cli", "fedmgda.schema"} <= entries
     assert "fedmgda.packs" in workflow_imports()  # workflow/scripts/train_pack.py
     graph = {"p": set(), "p.a": {"p.b"}, "p.b": set(), "p.c": set(), "q": set(), "q.d": set()}
     assert unreached(graph, {"p.a", "q"}) == {"p.c", "q.d"}

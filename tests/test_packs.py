@@ -266,7 +266,7 @@ def test_the_slurm_profiles_pack_examples_are_the_paper_configs():
     Adult pack, a Table 8 CIFAR-10 pack) are pack_resources of config/config.yaml's packs."""
     import re
 
-    from fedmgda.docnumbers import _md_tables
+    from docnumbers import _md_tables
 
     reg = registry("config/config.yaml")
     packs = assign_packs(reg.runs)

@@ -9,8 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-
-from fedmgda.docnumbers import strip_markers
+from docnumbers import strip_markers
 
 REPO = Path(__file__).resolve().parents[1]
 SCANNED = ("README.md", "CHANGELOG.md", "Makefile", "pyproject.toml", "Snakefile", "docs", "src",
