@@ -104,8 +104,8 @@ test-cuda: setup  ## the CUDA tests (on a GPU machine; they skip without one)
 test-fast: setup  ## the tests without the slow, SLURM and real-data ones
 	FEDMGDA_LOCK_CHECK=1 $(PY) -m pytest -q -m "not slow and not slurm and not realdata" $(PYTEST_ARGS)
 
-lint: setup  ## ruff on src, tests and scripts; snakemake --lint
-	$(PY) -m ruff check src tests scripts
+lint: setup  ## ruff on src, tests, scripts, benchmarks and tools; snakemake --lint
+	$(PY) -m ruff check src tests scripts benchmarks tools
 	$(PY) -m snakemake --lint
 
 benchmark: setup  ## round times and the projected paper wall time (BENCH_ARGS=...)
