@@ -104,8 +104,8 @@ test-cuda: setup  ## the CUDA tests (on a GPU machine; they skip without one)
 test-fast: setup  ## the tests without the slow, SLURM and real-data ones
 	FEDMGDA_LOCK_CHECK=1 $(PY) -m pytest -q -m "not slow and not slurm and not realdata" $(PYTEST_ARGS)
 
-lint: setup  ## ruff on src, tests and scripts; snakemake --lint
-	$(PY) -m ruff check src tests scripts
+lint: setup  ## ruff on src, tests, scripts, benchmarks and tools; snakemake --lint
+	$(PY) -m ruff check src tests scripts benchmarks tools
 	$(PY) -m snakemake --lint
 
 benchmark: setup  ## round times and the projected paper wall time (BENCH_ARGS=...)
@@ -115,12 +115,12 @@ benchmark: setup  ## round times and the projected paper wall time (BENCH_ARGS=.
 config-docs: setup  ## config/README.md's key tables from the schema
 	$(PY) -m fedmgda.schema config/README.md
 
-# re-render the numbers, verdict tables and table blocks of the pages in fedmgda.docnumbers.PAGES
+# re-render the numbers, verdict tables and table blocks of the pages in tools/docnumbers.py's PAGES
 # from their committed files (tests/test_docnumbers.py fails where they differ);
 # DOCS_ARGS=--check changes nothing and exits 1 where a page differs or a block does not parse
 DOCS_ARGS ?=
 docs: setup  ## re-render the docs' numbers from their committed files (DOCS_ARGS=--check)
-	$(PY) -m fedmgda.docnumbers $(DOCS_ARGS)
+	$(PY) tools/docnumbers.py $(DOCS_ARGS)
 
 clean:  ## remove .venv, the lock's environment and .snakemake
 	rm -rf .venv $(LOCK_VENV) .setup-stamp-env .snakemake

@@ -1,8 +1,9 @@
 """F-MNIST's CNN on the CPU: the package's packed path beside a plain PyTorch loop, in one process.
 
-    python benchmarks/bench_fmnist_plain.py                        # 6 FedAvg runs, 5 rounds, real files
+    python benchmarks/bench_fmnist_plain.py           # 6 FedAvg runs, 5 rounds, real files
     python benchmarks/bench_fmnist_plain.py --runs 6 --rounds 10 --threads 1
-    python benchmarks/bench_fmnist_plain.py --runs 6 --rounds 2 --threads 1 --repeat 5   # paired ratios, their median
+    # paired ratios, their median
+    python benchmarks/bench_fmnist_plain.py --runs 6 --rounds 2 --threads 1 --repeat 5
 
 Both train the same clients on the same samples: K FedAvg runs (seeds 1..K) of the paper's F-MNIST
 setting (shards, 100 users, 10 per round, one local epoch of minibatch 10 at lr 0.01, momentum 0.5),
@@ -10,16 +11,16 @@ for ``--rounds`` rounds, training and aggregation only: no participant losses (F
 ``track_improvement``), and the package's evaluations (every user's test split and the global test
 set, after rounds 1 and T and once more for the final statistics: 48 000 forward passes a run, five
 times the images a run trains on in 2 rounds) are timed apart and left out of the ratio, since
-the plain loop does none; they are printed beside it. The plain loop is what a researcher writes first: one
-``nn.Module`` per client copied from the global model, ``torch.optim.SGD``, a loop over batches of
-10, the mean of the updates. The package's path is ``fedmgda.scheduler.run_packed`` over K
-``Simulation``s: every round's clients of all K runs trained as one vmap-ed step per minibatch;
+the plain loop does none; they are printed beside it. The plain loop is what a researcher writes
+first: one ``nn.Module`` per client copied from the global model, ``torch.optim.SGD``, a loop over
+batches of 10, the mean of the updates. The package's path is ``fedmgda.scheduler.run_packed`` over
+K ``Simulation``s: every round's clients of all K runs trained as one vmap-ed step per minibatch;
 its reference path (``batched: false``: each run alone, its clients one after another) is timed
-too. Every path's simulations are built before its clock starts, and each path first trains one untimed
-round (``warm_up``). ``--repeat R`` times the paths in turn R times. It prints run-rounds per second of each
-(wall clock, and per second of the process's CPU time, steadier on a shared machine) and their
-ratio to the plain loop (the goal, per CPU second on one thread: 6 runs packed at least 2x, one
-run at least 1x). Results go to
+too. Every path's simulations are built before its clock starts, and each path first trains one
+untimed round (``warm_up``). ``--repeat R`` times the paths in turn R times. It prints run-rounds
+per second of each (wall clock, and per second of the process's CPU time, steadier on a shared
+machine) and their ratio to the plain loop (the goal, per CPU second on one thread: 6 runs packed at
+least 2x, one run at least 1x). Results go to
 docs/performance.md with the command. The real files must be in ``--raw-dir``/fmnist/ (without
 them it says so and exits).
 """
@@ -140,14 +141,17 @@ def main() -> None:
     try:
         sims = [Simulation(cfg) for cfg in configs(args.runs, args.rounds, args.raw_dir)]
     except DataError as err:
-        raise SystemExit(f"{err}\n(place the four Fashion-MNIST files in {args.raw_dir}/fmnist/)") from None
+        raise SystemExit(f"{err}\n(place the four Fashion-MNIST files in "
+                         f"{args.raw_dir}/fmnist/)") from None
 
     def build(batched: bool = True) -> list[Simulation]:
         return [Simulation(cfg) for cfg in configs(args.runs, args.rounds, args.raw_dir, batched)]
 
     paths = {  # name: (work, the simulations it runs, built untimed)
-        "plain PyTorch loop (nn.Module + torch.optim.SGD, batch 10)": (lambda s: plain_runs(s, args.rounds), lambda: sims),
-        f"package, {args.runs} runs packed (run_packed)": (lambda s: run_packed(s, [None] * len(s)), build),
+        "plain PyTorch loop (nn.Module + torch.optim.SGD, batch 10)":
+            (lambda s: plain_runs(s, args.rounds), lambda: sims),
+        f"package, {args.runs} runs packed (run_packed)":
+            (lambda s: run_packed(s, [None] * len(s)), build),
         "package, reference path (batched: false, clients one by one)": (
             lambda s: [run_packed([sim], [None]) for sim in s], lambda: build(batched=False)),
     }

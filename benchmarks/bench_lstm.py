@@ -103,7 +103,8 @@ class WavefrontLSTM(torch.autograd.Function):
             low, high = max(0, k - steps + 1), min(layers - 1, k)  # the layers running now
             z = addend[k, :, 4 * hidden * low:4 * hidden * (high + 1)]
             if k:  # the last states: each layer's own and the next layer's input
-                z = z + h.flatten(1) @ w_block[hidden * ran:hidden * (ran + h.shape[1]), 4 * hidden * low:4 * hidden * (high + 1)]
+                z = z + h.flatten(1) @ w_block[hidden * ran:hidden * (ran + h.shape[1]),
+                                               4 * hidden * low:4 * hidden * (high + 1)]
             z = z.unflatten(1, (high + 1 - low, 4 * hidden))
             # the running layers' previous cell states: none for a layer done, zero for one starting
             c = c[:, low - ran:]
@@ -168,7 +169,8 @@ def wavefront_weights(w_ih: list, w_hh: list) -> torch.Tensor:
 
 
 def wavefront_forward(model: ShakespeareLSTM):
-    """``ShakespeareLSTM.forward`` with ``WavefrontLSTM`` for its layers, on a dict of parameters."""
+    """``ShakespeareLSTM.forward`` with ``WavefrontLSTM`` for its layers, on a dict of
+    parameters."""
     layers = model.lstm.num_layers
 
     def forward(params, x):
@@ -245,7 +247,8 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(0)
     model = ShakespeareLSTM().to(args.device)
     versions = {"autograd": batched_gradient(forward_with(model, autograd_layer)),
-                "written-out": batched_gradient(lambda params, x: functional_call(model, params, (x,))),
+                "written-out": batched_gradient(lambda params,
+                                                x: functional_call(model, params, (x,))),
                 "wavefront": batched_gradient(wavefront_forward(model)),
                 "bound": partial(one_model_step, model)}
     clients, *more = args.clients

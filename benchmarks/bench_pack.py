@@ -1,6 +1,6 @@
 """Packed round time of one experiment's runs on the real files, at one or several thread counts.
 
-    python benchmarks/bench_pack.py                                   # Table 7 (Adult), 115 runs packed
+    python benchmarks/bench_pack.py                     # Table 7 (Adult), 115 runs packed
     python benchmarks/bench_pack.py --runs 23 --rounds 20
     python benchmarks/bench_pack.py --experiment qffl_table2_fmnist --rounds 20 --threads 1 2
 

@@ -1,6 +1,6 @@
 """Round time of client-side algorithms beside FedAvg's, in one process, on the same config.
 
-    python benchmarks/bench_plugins.py                       # quick profile's digits shards, 30 rounds
+    python benchmarks/bench_plugins.py               # quick profile's digits shards, 30 rounds
     python benchmarks/bench_plugins.py --rounds 10 --repeats 5 --reference-terms --pack
 
 FedAvg, FedProx (built-ins), SCAFFOLD (examples/scaffold.py) and FedDyn (examples/feddyn.py)
@@ -10,11 +10,12 @@ simulator and scheduler (``fedmgda.scheduler.run``: client updates, participant 
 aggregation, evaluation; no output files). The algorithms take turns, ``--repeats`` times, so that
 load from other processes on a shared machine falls on all of them alike; it prints each one's
 median seconds per round (the whole run's wall time / rounds, and this process's CPU time, which
-other processes disturb less), the path its clients trained on, and the ratios to FedAvg's. ``--reference-terms`` adds SCAFFOLD and FedDyn with their terms on the
-reference path (``vmap_local_term = False``: the engine before terms were vmap-ed). Beside the
-whole round it prints the CPU time spent in the clients' local training (``Scheduler.train``). ``--pack``
-also trains FedAvg, SCAFFOLD and FedDyn as one pack (FedProx's mu is part of its local training,
-so it packs with FedProx runs only) and prints its time against the sum of the three alone.
+other processes disturb less), the path its clients trained on, and the ratios to FedAvg's.
+``--reference-terms`` adds SCAFFOLD and FedDyn with their terms on the reference path
+(``vmap_local_term = False``: the engine before terms were vmap-ed). Beside the whole round it
+prints the CPU time spent in the clients' local training (``Scheduler.train``). ``--pack`` also
+trains FedAvg, SCAFFOLD and FedDyn as one pack (FedProx's mu is part of its local training, so it
+packs with FedProx runs only) and prints its time against the sum of the three alone.
 """
 
 from __future__ import annotations

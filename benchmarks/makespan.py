@@ -35,7 +35,8 @@ class Schedule:
     end: dict[str, float] = field(default_factory=dict)
 
     def finish(self, jobs: Iterable[Job]) -> float:
-        """When the last of ``jobs`` ends in this schedule (e.g. one dataset's, run beside the others)."""
+        """When the last of ``jobs`` ends in this schedule (e.g. one dataset's, run beside the
+        others)."""
         return max((self.end[j.name] for j in jobs), default=0.0)
 
 
@@ -78,7 +79,8 @@ def schedule(jobs: Sequence[Job], cores: int, gpus: int = 1) -> Schedule:
 
 
 def makespan_by_dataset(jobs: Sequence[Job], cores: int, gpus: int = 1) -> dict[str, float]:
-    """The makespan of each dataset's jobs alone on the machine, and ``"all"``: of every job together."""
+    """The makespan of each dataset's jobs alone on the machine, and ``"all"``: of every job
+    together."""
     result = {d: schedule([j for j in jobs if j.dataset == d], cores, gpus).makespan
               for d in sorted({j.dataset for j in jobs})}
     result["all"] = schedule(jobs, cores, gpus).makespan

@@ -127,8 +127,9 @@ def require_authors_sort() -> None:
     if not np.array_equal(np.argsort(labels), numpy_1_17_argsort(labels)):
         umath = getattr(np, "_core", getattr(np, "core", None))._multiarray_umath
         targets = " ".join(getattr(umath, "__cpu_dispatch__", []))
-        raise SystemExit(f"numpy {np.__version__} on this CPU sorts equal labels otherwise than the authors' numpy 1.17, "
-                         f"so their code would build another partition; rerun with NPY_DISABLE_CPU_FEATURES=\"{targets}\" "
+        raise SystemExit(f"numpy {np.__version__} on this CPU sorts equal labels otherwise than "
+                         "the authors' numpy 1.17, so their code would build another partition; "
+                         f"rerun with NPY_DISABLE_CPU_FEATURES=\"{targets}\" "
                          "(docs/protocol.md §8.19)")
 
 
@@ -204,7 +205,8 @@ def _record_patched(authors: Path, seed: int, out: Path, extra: list[str], exact
 
     update.LocalUpdate.update_weights, update.LocalUpdate.inference = update_weights, inference
     start = time.time()
-    finished = run_federated_main(authors, [*FIGURE3_ON_FMNIST, f"--epochs={FIGURE3_ROUNDS}", f"--seed={seed}", *extra])
+    finished = run_federated_main(authors, [*FIGURE3_ON_FMNIST, f"--epochs={FIGURE3_ROUNDS}",
+                                            f"--seed={seed}", *extra])
     with open(out / f"seed{seed}.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["round", "user", "accuracy"])
@@ -214,8 +216,10 @@ def _record_patched(authors: Path, seed: int, out: Path, extra: list[str], exact
 
 
 def write_train_loss(train_loss: list[float], path: Path) -> None:
-    """federated_main.py's ``train_loss``: one value per round, the participants' mean local loss."""
-    pd.DataFrame({"round": range(1, len(train_loss) + 1), "train_loss": [float(v) for v in train_loss]}).to_csv(path, index=False)
+    """federated_main.py's ``train_loss``: one value per round, the participants' mean local
+    loss."""
+    pd.DataFrame({"round": range(1, len(train_loss) + 1),
+                  "train_loss": [float(v) for v in train_loss]}).to_csv(path, index=False)
 
 
 # ----------------------------------------------------------------- their run fed from outside
@@ -225,10 +229,12 @@ class FedFromOutside:
     False), the model and samples in ``dtype``, no evaluation on the global test set (time only);
     the global model of every round and every user's test accuracy after the last."""
 
-    def __init__(self, participants: list[list[int]], batches: Callable[[int, int], list[list[int]]],
-                 dropout: bool, dtype: torch.dtype, start: int = 0, model: str = "CNNMnist",
-                 once: bool = True, evaluated: int | None = None):
-        self.participants, self.batches, self.dropout, self.dtype = participants, batches, dropout, dtype
+    def __init__(self, participants: list[list[int]],
+                 batches: Callable[[int, int], list[list[int]]], dropout: bool, dtype: torch.dtype,
+                 start: int = 0, model: str = "CNNMnist", once: bool = True,
+                 evaluated: int | None = None):
+        self.participants, self.batches = participants, batches
+        self.dropout, self.dtype = dropout, dtype
         self.start = start  # the 0-based round of participants[0]
         self.model = model  # the class name of their model in main/models.py
         self.once = once  # each dataset transformed once (Transformed), or at each access
@@ -241,10 +247,12 @@ class FedFromOutside:
 
     def patch(self, utils, update, their_models, tensorboardX) -> None:
         fed = self
-        get_dataset, train, infer = utils.get_dataset, update.LocalUpdate.update_weights, update.LocalUpdate.inference
+        get_dataset = utils.get_dataset
+        train, infer = update.LocalUpdate.update_weights, update.LocalUpdate.inference
 
         def dataset_then_given_participants(args):
-            train_dataset, test_dataset, groups = get_dataset(args)  # their partition draws np.random.choice: only then replaced
+            # their partition draws np.random.choice: only then replaced
+            train_dataset, test_dataset, groups = get_dataset(args)
             fed.groups = groups
             once = Transformed if fed.once else (lambda dataset: dataset)
             loaded = (Cast(once(train_dataset), fed.dtype), Cast(once(test_dataset), fed.dtype),
@@ -255,17 +263,21 @@ class FedFromOutside:
         def update_weights(self, model, global_round):
             user = fed.participants[global_round - fed.start][fed.user]
             fed.user += 1
-            self.trainloader = DataLoader(self.trainloader.dataset, batch_sampler=fed.batches(global_round, user))
+            self.trainloader = DataLoader(self.trainloader.dataset,
+                                          batch_sampler=fed.batches(global_round, user))
             if not fed.dropout and hasattr(model, "conv2_drop"):
                 model.conv2_drop = nn.Identity()
             return train(self, model, global_round)
 
         def inference(self, model):
-            if not fed.global_models or len(fed.global_models) <= fed.round:  # the round's first evaluation: the new global model
-                fed.global_models.append(torch.cat([p.detach().flatten() for p in model.parameters()]).clone())
+            # the round's first evaluation: the new global model
+            if not fed.global_models or len(fed.global_models) <= fed.round:
+                fed.global_models.append(torch.cat([p.detach().flatten()
+                                                    for p in model.parameters()]).clone())
             enough = fed.evaluated is not None and len(fed.accuracies) >= fed.evaluated
             if fed.round < fed.rounds - 1 or enough:
-                return float("nan"), float("nan")  # only the last round's per-user accuracies are compared
+                # only the last round's per-user accuracies are compared
+                return float("nan"), float("nan")
             accuracy, loss = infer(self, model)
             fed.accuracies.append(accuracy)
             return accuracy, loss
@@ -279,7 +291,8 @@ class FedFromOutside:
         model_class = getattr(their_models, self.model)
         built = model_class.__init__
 
-        def built_then_cast(self, *a, **k):  # their CNN, built as released (after their seed), then cast
+        # their CNN, built as released (after their seed), then cast
+        def built_then_cast(self, *a, **k):
             built(self, *a, **k)
             self.to(fed.dtype)
 
@@ -287,7 +300,8 @@ class FedFromOutside:
         tensorboardX.SummaryWriter = NullWriter
 
     def next_participants(self, a, size=None, replace=True, p=None):
-        """``np.random.choice`` of ``federated_main.py``'s round loop: the next round's participants."""
+        """``np.random.choice`` of ``federated_main.py``'s round loop: the next round's
+        participants."""
         self.round += 1
         self.user = 0
         return np.array(self.participants[self.round])
@@ -374,10 +388,12 @@ def authors_client(authors: Path, seed: int):
         import update
         import utils
 
-        args = SimpleNamespace(dataset="fmnist", iid=0, unequal=0, num_users=100, local_bs=10, lr=0.01, local_ep=1,
-                               optimizer="sgd", prox_weight=0.0, verbose=0, gpu=None, normalize=0, num_channels=1, num_classes=10)
+        args = SimpleNamespace(dataset="fmnist", iid=0, unequal=0, num_users=100, local_bs=10,
+                               lr=0.01, local_ep=1, optimizer="sgd", prox_weight=0.0, verbose=0,
+                               gpu=None, normalize=0, num_channels=1, num_classes=10)
         np.random.seed(seed)
         train_dataset, _, groups = utils.get_dataset(args)
         logger = SimpleNamespace(add_scalar=lambda *a, **k: None)
-        clients = {u: update.LocalUpdate(args, train_dataset, groups[u], logger) for u in range(args.num_users)}
+        clients = {u: update.LocalUpdate(args, train_dataset, groups[u], logger)
+                   for u in range(args.num_users)}
         return clients, (lambda: their_models.CNNMnist(args))

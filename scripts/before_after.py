@@ -4,10 +4,11 @@
 
 Reads the "| row | seeds | stat ... |" table of each file (mean ± population std over seeds) and
 prints, for every row and statistic in both, before, after, the change and whether the change is
-within the seed spread (at most the larger of the two stds), as docs/results/fmnist/before_after_*.md
-show it. ``--rows``: fnmatch patterns on the row paths (default: every row in both).
-``--per-seed``: the seeds both files list (window_stats.py ``--per-seed``), one line per row, seed
-and statistic, the change beside the seed spread of the before file's table.
+within the seed spread (at most the larger of the two stds), as
+docs/results/fmnist/before_after_*.md show it. ``--rows``: fnmatch patterns on the row paths
+(default: every row in both). ``--per-seed``: the seeds both files list (window_stats.py
+``--per-seed``), one line per row, seed and statistic, the change beside the seed spread of the
+before file's table.
 """
 
 from __future__ import annotations
@@ -112,8 +113,8 @@ def main() -> None:
             change, spread, ok = rerun_change((bm, bs), (am, as_))
             within += ok
             total += 1
-            print(f"| {row} | {stat} | {bm:.2f} ± {bs:.2f} ({bn}) | {am:.2f} ± {as_:.2f} ({an}) | "
-                  f"{change:+.2f} | "
+            print(f"| {row} | {stat} | {bm:.2f} ± {bs:.2f} ({bn}) | "
+                  f"{am:.2f} ± {as_:.2f} ({an}) | {change:+.2f} | "
                   f"{'yes' if ok else 'no'} (larger std {spread:.2f}) |")
     print(f"\n{within} of {total} changes within the seed spread.")
 

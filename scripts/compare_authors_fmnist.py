@@ -1,12 +1,14 @@
 """Check the package's F-MNIST pipeline against the authors' own code, item by item.
 
     git clone https://github.com/watml/Fed-MGDA /tmp/Fed-MGDA      # outside this repository
-    export NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR"  # numpy 2.4 on x86-64 (docs/protocol.md §8.19)
+    # numpy 2.4 on x86-64 (docs/protocol.md §8.19)
+    export NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR"
     python scripts/compare_authors_fmnist.py --authors /tmp/Fed-MGDA/main --seeds 1 5000 6000
 
 The authors' functions are imported from the folder given (their code never enters this
-repository; ``authors_code.authors_modules``, the harness shared with the scripts that run it). For each seed it compares, with the package's ``shards`` partition under both
-readings of the label sort (``dataset_options.sort``):
+repository; ``authors_code.authors_modules``, the harness shared with the scripts that run it). For
+each seed it compares, with the package's ``shards`` partition under both readings of the label sort
+(``dataset_options.sort``):
 
 - the partition: ``main/sampling.py``'s ``noniid(dataset, 100, 300, 200)`` after
   ``np.random.seed(seed)``, as ``main/utils.py`` calls it, cut by ``main/update.py``'s 80/10/10
@@ -38,7 +40,8 @@ from fedmgda.data.partition import split_user
 from fedmgda.models import CNNFashion
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from authors_code import authors_modules  # noqa: E402  (the harness around the authors' code, beside this script)
+# noqa: E402  (the harness around the authors' code, beside this script)
+from authors_code import authors_modules
 
 
 def authors_partition(sampling, labels: np.ndarray,

@@ -1,8 +1,10 @@
 """requirements/lock.txt, the locked pip environment (made by `make lock` with pip-compile).
 
-    python scripts/lockfile.py stamp           record the lock's inputs digest in its header (make lock)
-    python scripts/lockfile.py check [--exact] this Python's installed packages are the lock's
-                                               versions; --exact: and nothing else (make setup)
+    python scripts/lockfile.py stamp
+        record the lock's inputs digest in its header (make lock)
+    python scripts/lockfile.py check [--exact]
+        this Python's installed packages are the lock's versions; --exact: and nothing else
+        (make setup)
 
 The digest covers what the lock is made from, pyproject.toml's dependencies and the locked extras
 plus requirements/constraints.txt, so tests/test_dependencies.py fails when one of them changes

@@ -1,15 +1,19 @@
 """Lockstep check: the authors' F-MNIST code and the package, fed the same inputs, round by round.
 
     git clone https://github.com/watml/Fed-MGDA /tmp/Fed-MGDA        # outside this repository
-    mkdir -p /tmp/Fed-MGDA/data/fmnist/FashionMNIST/raw && cp resources/raw/fmnist/*.gz "$_" && gunzip -kf "$_"/*.gz
+    mkdir -p /tmp/Fed-MGDA/data/fmnist/FashionMNIST/raw && cp resources/raw/fmnist/*.gz "$_" \\
+        && gunzip -kf "$_"/*.gz
     pip install --target /tmp/authors-site quadprog tensorboardX tqdm  # the authors' imports
-    export NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR"  # numpy 2.4 on x86-64: their sort's order (docs/protocol.md §8.19)
-    PYTHONPATH=/tmp/authors-site python scripts/lockstep_authors_fmnist.py rounds --authors /tmp/Fed-MGDA/main --seed 1 --rounds 5
+    # numpy 2.4 on x86-64: their sort's order (docs/protocol.md §8.19)
+    export NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR"
+    PYTHONPATH=/tmp/authors-site python scripts/lockstep_authors_fmnist.py rounds \\
+        --authors /tmp/Fed-MGDA/main --seed 1 --rounds 5
     PYTHONPATH=/tmp/authors-site python scripts/lockstep_authors_fmnist.py rounds \
         --authors /tmp/Fed-MGDA/main --rule fedmgda_plus --start-round 99   # across the first drop
     PYTHONPATH=/tmp/authors-site python scripts/lockstep_authors_fmnist.py record \
         --authors /tmp/Fed-MGDA/main --seed 1 --rounds 5 --out tests/data/authors_lockstep_seed1.pt
-    PYTHONPATH=/tmp/authors-site python scripts/lockstep_authors_fmnist.py masks --authors /tmp/Fed-MGDA/main --seed 1 --draws 200
+    PYTHONPATH=/tmp/authors-site python scripts/lockstep_authors_fmnist.py masks \\
+        --authors /tmp/Fed-MGDA/main --seed 1 --draws 200
 
 Both codes run one server rule of the authors' code (``--rule``, default FedAvg: the authors'
 ``--epsilon=0 --normalize=0``; ``RULES`` maps each rule's flags to the package's algorithm and
@@ -27,7 +31,8 @@ no file of theirs is changed) with three things set from outside, so that both c
 inputs:
 
 - participants: each round's ``np.random.choice(range(100), 10, replace=False)`` of
-  ``federated_main.py`` returns the package's participants of that round (``Simulation.participants``);
+  ``federated_main.py`` returns the package's participants of that round
+  (``Simulation.participants``);
 - minibatch order: the training loader of ``LocalUpdate.update_weights`` (``main/update.py``)
   yields the package's minibatches of that (round, user) (``Minibatches.batch_order`` from the
   client's seed key) instead of its own shuffle;
@@ -168,7 +173,8 @@ def lockstep_simulation(args, batched: bool) -> Simulation:
         cfg = package_config(args.seed, args.rounds, args.raw_dir, batched, **run)
         return without_global_test(Simulation(cfg, **options))
     with tempfile.TemporaryDirectory() as tmp:
-        part_file = save_partition(recorded_partition(inputs, args.seed, args.raw_dir), Path(tmp) / "partition.npz")
+        part_file = save_partition(recorded_partition(inputs, args.seed, args.raw_dir),
+                                   Path(tmp) / "partition.npz")
         cfg = package_config(args.seed, args.rounds, args.raw_dir, batched, str(part_file), **run)
         sim = without_global_test(Simulation(cfg, **options))
     return fed(sim, inputs)
@@ -214,7 +220,8 @@ def unflat(inputs: dict[str, torch.Tensor], name: str) -> list[np.ndarray]:
 
 def recorded_partition(inputs: dict[str, torch.Tensor], seed: int, raw_dir: str) -> Partition:
     """The recording's partition, with the metadata of the package's own ``sort: quicksort`` one."""
-    options = resolve_options(DATASET_SPECS["fmnist"], package_config(seed, 1, raw_dir, batched=True).dataset_options)
+    options = resolve_options(DATASET_SPECS["fmnist"],
+                              package_config(seed, 1, raw_dir, batched=True).dataset_options)
     return Partition(dataset="fmnist", scheme="shards", seed=seed, options=options,
                      fingerprint=load_raw("fmnist", raw_dir, options).fingerprint(),
                      **{part: unflat(inputs, part) for part in PARTS})
@@ -227,7 +234,8 @@ def fed(sim: Simulation, inputs: dict[str, torch.Tensor]) -> Simulation:
     keys = [derived_seed(sim.cfg.seed, t, u) for t, users in participants.items() for u in users]
     orders = dict(zip(keys, (torch.from_numpy(o) for o in unflat(inputs, "order"))))
     sim.participants = lambda t: participants[t]
-    sim.trainer.minibatches.epoch_order = lambda n, generator: orders[generator.initial_seed()]  # one local epoch
+    # one local epoch
+    sim.trainer.minibatches.epoch_order = lambda n, generator: orders[generator.initial_seed()]
     return sim
 
 
@@ -355,7 +363,8 @@ def run_args(args, rule: str, start: int) -> argparse.Namespace:
 
 
 def recording_inputs(recorded: Path | None) -> dict[str, torch.Tensor] | None:
-    """The inputs a recording carries (``recorded_inputs``), to feed the package; None without one."""
+    """The inputs a recording carries (``recorded_inputs``), to feed the package; None without
+    one."""
     return None if recorded is None else torch.load(recorded, weights_only=True)["inputs"]
 
 
@@ -390,7 +399,8 @@ def check_rounds(args, own: dict[bool, dict[int, torch.Tensor]] | None = None,
     print(f"seed {args.seed}, {args.rule}, {str(args.dtype)[6:]}, dropout off, the same "
           "participants and minibatches in both codes; largest |difference| / largest |weight| "
           "of the global models:")
-    print(f"round | package vs authors ({names})" + (" | reference vs batched" if len(own) == 2 else "")
+    print(f"round | package vs authors ({names})"
+          + (" | reference vs batched" if len(own) == 2 else "")
           + (f" | one round from the authors' model ({names})" if one else ""))
     for t, authors in sorted(theirs.items()):
         whole = [relative_difference(models[t].to(authors.dtype), authors)
@@ -414,7 +424,8 @@ def check_rounds(args, own: dict[bool, dict[int, torch.Tensor]] | None = None,
           f"differs {differ}/{len(acc)} (mean: package {100 * acc.mean():.3f} %, "
           f"authors {100 * their_acc.mean():.3f} %)")
     within = "from the same model, each round" if one else "every round"
-    print("lockstep: " + ("FAILED" if failed else f"passed ({within} within {args.rtol:g}; the evaluations identical)"))
+    passed = f"passed ({within} within {args.rtol:g}; the evaluations identical)"
+    print("lockstep: " + ("FAILED" if failed else passed))
     return 1 if failed else 0
 
 
@@ -429,7 +440,8 @@ def check_masks(args) -> int:
     torch.manual_seed(args.seed)
     start = their_cnn()
     w0 = sim.model.initial_vector()
-    assert torch.equal(w0, torch.cat([p.detach().flatten() for p in start.parameters()])), "initial models differ"
+    assert torch.equal(w0, torch.cat([p.detach().flatten()
+                                      for p in start.parameters()])), "initial models differ"
 
     theirs, ours, their_loss, our_loss = [], [], [], []
     idx = sim.data.train_idx[user]
@@ -439,38 +451,47 @@ def check_masks(args) -> int:
         diff, loss, *_ = client.update_weights(copy.deepcopy(start), 0)
         theirs.append(torch.cat([diff[k].flatten() for k in start.state_dict()]))
         their_loss.append(loss)
-        result = sim.trainer.train(w0, x, y, torch.Generator().manual_seed(derived_seed(args.seed, 0, user)),
+        result = sim.trainer.train(w0, x, y,
+                                   torch.Generator().manual_seed(derived_seed(args.seed, 0, user)),
                                    dropout_generator=torch.Generator().manual_seed(20_000 + draw))
         ours.append(result.update)
         our_loss.append(float(result.train_loss))
     a, p = torch.stack(theirs).double(), torch.stack(ours).double()
     gap = float(((a.mean(0) - p.mean(0)) ** 2).sum())
     expected = float((a.var(0).sum() + p.var(0).sum()) / args.draws)
-    print(f"seed {args.seed}, user {user}, {args.draws} draws of dropout masks from the same start and minibatches:")
+    print(f"seed {args.seed}, user {user}, {args.draws} draws of dropout masks from the same start "
+          "and minibatches:")
     for name, v in (("authors", a), ("package", p)):
         norms = v.norm(dim=1)
         print(f"  {name}: update norm {float(norms.mean()):.5f} ± {float(norms.std()):.5f}, "
               f"tr Var(update) {float(v.var(0).sum()):.3e}")
-    print(f"  training loss: authors {np.mean(their_loss):.4f} ± {np.std(their_loss, ddof=1):.4f}, "
+    print(f"  training loss: authors {np.mean(their_loss):.4f} ± "
+          f"{np.std(their_loss, ddof=1):.4f}, "
           f"package {np.mean(our_loss):.4f} ± {np.std(our_loss, ddof=1):.4f}")
-    print(f"  |mean_a - mean_p|^2 = {gap:.3e}; sampling error alone gives about {expected:.3e}: ratio {gap / expected:.2f}")
-    keep = sim.trainer.minibatches.dropout_masks(len(batches), 10, torch.Generator().manual_seed(0), torch.device("cpu"))
-    print("  package masks, kept fraction per site: " + ", ".join(f"{float(k.float().mean()):.3f}" for k in keep))
+    print(f"  |mean_a - mean_p|^2 = {gap:.3e}; sampling error alone gives about {expected:.3e}: "
+          f"ratio {gap / expected:.2f}")
+    keep = sim.trainer.minibatches.dropout_masks(len(batches), 10, torch.Generator().manual_seed(0),
+                                                 torch.device("cpu"))
+    kept = ", ".join(f"{float(k.float().mean()):.3f}" for k in keep)
+    print("  package masks, kept fraction per site: " + kept)
     start.eval()
     sim.model.module.eval()
     with torch.no_grad():
         same = torch.equal(start(x[:60]), sim.model.module(x[:60]))
-    print(f"  eval-mode outputs of 60 samples identical (no dropout, no scaling at test time): {same}")
+    print("  eval-mode outputs of 60 samples identical (no dropout, no scaling at test "
+          f"time): {same}")
     return 0 if gap / expected < 3 else 1
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("rounds", "record", "masks"):
         p = sub.add_parser(name)
         p.add_argument("--authors", type=Path, help="the main/ folder of a watml/Fed-MGDA checkout")
-        p.add_argument("--raw-dir", default="resources/raw", help="resources/raw, with the four F-MNIST files in fmnist/")
+        p.add_argument("--raw-dir", default="resources/raw",
+                       help="resources/raw, with the four F-MNIST files in fmnist/")
         p.add_argument("--seed", type=int, default=1)
     for name in ("rounds", "record"):
         sub.choices[name].add_argument("--rounds", type=int, default=5,

@@ -4,9 +4,9 @@
   docs/results/fmnist/authors_paired.md): per run, the window mean of the mean user accuracy and
   its standard error from the run's own rounds (:func:`window_standard_error`, autocorrelation
   included); per seed, the difference package - authors (:func:`paired_rows`); over seeds, the
-  mean difference with a 95 % interval from the seeds' spread (:func:`fedmgda.metrics.paired_interval`,
-  the claims' Student's t interval) beside a normal one from the runs' standard errors alone
-  (:func:`difference_interval`).
+  mean difference with a 95 % interval from the seeds' spread
+  (:func:`fedmgda.metrics.paired_interval`, the claims' Student's t interval) beside a normal one
+  from the runs' standard errors alone (:func:`difference_interval`).
 - **Two rows, paired by seed and round** (``scripts/reading_window.py``,
   docs/results/fmnist/reading_window.md): every seed's per-user statistics at every evaluation
   (:func:`evaluations`), the range of their means over seeds (:func:`seed_mean_range`) and the
@@ -44,7 +44,8 @@ def mean_accuracy(per_user: pd.DataFrame, first: int, last: int) -> float:
 
 def mean_train_loss(per_round: pd.DataFrame, first: int, last: int) -> float:
     """The mean ``train_loss`` (a ``metrics.csv``'s column) over the rounds in [first, last]."""
-    return float(per_round[(per_round["round"] >= first) & (per_round["round"] <= last)]["train_loss"].mean())
+    window = (per_round["round"] >= first) & (per_round["round"] <= last)
+    return float(per_round[window]["train_loss"].mean())
 
 
 def window_standard_error(series: pd.Series) -> float:
@@ -122,7 +123,8 @@ def interval_verdict(result: dict[str, float]) -> str:
     """What :func:`difference_interval`'s interval from the seeds' spread says about 0."""
     if result["low"] <= 0 <= result["high"]:
         return "the interval contains 0"
-    return f"the interval excludes 0: the package is {'above' if result['mean'] > 0 else 'below'} the authors' code"
+    return (f"the interval excludes 0: the package is {'above' if result['mean'] > 0 else 'below'} "
+            "the authors' code")
 
 
 # ----------------------------------------------------------------- two rows, paired by seed and
@@ -132,9 +134,11 @@ def evaluations(row_dir: Path, columns: list[str]) -> pd.DataFrame:
     ValueError when the folder has no ``seed*/metrics.csv``."""
     frames = {}
     for metrics in sorted(Path(row_dir).glob("seed*/metrics.csv")):
-        frames[metrics.parent.name] = pd.read_csv(metrics).set_index("round")[list(columns)].dropna() * 100.0
+        table = pd.read_csv(metrics).set_index("round")
+        frames[metrics.parent.name] = table[list(columns)].dropna() * 100.0
     if not frames:
-        raise ValueError(f"{row_dir}: no seed*/metrics.csv; give a row folder under the runs folder")
+        raise ValueError(f"{row_dir}: no seed*/metrics.csv; give a row folder under the runs "
+                         "folder")
     return pd.concat(frames, axis=1)
 
 
@@ -148,7 +152,8 @@ def seed_mean_range(frame: pd.DataFrame, column: str, seeds: list[str]) -> dict[
 
 def seed_rounds_better(a: pd.DataFrame, b: pd.DataFrame, column: str, seeds: list[str],
                        higher: bool = True) -> int:
-    """In how many (evaluation of A, seed) B's ``column`` is higher than A's (``higher`` False: lower)."""
+    """In how many (evaluation of A, seed) B's ``column`` is higher than A's (``higher`` False:
+    lower)."""
     if higher:
         return sum(int(b.loc[r, (s, column)] > a.loc[r, (s, column)]) for r in a.index
                    for s in seeds)

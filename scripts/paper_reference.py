@@ -6,9 +6,10 @@ data, src/fedmgda/reference/paper_tables.csv: the FedMGDA+ rows first, then the 
     python scripts/paper_reference.py path/to/paper_tables.md [--qffl QFFL_MD] [--out CSV]
 
 The test tests/workflow/test_paper_tables.py re-parses the markdown (where FEDMGDA_PAPER_TABLES
-names it) and checks the CSV against it. Row keys are made with :func:`fedmgda.experiments.row_key`, the same function that
-names the registry's rows, so tables can match paper rows to reproduced rows (a q-FFL Table 2 row
-spans two datasets with different hyper-parameters: its key is the grid entries' shared ``row:``).
+names it) and checks the CSV against it. Row keys are made with :func:`fedmgda.experiments.row_key`,
+the same function that names the registry's rows, so tables can match paper rows to reproduced rows
+(a q-FFL Table 2 row spans two datasets with different hyper-parameters: its key is the grid
+entries' shared ``row:``).
 """
 
 from __future__ import annotations
@@ -135,7 +136,8 @@ def _grid_row(table: str, head: list[str], header: list[str], seen: set[str],
         key = row_key(alg, {"eta": 1.0, "decay": "1/5"}, run, None)
         note = "printed as '1.0 1/2' (twice); read as decay 1/5 (docs/protocol.md §8.16)"
     if table == "table9" and alg == "mgda_prox" and not args:
-        note = "printed without hyper-parameters; equals FedProx mu=0.1 (docs/protocol.md §8.16); not matched"
+        note = ("printed without hyper-parameters; equals FedProx mu=0.1 (docs/protocol.md "
+                "§8.16); not matched")
     label = " ".join([head[0]] + [f"{h}={a}" for h, a in zip(header, args, strict=False)] if args
                      else [head[0]])
     return key, label, note

@@ -1,4 +1,5 @@
-"""One round against a window of rounds: two rows' per-user statistics at every evaluation, per seed.
+"""One round against a window of rounds: two rows' per-user statistics at every evaluation, per
+seed.
 
     python scripts/reading_window.py results/fmnist/runs \\
         fmnist-shards_b10_lr0.01_p0.1_T200_ev10/fedavg/default/clean \\

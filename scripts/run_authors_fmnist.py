@@ -1,9 +1,12 @@
-"""Run the authors' F-MNIST code as released, then compare its per-user accuracies with the package's.
+"""Run the authors' F-MNIST code as released, then compare its per-user accuracies with the
+package's.
 
     git clone https://github.com/watml/Fed-MGDA /tmp/Fed-MGDA        # outside this repository
-    mkdir -p /tmp/Fed-MGDA/data/fmnist/FashionMNIST/raw && cp resources/raw/fmnist/*.gz "$_" && gunzip -kf "$_"/*.gz
+    mkdir -p /tmp/Fed-MGDA/data/fmnist/FashionMNIST/raw && cp resources/raw/fmnist/*.gz "$_" \\
+        && gunzip -kf "$_"/*.gz
     pip install quadprog tensorboardX tqdm                            # the authors' imports
-    export NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR"  # numpy 2.4 on x86-64: their sort's order (§8.19)
+    # numpy 2.4 on x86-64: their sort's order (§8.19)
+    export NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR"
     python scripts/run_authors_fmnist.py run --authors /tmp/Fed-MGDA/main --seed 1 \\
         --out results/fmnist/authors -- --epsilon=0 --normalize=0
     python scripts/run_authors_fmnist.py compare --authors-runs results/fmnist/authors \\
@@ -33,8 +36,9 @@ of rounds (default 101-200; both codes evaluated in every round of it): per run,
 the mean user accuracy and its standard error from the run's own rounds (autocorrelation
 included); per seed, the difference package - authors; over seeds, the mean difference with a 95 %
 interval from the seeds' spread (Student's t), the interval the comparison states, beside the one
-from the runs' standard errors alone (the statistics: ``scripts/paired.py``). The package's runs must store per-user accuracies in every
-round of the window (``per_user_every: 1``: config/fmnist.yaml's ``fmnist_authors_paired``).
+from the runs' standard errors alone (the statistics: ``scripts/paired.py``). The package's runs
+must store per-user accuracies in every round of the window (``per_user_every: 1``:
+config/fmnist.yaml's ``fmnist_authors_paired``).
 """
 
 from __future__ import annotations
@@ -44,13 +48,15 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from authors_code import record_run  # noqa: E402  (the harness around the authors' code, beside this script)
+# noqa: E402  (the harness around the authors' code, beside this script)
+from authors_code import record_run
 from paired import difference_interval, interval_verdict, paired_rows, seed_pairs  # noqa: E402
 
 
 def compare(authors_runs: Path, package_runs: Path, first: int = 101, last: int = 200,
             markdown: Path | None = None) -> None:
-    """The comparison's table and interval (scripts/paired.py), printed and, with ``markdown``, written there."""
+    """The comparison's table and interval (scripts/paired.py), printed and, with ``markdown``,
+    written there."""
     for seed, ours in seed_pairs(authors_runs, package_runs)[1]:
         print(f"{seed}: no package run at {ours}; skipped")
     try:

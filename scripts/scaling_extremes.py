@@ -1,8 +1,9 @@
-"""The extreme-scaling table: a scaling attacker of growing factor against FedMGDA+ and FedAvg on the quick
-profile's digits shards (batch 10, local lr 0.05, momentum 0.5, participation 1.0, 20 rounds,
-attacker = user 0 forced into every round), every run packed into one job.
+"""The extreme-scaling table: a scaling attacker of growing factor against FedMGDA+ and FedAvg on
+the quick profile's digits shards (batch 10, local lr 0.05, momentum 0.5, participation 1.0, 20
+rounds, attacker = user 0 forced into every round), every run packed into one job.
 
-    python scripts/scaling_extremes.py [--values 0,10,1e6,1e12,1e20,1e30] [--seeds 1,2,3] [--rounds 20]
+    python scripts/scaling_extremes.py [--values 0,10,1e6,1e12,1e20,1e30] [--seeds 1,2,3] \\
+        [--rounds 20]
 
 Prints a markdown table: per algorithm and factor, the final model's mean user accuracy (mean ±
 std over seeds, % ; "-" where every seed diverged), each seed's status, and the participants left

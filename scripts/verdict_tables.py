@@ -4,7 +4,7 @@
 
 A page marks each table with ``<!-- verdicts: <claims.csv> [claim-id pattern] -->`` ...
 ``<!-- /verdicts -->``; this rewrites what is between the markers
-(fedmgda.docnumbers.render_verdict_blocks).
+(tools/docnumbers.py, render_verdict_blocks).
 tests/test_stated_verdicts.py fails when a page's tables differ from what this writes.
 """
 
@@ -15,9 +15,10 @@ import sys
 from pathlib import Path
 
 from fedmgda.claims import ClaimError
-from fedmgda.docnumbers import render_verdict_blocks
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))
+from docnumbers import render_verdict_blocks  # noqa: E402  (a maintainer tool, tools/)
 
 
 def main() -> int:

@@ -1,8 +1,9 @@
 """Per-user statistics of every run of a profile averaged over a window of late rounds.
 
-    python scripts/window_stats.py results/fmnist/runs --last 50           # rounds 151-200 of T = 200
+    python scripts/window_stats.py results/fmnist/runs --last 50   # rounds 151-200 of T = 200
     python scripts/window_stats.py results/fmnist/runs --last 50 --per-seed --rows '*_ev10/*'
-    python scripts/window_stats.py results/fmnist/runs --last 200 --stats improved_loss   # Figure 4's share
+    # Figure 4's share
+    python scripts/window_stats.py results/fmnist/runs --last 200 --stats improved_loss
 
 The tables read one per-user vector (round T - 9, docs/protocol.md §6.3). On a partition whose
 users' local test sets are one class each, one round's statistics swing widely, so
@@ -35,7 +36,8 @@ def digits(stat: str) -> int:
 
 
 def mean_std(values: list[float], digits: int) -> str:
-    """Mean ± population std over seeds (fedmgda.results.seed_stats: the tables' ±, NaN left out)."""
+    """Mean ± population std over seeds (fedmgda.results.seed_stats: the tables' ±, NaN left
+    out)."""
     mean, std = seed_stats(values)
     return f"{mean:.{digits}f} ± {std:.{digits}f}"
 

@@ -25,7 +25,8 @@ def test_attacker_joins_every_round_and_the_round_size_is_unchanged():
 
 def test_only_the_attacker_is_affected():
     attack = AttackConfig("scaling", 3, 10.0)
-    assert loss_scale(attack, 3) == 10.0 and loss_scale(attack, 2) == 1.0 and loss_bias(attack, 3) == 0.0
+    assert (loss_scale(attack, 3) == 10.0 and loss_scale(attack, 2) == 1.0
+            and loss_bias(attack, 3) == 0.0)
     bias = AttackConfig("bias", 1, 5.0)
     assert loss_bias(bias, 1) == 5.0 and loss_bias(bias, 0) == 0.0 and loss_scale(bias, 1) == 1.0
 

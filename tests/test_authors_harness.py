@@ -76,7 +76,8 @@ class CNNMnist(nn.Module):
         self.fc = nn.Linear(1, 2)
         self.conv2_drop = nn.Dropout(0.5)
     def forward(self, x):
-        return F.log_softmax(F.dropout(self.conv2_drop(self.fc(x / 100)), training=self.training), dim=1)
+        x = F.dropout(self.conv2_drop(self.fc(x / 100)), training=self.training)
+        return F.log_softmax(x, dim=1)
 """,
     "update.py": """
 import torch
@@ -138,10 +139,12 @@ if __name__ == "__main__":
     for epoch in tqdm(range(args.epochs)):
         states, losses = [], []
         for idx in np.random.choice(range(args.num_users), 2, replace=False):
-            w, loss = LocalUpdate(args, train_dataset, user_groups[idx], logger).update_weights(copy.deepcopy(global_model), epoch)
+            local = LocalUpdate(args, train_dataset, user_groups[idx], logger)
+            w, loss = local.update_weights(copy.deepcopy(global_model), epoch)
             states.append(w)
             losses.append(loss)
-        global_model.load_state_dict({k: sum(s[k] for s in states) / len(states) for k in states[0]})
+        global_model.load_state_dict({k: sum(s[k] for s in states) / len(states)
+                                      for k in states[0]})
         train_loss.append(sum(losses) / len(losses))
         for idx in range(args.num_users):
             LocalUpdate(args, train_dataset, user_groups[idx], logger).inference(global_model)
@@ -176,7 +179,8 @@ def test_record_run_writes_every_rounds_per_user_accuracies(harness, stand_in, t
     harness.record_run(stand_in, 3, tmp_path / "exact", ["--epochs=2"], exact=True)
     assert (stand_in / "events.txt").exists()
     accuracies = pd.read_csv(tmp_path / "fast" / "seed3.csv")
-    assert accuracies["round"].tolist() == [1] * 100 + [2] * 100 and accuracies["user"].tolist() == list(range(100)) * 2
+    assert (accuracies["round"].tolist() == [1] * 100 + [2] * 100
+            and accuracies["user"].tolist() == list(range(100)) * 2)
     assert len(pd.read_csv(tmp_path / "fast" / "seed3_train_loss.csv")) == 2
     for name in ("seed3.csv", "seed3_train_loss.csv"):
         assert (tmp_path / "fast" / name).read_bytes() == (tmp_path / "exact" / name).read_bytes()
@@ -287,7 +291,8 @@ def test_the_scripts_use_the_one_harness():
                  "lockstep_authors_cifar"):
         text = (SCRIPTS / f"{name}.py").read_text()
         assert "from authors_code import" in text or "import authors_code" in text, name
-        assert "import runpy" not in text and "os.chdir" not in text and "def require_authors_sort" not in text, name
+        assert ("import runpy" not in text and "os.chdir" not in text
+                and "def require_authors_sort" not in text), name
 
 
 # ----------------------------------------------------------------- compare: the published
@@ -304,7 +309,9 @@ def test_compare_pairs_seeds_and_states_the_interval(script, tmp_path, capsys):
     for seed, gap in ((1, 0.02), (5000, 0.04), (6000, 0.03)):
         per_user(lambda r, u: 0.7 + wobble(r)).to_csv(authors / f"seed{seed}.csv", index=False)
         (package / f"seed{seed}").mkdir(parents=True)
-        per_user(lambda r, u, g=gap: 0.7 - g + wobble(r)).to_csv(package / f"seed{seed}" / "per_user.csv", index=False)
+        per_user(lambda r, u,
+                 g=gap: 0.7 - g + wobble(r)).to_csv(package / f"seed{seed}" / "per_user.csv",
+                                                    index=False)
     # no package run: skipped
     per_user(lambda r, u: 0.5).to_csv(authors / "seed9000.csv", index=False)
     markdown = tmp_path / "paired.md"
@@ -322,7 +329,8 @@ def test_compare_pairs_seeds_and_states_the_interval(script, tmp_path, capsys):
 
 def synthetic_runs(root: Path) -> None:
     """Four authors' runs (seed 4: no package run) and three package runs, per-user accuracies of
-    4 users in rounds 90-200 (the package's seed 3 misses every 7th round), losses for seeds 1 and 2."""
+    4 users in rounds 90-200 (the package's seed 3 misses every 7th round), losses for seeds 1 and
+    2."""
     rng = np.random.default_rng(44)
     authors, package = root / "authors", root / "package"
     authors.mkdir()
@@ -362,41 +370,62 @@ def synthetic_runs(root: Path) -> None:
 # synthetic_runs
 BEFORE_STDOUT = """\
 seed4: no package run at package/seed4/per_user.csv; skipped
- seed  rounds authors se_authors package se_package  diff se_diff authors_loss package_loss diff_loss
-    1 100/100   71.36       1.67   71.01       1.84 -0.35    2.48        0.306        0.306     0.000
-    2 100/100   72.21       1.74   71.56       1.92 -0.65    2.59        0.307        0.306    -0.001
-    3  100/86   73.32       1.65   72.17       1.75 -1.15    2.41          nan          nan       nan
-Rounds 101-200, 3 seeds: package - authors = -0.72 pp, 95 % interval from the seeds' spread [-1.72, +0.29] \
+ seed  rounds authors se_authors package se_package  diff se_diff authors_loss package_loss\
+ diff_loss
+    1 100/100   71.36       1.67   71.01       1.84 -0.35    2.48        0.306        0.306\
+     0.000
+    2 100/100   72.21       1.74   71.56       1.92 -0.65    2.59        0.307        0.306\
+    -0.001
+    3  100/86   73.32       1.65   72.17       1.75 -1.15    2.41          nan          nan\
+       nan
+Rounds 101-200, 3 seeds: package - authors = -0.72 pp, 95 % interval from the seeds' spread\
+ [-1.72, +0.29] \
 (the interval contains 0); from the runs' own window standard errors [-3.54, +2.11].
 """
 BEFORE_MARKDOWN = """\
 # The package beside the authors' code: FedAvg on F-MNIST, every round evaluated
 
-Mean user test accuracy (%) averaged over rounds 101-200 per run; `se_*`: the window mean's standard error \
-from the run's own rounds (lag-1 autocorrelation included); `diff` = package - authors, paired by seed (the \
-same partition and initial model; the random streams differ); losses: the participants' mean minibatch loss \
+Mean user test accuracy (%) averaged over rounds 101-200 per run; `se_*`: the window mean's\
+ standard error \
+from the run's own rounds (lag-1 autocorrelation included); `diff` = package - authors, paired by\
+ seed (the \
+same partition and initial model; the random streams differ); losses: the participants' mean\
+ minibatch loss \
 over the same rounds.
 
-|   seed | rounds   |   authors |   se_authors |   package |   se_package |   diff |   se_diff |   authors_loss |   package_loss |   diff_loss |
-|-------:|:---------|----------:|-------------:|----------:|-------------:|-------:|----------:|---------------:|---------------:|------------:|
-|      1 | 100/100  |     71.36 |         1.67 |     71.01 |         1.84 |  -0.35 |      2.48 |          0.306 |          0.306 |       0     |
-|      2 | 100/100  |     72.21 |         1.74 |     71.56 |         1.92 |  -0.65 |      2.59 |          0.307 |          0.306 |      -0.001 |
-|      3 | 100/86   |     73.32 |         1.65 |     72.17 |         1.75 |  -1.15 |      2.41 |        nan     |        nan     |     nan     |
+|   seed | rounds   |   authors |   se_authors |   package |   se_package |   diff |   se_diff |\
+   authors_loss |   package_loss |   diff_loss |
+|-------:|:---------|----------:|-------------:|----------:|-------------:|-------:|----------:|\
+---------------:|---------------:|------------:|
+|      1 | 100/100  |     71.36 |         1.67 |     71.01 |         1.84 |  -0.35 |      2.48 |\
+          0.306 |          0.306 |       0     |
+|      2 | 100/100  |     72.21 |         1.74 |     71.56 |         1.92 |  -0.65 |      2.59 |\
+          0.307 |          0.306 |      -0.001 |
+|      3 | 100/86   |     73.32 |         1.65 |     72.17 |         1.75 |  -1.15 |      2.41 |\
+        nan     |        nan     |     nan     |
 
-Rounds 101-200, 3 seeds: package - authors = -0.72 pp, 95 % interval from the seeds' spread [-1.72, +0.29] \
+Rounds 101-200, 3 seeds: package - authors = -0.72 pp, 95 % interval from the seeds' spread\
+ [-1.72, +0.29] \
 (the interval contains 0); from the runs' own window standard errors [-3.54, +2.11].
 
-Made by `python scripts/run_authors_fmnist.py compare --authors-runs authors --package-runs package --first 101 \
+Made by `python scripts/run_authors_fmnist.py compare --authors-runs authors --package-runs\
+ package --first 101 \
 --last 200 --markdown paired.md`.
 """
 BEFORE_NARROW = """\
-|   seed | rounds   |   authors |   se_authors |   package |   se_package |   diff |   se_diff |   authors_loss |   package_loss |   diff_loss |
-|-------:|:---------|----------:|-------------:|----------:|-------------:|-------:|----------:|---------------:|---------------:|------------:|
-|      1 | 41/41    |     70.45 |         2    |     70.14 |         2.37 |  -0.31 |      3.1  |          0.303 |          0.304 |       0.001 |
-|      2 | 41/41    |     71.26 |         2.38 |     70.59 |         2.48 |  -0.67 |      3.43 |          0.304 |          0.303 |      -0.001 |
-|      3 | 41/35    |     72.56 |         2.13 |     71.21 |         2.44 |  -1.35 |      3.24 |        nan     |        nan     |     nan     |
+|   seed | rounds   |   authors |   se_authors |   package |   se_package |   diff |   se_diff |\
+   authors_loss |   package_loss |   diff_loss |
+|-------:|:---------|----------:|-------------:|----------:|-------------:|-------:|----------:|\
+---------------:|---------------:|------------:|
+|      1 | 41/41    |     70.45 |         2    |     70.14 |         2.37 |  -0.31 |      3.1  |\
+          0.303 |          0.304 |       0.001 |
+|      2 | 41/41    |     71.26 |         2.38 |     70.59 |         2.48 |  -0.67 |      3.43 |\
+          0.304 |          0.303 |      -0.001 |
+|      3 | 41/35    |     72.56 |         2.13 |     71.21 |         2.44 |  -1.35 |      3.24 |\
+        nan     |        nan     |     nan     |
 
-Rounds 150-190, 3 seeds: package - authors = -0.78 pp, 95 % interval from the seeds' spread [-2.08, +0.53] \
+Rounds 150-190, 3 seeds: package - authors = -0.78 pp, 95 % interval from the seeds' spread\
+ [-2.08, +0.53] \
 (the interval contains 0); from the runs' own window standard errors [-4.47, +2.91].
 """
 

@@ -1,8 +1,8 @@
-"""The batched training paths (``client.ClientSteps``: ``VmapSteps``, ``fastpaths.LinearSoftmaxSteps``,
-``fastpaths.ConvNetSteps``) through their one interface, ``train(plan, w_start, data_x, data_y,
-scales)``, against the reference ``LocalTrainer.train``, client by client, on the same inputs: the
-same minibatch plan (``Minibatches.plan``) and dropout generators. Float64, so that the paths agree
-up to the order of their sums."""
+"""The batched training paths (``client.ClientSteps``: ``VmapSteps``,
+``fastpaths.LinearSoftmaxSteps``, ``fastpaths.ConvNetSteps``) through their one interface,
+``train(plan, w_start, data_x, data_y, scales)``, against the reference ``LocalTrainer.train``,
+client by client, on the same inputs: the same minibatch plan (``Minibatches.plan``) and dropout
+generators. Float64, so that the paths agree up to the order of their sums."""
 
 import numpy as np
 import pytest

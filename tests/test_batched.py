@@ -128,7 +128,8 @@ def test_cuda_graph_replay_gives_the_eager_updates():
 @needs_cuda
 def test_cuda_graph_spans_give_the_eager_updates(monkeypatch):
     """Real CUDA graphs of spans of 3 steps (clients of 20, 3 and 16 steps: a first span, recurring
-    middle spans, the tails): the updates and losses of the eager loop, bit for bit, dropout included."""
+    middle spans, the tails): the updates and losses of the eager loop, bit for bit, dropout
+    included."""
     import fedmgda.client as client
 
     monkeypatch.setattr(client, "GRAPH_STEPS", 3)
@@ -355,8 +356,8 @@ def test_every_recurring_key_of_a_shakespeare_round_is_replayed(monkeypatch):
     import importlib.util
     from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location("bench_rounds",
-                                                  Path(__file__).resolve().parents[1] / "benchmarks" / "bench_rounds.py")
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_rounds.py"
+    spec = importlib.util.spec_from_file_location("bench_rounds", path)
     bench = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "bench_rounds", bench)  # its dataclasses look their module up
     spec.loader.exec_module(bench)

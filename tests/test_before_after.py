@@ -1,4 +1,5 @@
-"""scripts/before_after.py: two window_stats tables side by side, each change against the seed spread."""
+"""scripts/before_after.py: two window_stats tables side by side, each change against the seed
+spread."""
 
 from __future__ import annotations
 
@@ -24,8 +25,10 @@ def test_changes_are_judged_against_the_larger_seed_std(tmp_path):
                           str(tmp_path / "b.md"),
                           str(tmp_path / "a.md")], capture_output=True, text=True,
                          check=True).stdout
-    assert "| s/fedavg | mean_acc | 70.00 ± 1.00 (3) | 70.80 ± 0.40 (3) | +0.80 | yes (larger std 1.00) |" in out
-    assert "| s/fedavg | std_acc | 20.00 ± 0.50 (3) | 21.00 ± 0.60 (3) | +1.00 | no (larger std 0.60) |" in out
+    assert ("| s/fedavg | mean_acc | 70.00 ± 1.00 (3) | 70.80 ± 0.40 (3) | +0.80 | yes "
+            "(larger std 1.00) |" in out)
+    assert ("| s/fedavg | std_acc | 20.00 ± 0.50 (3) | 21.00 ± 0.60 (3) | +1.00 | no "
+            "(larger std 0.60) |" in out)
     assert "s/gone" not in out and "1 of 2 changes within the seed spread." in out
 
 

@@ -38,7 +38,8 @@ def test_back_to_back_is_the_committed_h200_projection(bench):
     assert len(singles) == 6
     seconds, runs, _ = bench.project_paper(singles, CONFIG)
     printed = (ROOT / source).read_text()
-    assert f"{sum(seconds.values()) / 3600:.1f} h" in printed.split("projected wall time of the paper DAG")[1].splitlines()[0]
+    wall_time = printed.split("projected wall time of the paper DAG")[1].splitlines()[0]
+    assert f"{sum(seconds.values()) / 3600:.1f} h" in wall_time
     by_dataset = ", ".join(f"{d} {v / 3600:.1f} h"
                            for d, v in sorted(seconds.items(), key=lambda kv: -kv[1]))
     assert f"by dataset: {by_dataset}" in printed
@@ -62,7 +63,8 @@ def test_plan_jobs_devices_and_makespan(bench):
 
 def test_plan_job_length_is_rounds_times_pack_round(bench, tmp_path):
     """One pack of 3 runs: rounds x the pack's interpolated round time + each run's evaluations."""
-    rows = parse_round_times("setting,dataset,model,device,machine,threads,runs,s_per_round,eval_s,source\n"
+    rows = parse_round_times("setting,dataset,model,device,machine,threads,runs,s_per_round,"
+                             "eval_s,source\n"
                              "adult_b10,adult,logreg,cuda,G,1,1,0.2,0.01,f\n"
                              "adult_b10,adult,logreg,cuda,G,1,8,0.9,0.01,f\n")
     cfg = tmp_path / "c.yaml"
@@ -91,13 +93,15 @@ def test_plan_job_length_is_rounds_times_pack_round(bench, tmp_path):
 
 def test_plan_times_untracked_runs_by_their_also_row(bench, tmp_path):
     """Runs without track_improvement: their pack's round time x the ratio of the setting's
-    --also track_improvement=false row to its single run; without such a row, the tracked time and a note."""
+    --also track_improvement=false row to its single run; without such a row, the tracked time and a
+    note."""
     import yaml
 
     header = "setting,dataset,model,device,machine,threads,runs,s_per_round,eval_s,source,also\n"
     rows = parse_round_times(header + "adult_b10,adult,logreg,cuda,G,1,1,0.2,0.01,f,\n"
                                       "adult_b10,adult,logreg,cuda,G,1,8,0.9,0.01,f,\n"
-                                      "adult_b10,adult,logreg,cuda,G,1,1,0.15,0.01,f,track_improvement=false\n"
+                                      "adult_b10,adult,logreg,cuda,G,1,1,0.15,0.01,f,"
+                                      "track_improvement=false\n"
                                       "adult_b10,adult,logreg,cuda,G,1,1,0.1,0.01,f,tf32=true\n")
     base = yaml.safe_load((ROOT / "config/test.yaml").read_text())
     base.update(device="cuda",
@@ -142,9 +146,9 @@ def test_a_gpu_measurement_gives_the_plan_its_gpu_rows(bench, capsys):
 
 @pytest.mark.parametrize("gpus", [1, 2])
 def test_plan_command_prints_the_committed_plan(gpus):
-    """--plan prints what benchmarks/measurements/plan_cores16_gpus<G>.txt holds (docs/performance.md
-    renders from them: a change to the config or the round times must remake them): the choices,
-    and a makespan below the back-to-back total."""
+    """--plan prints what benchmarks/measurements/plan_cores16_gpus<G>.txt holds
+    (docs/performance.md renders from them: a change to the config or the round times must remake
+    them): the choices, and a makespan below the back-to-back total."""
     import subprocess
 
     argv = ["benchmarks/bench_rounds.py", "--plan", "--cores", "16", "--gpus", str(gpus)]
@@ -153,15 +157,18 @@ def test_plan_command_prints_the_committed_plan(gpus):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     committed = (ROOT / f"benchmarks/measurements/plan_cores16_gpus{gpus}.txt").read_text()
-    assert committed == f"$ python {' '.join(argv)}\n" + out, "remake the file: the command's output changed"
-    assert "adult_b10" in out and out.count("  cuda         cuda") == 7 and "  cuda         cpu" in out
+    assert committed == f"$ python {' '.join(argv)}\n" + out, \
+        "remake the file: the command's output changed"
+    assert ("adult_b10" in out and out.count("  cuda         cuda") == 7
+            and "  cuda         cpu" in out)
     all_line = next(line for line in out.splitlines() if line.startswith("all "))
     runs, jobs, back, alone, ends = all_line.split()[1:]
     assert float(alone) == float(ends) < float(back)
 
 
 def test_a_run_writes_rows_of_the_committed_table(bench, tmp_path):
-    """--csv: the rows a measurement adds to src/fedmgda/reference/round_times.csv, read back as written."""
+    """--csv: the rows a measurement adds to src/fedmgda/reference/round_times.csv, read back as
+    written."""
     from fedmgda.devices import RoundTime
 
     rows = bench.run_rows({"adult_b10": (0.2134, 0.001), "fmnist_b10_p0.1": (1.8444, 0.307)},
@@ -174,10 +181,12 @@ def test_a_run_writes_rows_of_the_committed_table(bench, tmp_path):
                                   0.2, 0.001, "benchmarks/measurements/x.txt"),
                         RoundTime("adult_b10", "adult", "logreg", "cpu", "CPU (2 threads)", 2, 8,
                                   0.257, 0.001, "benchmarks/measurements/x.txt")]
-    assert rows[3].model == "cnn_fmnist" and len(rows) == 5 and (rows[4].also, rows[4].runs, rows[4].s_per_round) == ("tf32=true", 1, 1.5)
+    assert (rows[3].model == "cnn_fmnist" and len(rows) == 5
+            and (rows[4].also, rows[4].runs, rows[4].s_per_round) == ("tf32=true", 1, 1.5))
     bench.write_rows(rows, tmp_path / "t.csv")
     text = (tmp_path / "t.csv").read_text()
-    assert text.splitlines()[0] == (ROOT / "src/fedmgda/reference/round_times.csv").read_text().splitlines()[0]
+    assert (text.splitlines()[0]
+            == (ROOT / "src/fedmgda/reference/round_times.csv").read_text().splitlines()[0])
     back = parse_round_times(text)
     assert back == [dataclasses.replace(rows[0], s_per_round=0.213), *rows[1:3],
                     dataclasses.replace(rows[3], s_per_round=1.844), rows[4]]
@@ -210,7 +219,8 @@ def test_round_bound_on_the_cpu_is_eager_and_steps_times_step(bench):
     setting = next(s for s in bench.SETTINGS if s.name == "adult_b10")
     bound = bench.round_bound(setting, torch.device("cpu"), reps=2)
     assert (bound.steps, bound.batch, bound.timed_as) == (2572, 20, "eager")
-    assert bound.step_s > 0 and bound.losses_s > 0 and bound.seconds == pytest.approx(2572 * bound.step_s + bound.losses_s)
+    assert (bound.step_s > 0 and bound.losses_s > 0
+            and bound.seconds == pytest.approx(2572 * bound.step_s + bound.losses_s))
 
 
 def test_a_loss_pass_covers_every_sample_in_chunks(bench):
@@ -259,7 +269,8 @@ def test_shakespeare_sizes_have_the_q_ffl_papers_statistics(bench):
     sizes = bench.shakespeare_sizes()
     totals = [s / 0.8 for s in sizes]
     assert len(sizes) == 31 and abs(sum(sizes) - 92_959) < 50
-    assert statistics.fmean(totals) == pytest.approx(3749, rel=1e-3) and statistics.pstdev(totals) == pytest.approx(6912, rel=1e-3)
+    assert (statistics.fmean(totals) == pytest.approx(3749, rel=1e-3)
+            and statistics.pstdev(totals) == pytest.approx(6912, rel=1e-3))
     assert max(sizes) == 28_698 and min(sizes) >= 1
 
 
@@ -270,7 +281,8 @@ def test_a_stand_in_setting_is_a_labelled_lower_bound_until_the_real_one_is_meas
     chosen, per_round, note = bench.match_setting(cfg, {"shakespeare_b10", "shakespeare_b10_equal"})
     assert (chosen.name, per_round, note) == ("shakespeare_b10", 31, None)
     chosen, _, note = bench.match_setting(cfg, {"shakespeare_b10_equal"})
-    assert chosen.name == "shakespeare_b10_equal" and note.startswith("shakespeare: a lower bound, shakespeare_b10_equal stands in (")
+    assert (chosen.name == "shakespeare_b10_equal"
+            and note.startswith("shakespeare: a lower bound, shakespeare_b10_equal stands in ("))
 
 
 def test_sizes_print_the_committed_file(bench, capsys):
@@ -297,7 +309,8 @@ def test_match_setting_by_users_and_sizes(bench):
         assert bench.match_setting(cfg, names)[0].name == expected
     script, table4 = (next(s for s in bench.SETTINGS if s.name == n)
                       for n in ("synthetic_b10_script", "synthetic_b10"))
-    assert max(script.train_sizes) > 10 * max(table4.train_sizes) // 2 and script.sampling == table4.sampling == "size"
+    assert (max(script.train_sizes) > 10 * max(table4.train_sizes) // 2
+            and script.sampling == table4.sampling == "size")
 
 
 def test_flops_print_the_committed_file(bench, capsys):
@@ -307,7 +320,8 @@ def test_flops_print_the_committed_file(bench, capsys):
     bench.print_flops(round_times(), CONFIG)
     out = capsys.readouterr().out
     committed = (ROOT / "benchmarks/measurements/paper_flops.txt").read_text()
-    assert committed == "$ python benchmarks/bench_rounds.py --flops\n" + out, "remake the file: the command's output changed"
+    assert committed == "$ python benchmarks/bench_rounds.py --flops\n" + out, \
+        "remake the file: the command's output changed"
     assert "paper DAG (1600 runs of the config)" in out
     work, counted = bench.paper_work(CONFIG)
     total = sum(w.total for w in work.values())
@@ -322,7 +336,8 @@ def test_flops_print_the_committed_file(bench, capsys):
 def test_round_samples_by_participation_and_sampling(bench):
     setting = next(s for s in bench.SETTINGS if s.name == "synthetic_b10")
     sizes = setting.train_sizes
-    assert bench.round_samples(setting) == pytest.approx(10 * sum(n * n for n in sizes) / sum(sizes))
+    assert bench.round_samples(setting) == pytest.approx(10 * sum(n * n for n in sizes)
+                                                         / sum(sizes))
     uniform = dataclasses.replace(setting, sampling="uniform")
     assert bench.round_samples(uniform) == pytest.approx(10 * sum(sizes) / len(sizes))
     assert bench.round_samples(uniform) < bench.round_samples(setting)
@@ -330,7 +345,8 @@ def test_round_samples_by_participation_and_sampling(bench):
 
 
 def test_also_takes_run_config_fields(bench):
-    """--also KEY=VALUE: a run-config field and its YAML value; anything else stops the benchmark in one line."""
+    """--also KEY=VALUE: a run-config field and its YAML value; anything else stops the benchmark in
+    one line."""
     assert bench.parse_override("deterministic=false") == ("deterministic", False)
     assert bench.parse_override("tf32=true") == ("tf32", True)
     with pytest.raises(SystemExit, match="--also takes run-config fields as KEY=VALUE"):
@@ -421,7 +437,8 @@ def test_time_limit_skips_the_stages_it_has_no_time_for(bench, monkeypatch, tmp_
     assert "time limit: the profiles of cifar10_b10_p0.1 and the settings after it skipped" in out
 
 
-def test_time_limit_stops_a_setting_between_its_packs_and_variants(bench, monkeypatch, tmp_path, capsys):
+def test_time_limit_stops_a_setting_between_its_packs_and_variants(bench, monkeypatch, tmp_path,
+                                                                   capsys):
     """Within a setting too: an --also variant starts only before 60 % of the limit, and a pack of
     k runs only when about k rounds per round (its two warm-ups and --rounds) end before it (a
     pack that overran its limit would lose the setting's rows). What was measured is kept."""
@@ -460,7 +477,8 @@ def test_time_limit_stops_a_setting_between_its_packs_and_variants(bench, monkey
     monkeypatch.setattr(sys, "argv",
                         sys.argv[:-6] + ["--time-limit", "30", "--csv", str(csv), "--source", "x"])
     bench.main()  # 60 % of 30: 18 s
-    assert "time limit: fmnist_b10_p0.1 with track_improvement=false skipped (20 s used of 30)" in capsys.readouterr().out
+    assert ("time limit: fmnist_b10_p0.1 with track_improvement=false skipped (20 s used of 30)"
+            in capsys.readouterr().out)
     assert timed == [(1, ("tf32",)), (1, ("deterministic",)), (1, ())]
     # a measured warm-up counts too: 15 s (Shakespeare's captures) make 2 packed need 15 + 10 s: 40
     # + 25 > 63
@@ -476,7 +494,8 @@ def test_time_limit_stops_a_setting_between_its_packs_and_variants(bench, monkey
     monkeypatch.setattr(sys, "argv",
                         sys.argv[:-6] + ["--time-limit", "105", "--csv", str(csv), "--source", "x"])
     bench.main()
-    assert "time limit: fmnist_b10_p0.1 2 runs packed skipped (40 s used of 105)" in capsys.readouterr().out
+    assert ("time limit: fmnist_b10_p0.1 2 runs packed skipped (40 s used of 105)"
+            in capsys.readouterr().out)
 
 
 def test_only_measures_in_its_order_and_refuses_unknown_names(bench, monkeypatch, capsys):
@@ -485,17 +504,19 @@ def test_only_measures_in_its_order_and_refuses_unknown_names(bench, monkeypatch
     assert [s.name
             for s in bench.chosen_settings(["adult_b10", "shakespeare_b10",
                                             "adult_b10"])] == ["adult_b10", "shakespeare_b10"]
-    assert not any(s.stand_in
-                   for s in bench.chosen_settings(None)) and "shakespeare_b10_equal" in {s.name for s in bench.SETTINGS}
+    assert not any(s.stand_in for s in bench.chosen_settings(None))
+    assert "shakespeare_b10_equal" in {s.name for s in bench.SETTINGS}
     monkeypatch.setattr(sys, "argv", ["bench_rounds.py", "--only", "fmnist_b10_p0.1", "shakespear"])
     with pytest.raises(SystemExit):
         bench.parse_args()
-    assert "--only: unknown setting(s) shakespear; known: cifar10_b10_p0.1" in capsys.readouterr().err
+    assert ("--only: unknown setting(s) shakespear; known: cifar10_b10_p0.1"
+            in capsys.readouterr().err)
 
 
 def test_time_rounds_reports_its_untimed_warm_up(bench):
     """time_rounds(..., warm_up=[]) appends what the untimed warm-up rounds took (a run pays them
-    once: first calls and, on a GPU, the CUDA-graph captures), which the benchmark prints per setting."""
+    once: first calls and, on a GPU, the CUDA-graph captures), which the benchmark prints per
+    setting."""
     setting = next(s for s in bench.SETTINGS if s.name == "adult_b10")
     warm_up: list[float] = []
     seconds, eval_s = bench.time_rounds(setting, bench.random_dataset(setting, 0.005), batched=True,
@@ -505,7 +526,8 @@ def test_time_rounds_reports_its_untimed_warm_up(bench):
 
 def test_a_stand_in_says_how_far_below_its_dataset_it_may_be(bench):
     """Shakespeare's equal-size stand-in: the note gives the real sizes' sequential steps (size
-    groups one after another) over the stand-in's, the factor if a step cost the same at any width."""
+    groups one after another) over the stand-in's, the factor if a step cost the same at any
+    width."""
     settings = {s.name: s for s in bench.SETTINGS}
     real, stand_in = settings["shakespeare_b10"], settings["shakespeare_b10_equal"]
     # 3 000 samples, b = 10, one group
@@ -516,7 +538,8 @@ def test_a_stand_in_says_how_far_below_its_dataset_it_may_be(bench):
     _, _, note = bench.match_setting({"dataset": "shakespeare", "batch_size": 10,
                                       "participation": 1.0}, {"shakespeare_b10_equal"})
     ratio = bench.grouped_steps(real) / bench.grouped_steps(stand_in)
-    assert f"takes {bench.grouped_steps(real)} sequential local steps" in note and f"up to {ratio:.1f}x the stand-in's (not measured)" in note
+    assert (f"takes {bench.grouped_steps(real)} sequential local steps" in note
+            and f"up to {ratio:.1f}x the stand-in's (not measured)" in note)
     _, _, measured = bench.match_setting({"dataset": "shakespeare", "batch_size": 10,
                                           "participation": 1.0}, {"shakespeare_b10"})
     assert measured is None  # the real setting measured: no stand-in, no note

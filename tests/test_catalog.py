@@ -38,7 +38,8 @@ def test_schema_lists_are_the_catalogs():
     assert run["partition"]["enum"] == [*PARTITIONS, None]
     assert run["model"]["enum"] == [None, *MODELS]
     defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
-    assert set(ALGORITHM_OPTIONS) <= set(CHOICES) and CHOICES["qffl_loss"] == QFedAvg.own_options["qffl_loss"]
+    assert (set(ALGORITHM_OPTIONS) <= set(CHOICES)
+            and CHOICES["qffl_loss"] == QFedAvg.own_options["qffl_loss"])
     for name, values in CHOICES.items():
         assert run[name]["enum"] == list(values), name
         assert run[name]["default"] == defaults[name] == values[0], name
@@ -52,7 +53,8 @@ def test_dataset_registry_is_the_catalog():
         info = DATASETS[name]
         assert (spec.model, spec.default_partition,
                 spec.partitions) == (info.model, info.default_partition, info.partitions)
-        assert info.default_partition in info.partitions and set(info.partitions) <= set(PARTITIONERS)
+        assert (info.default_partition in info.partitions
+                and set(info.partitions) <= set(PARTITIONERS))
         assert info.offline == (spec.raw_files == ()), name  # offline = nothing to download
         # the folder the workflow downloads
         assert {rf.dataset for rf in spec.raw_files} <= {info.raw_folder}, name

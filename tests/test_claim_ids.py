@@ -32,14 +32,16 @@ def test_committed_claims_files_give_each_id_one_meaning():
     files = claims_files()
     assert len(files) >= 10, [str(f) for f in files]
     conflicts = id_conflicts(files)
-    assert not conflicts, "one claim id, two meanings (qualify the id: fedmgda.claims.evaluation_tag):\n" + "\n".join(conflicts)
+    assert not conflicts, ("one claim id, two meanings (qualify the id: "
+                           "fedmgda.claims.evaluation_tag):\n" + "\n".join(conflicts))
 
 
 def test_profiles_define_each_id_once():
     defined = {p.name: (yaml.safe_load(p.read_text()).get("claims") or {}) for p in PROFILES}
     for (a, ca), (b, cb) in itertools.combinations(defined.items(), 2):
         for cid in set(ca) & set(cb):
-            assert ca[cid] == cb[cid], f"{a} and {b} define claim {cid} differently; give one of them another id"
+            assert ca[cid] == cb[cid], (f"{a} and {b} define claim {cid} differently; give one of "
+                                        "them another id")
 
 
 def _row(claim: str, expected: str, n: int, verdict: str = "holds") -> dict:
@@ -59,7 +61,8 @@ def test_one_id_for_two_seed_sets_is_caught(tmp_path):
     (tmp_path / "claims_core.md").write_text(to_markdown(eight, "fmnist"))
     conflicts = id_conflicts([tmp_path / "claims.csv", tmp_path / "claims_core.md"])
     assert len(conflicts) == 1 and conflicts[0].startswith("fmnist_fairness_average: ")
-    (tmp_path / "claims_core.md").write_text(to_markdown(eight.assign(claim="fmnist_fairness_average@seeds=1,5000,6000,9000,1000,2000,3000,4000"), "fmnist"))
+    qualified = "fmnist_fairness_average@seeds=1,5000,6000,9000,1000,2000,3000,4000"
+    (tmp_path / "claims_core.md").write_text(to_markdown(eight.assign(claim=qualified), "fmnist"))
     assert id_conflicts([tmp_path / "claims.csv", tmp_path / "claims_core.md"]) == []
 
 
@@ -85,6 +88,7 @@ def test_other_seeds_or_rounds_are_in_the_id(fmnist):
     # fmnist_table8's own seeds
     assert ids(three)["fmnist_improved_vs_fedmgda"] == "fmnist_improved_vs_fedmgda"
     long = {**fmnist, "seeds": [1, 5000, 6000, 9000], "rounds": 2000}
-    assert ids(long)["fmnist_fairness_std_late"] == "fmnist_fairness_std_late@T=2000;seeds=1,5000,6000,9000"
+    assert (ids(long)["fmnist_fairness_std_late"]
+            == "fmnist_fairness_std_late@T=2000;seeds=1,5000,6000,9000")
     over = {**fmnist, "experiment_overrides": {"fmnist_core": {"seeds": [1, 5000]}}}
     assert evaluation_tag(over, ["fmnist_core"]) == "@seeds=1,5000"

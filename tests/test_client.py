@@ -132,4 +132,5 @@ def test_a_subsets_distinct_samples_are_those_built_from_the_subset():
     rows = torch.randperm(200, generator=g)[:70]
     direct, subset = DistinctSamples(x[rows], y[rows]), DistinctSamples(x, y).subset(rows)
     assert len(subset.y) < 70  # equal samples share a pair
-    assert torch.equal(subset.x, direct.x) and torch.equal(subset.y, direct.y) and torch.equal(subset.inverse, direct.inverse)
+    assert (torch.equal(subset.x, direct.x) and torch.equal(subset.y, direct.y)
+            and torch.equal(subset.inverse, direct.inverse))

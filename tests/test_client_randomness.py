@@ -19,7 +19,8 @@ OUTPUTS = ("metrics.csv", "per_user.csv")
 
 
 def images(users: int = 8, n_train: int = 30, n_test: int = 10) -> FederatedDataset:
-    """Random 28x28 images, equal-sized users: F-MNIST's CNN (with its two dropout sites) trains on them."""
+    """Random 28x28 images, equal-sized users: F-MNIST's CNN (with its two dropout sites) trains on
+    them."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(users * (n_train + n_test), 1, 28, 28, generator=g)
     y = torch.randint(0, 10, (len(x),), generator=g)
@@ -49,8 +50,9 @@ def outputs(out) -> dict[str, str]:
 
 
 def test_a_dropout_run_does_not_depend_on_its_pack_partners_or_on_resuming(tmp_path, monkeypatch):
-    """One F-MNIST CNN run (dropout on) alone, packed with either partner, and resumed from a round-2
-    checkpoint beside a partner resumed from round 4: identical metrics.csv and per_user.csv."""
+    """One F-MNIST CNN run (dropout on) alone, packed with either partner, and resumed from a
+    round-2 checkpoint beside a partner resumed from round 4: identical metrics.csv and
+    per_user.csv."""
     train([ME], [tmp_path / "alone"])
     alone = outputs(tmp_path / "alone")
     for i, partner in enumerate(PARTNERS):
@@ -74,8 +76,9 @@ def test_dropout_masks_are_the_authors_dropout():
     scaled by 2; independently for every sample, step and client (each client's own generator)."""
     model = build_model("cnn_fmnist", (1, 28, 28), 10).train()
     trainer = LocalTrainer(FlatModel(model), LocalHParams())
-    channels, units = trainer.minibatches.dropout_masks(6, 10,
-                                                        dropout_generator((1, 0, 0), torch.device("cpu")), torch.device("cpu"))
+    cpu = torch.device("cpu")
+    channels, units = trainer.minibatches.dropout_masks(6, 10, dropout_generator((1, 0, 0), cpu),
+                                                        cpu)
     assert channels.shape == (6, 10, 20, 1, 1) and units.shape == (6, 10, 50)
     conv = dropout(torch.ones(10, 20, 8, 8), model, 0, (channels[0], units[0]))
     per_channel = conv.flatten(2)
@@ -89,8 +92,7 @@ def test_dropout_masks_are_the_authors_dropout():
         assert abs(kept - 0.5) < 0.06
     assert not torch.equal(channels[0, 0],
                            channels[0, 1]) and not torch.equal(channels[0], channels[1])
-    other_user = trainer.minibatches.dropout_masks(6, 10,
-                                                   dropout_generator((1, 0, 1), torch.device("cpu")), torch.device("cpu"))
+    other_user = trainer.minibatches.dropout_masks(6, 10, dropout_generator((1, 0, 1), cpu), cpu)
     assert not torch.equal(other_user[1], units)
     # not the minibatch order's stream
     assert derived_seed(1, 0, 0, DROPOUT_STREAM) != derived_seed(1, 0, 0)
@@ -98,7 +100,8 @@ def test_dropout_masks_are_the_authors_dropout():
 
 def test_no_random_draw_happens_inside_the_batched_step():
     """The vmap-ed step runs with randomness="error": a draw inside (a model's own dropout, a local
-    term's noise) could not be per client, so it raises (and a term then takes the reference path)."""
+    term's noise) could not be per client, so it raises (and a term then takes the reference
+    path)."""
     flat = FlatModel(build_model("cnn_fmnist", (1, 28, 28), 10))
     trainer = LocalTrainer(flat, LocalHParams(batch_size=5))
     # the masks withheld: the module falls back to F.dropout's own draws

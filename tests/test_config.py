@@ -129,7 +129,8 @@ def test_cli_reports_malformed_yaml_and_bad_keys_in_one_line(tmp_path):
     assert bad_yaml.returncode == 2
     assert "invalid configuration" in bad_yaml.stderr and "Traceback" not in bad_yaml.stderr
     unknown_dataset = run_cli(tmp_path, yaml.safe_dump({**GOOD, "dataset": "imagenet"}))
-    assert unknown_dataset.returncode == 2 and "unknown dataset 'imagenet'" in unknown_dataset.stderr
+    assert (unknown_dataset.returncode == 2
+            and "unknown dataset 'imagenet'" in unknown_dataset.stderr)
     assert not (tmp_path / "out" / "summary.json").exists()
 
 
@@ -161,5 +162,6 @@ def test_numeric_dataset_options_in_range_are_accepted():
 def test_cli_reports_a_bad_dataset_option_before_anything_is_written(tmp_path):
     result = run_cli(tmp_path, yaml.safe_dump({**GOOD, "dataset_options": {"num_users": "bogus"}}))
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.strip() == "fedmgda: invalid configuration: dataset_options: synthetic: option num_users must be an integer >= 1, got 'bogus'"
+    assert (result.stderr.strip() == "fedmgda: invalid configuration: dataset_options: synthetic: "
+                                     "option num_users must be an integer >= 1, got 'bogus'")
     assert not (tmp_path / "out").exists()

@@ -122,7 +122,8 @@ def alone(data):
 
 
 @pytest.mark.parametrize("cls", sorted(CASES))
-def test_a_broken_hook_fails_its_run_alone_and_the_pack_finishes(cls, plugin_file, data, alone, tmp_path):
+def test_a_broken_hook_fails_its_run_alone_and_the_pack_finishes(cls, plugin_file, data, alone,
+                                                                 tmp_path):
     hook, problem = CASES[cls]
     spec = f"{plugin_file}:{cls}"
     configs = [toy_config(**GOOD[0]), toy_config(algorithm=cls.lower(), plugin=spec),
@@ -156,7 +157,8 @@ def test_a_floating_point_error_of_aggregate_is_a_divergence(plugin_file, data, 
 def test_a_builtin_is_checked_too_but_its_own_errors_are_not_wrapped(data):
     w = torch.zeros(5)
     real = CheckedHooks(_sims(data, [toy_config(algorithm="fedavg")])[0].algorithm, "fedavg", None)
-    assert real.client_state(0, w) is None and real.after_training(SimpleNamespace(state=None)) == (None, None)
+    assert (real.client_state(0, w) is None
+            and real.after_training(SimpleNamespace(state=None)) == (None, None))
     # a built-in's own error is a bug to see, not a plug-in's failure
     with pytest.raises(AttributeError):
         real.aggregate(w, torch.zeros(2, 3), None)

@@ -160,7 +160,8 @@ def test_measured_pack_averages_each_settings_ratio_to_its_single_run():
 def test_the_committed_table_packs_the_gpu_datasets_as_measured():
     """config/config.yaml's pack: auto from the H200 rows: CIFAR-10 (1, 4, 8, 16 runs measured on
     2026-11-27) is best by 4 (per run-round, the mean of its settings' ratios to one run: 0.89 for
-    4, 0.92 for 8, 1.04 for 16); F-MNIST by 8 (within 5 % of 16's); Shakespeare (1 and 8, 2026-11-26) by 8."""
+    4, 0.92 for 8, 1.04 for 16); F-MNIST by 8 (within 5 % of 16's); Shakespeare (1 and 8,
+    2026-11-26) by 8."""
     from fedmgda.devices import measured_pack
 
     assert ({d: measured_pack(d, "cuda") for d in ("cifar10", "fmnist", "shakespeare")}
@@ -170,7 +171,8 @@ def test_the_committed_table_packs_the_gpu_datasets_as_measured():
 def test_also_rows_choose_no_device_and_no_pack():
     """A setting timed with a run-config field changed (``also``, e.g. TF32) is faster on the GPU
     here, but only the rows of the benchmark's own config decide the device and the pack size."""
-    rows = parse_round_times("setting,dataset,model,device,machine,threads,runs,s_per_round,eval_s,source,also\n"
+    rows = parse_round_times("setting,dataset,model,device,machine,threads,runs,s_per_round,"
+                             "eval_s,source,also\n"
                              "a,adult,linear,cpu,m,1,1,0.010,0,f,\n"
                              "a,adult,linear,cuda,m,1,1,0.020,0,f,\n"
                              "a,adult,linear,cuda,m,1,1,0.001,0,f,tf32=true\n"
@@ -197,7 +199,8 @@ def test_the_pack_sizes_the_docs_state_are_the_measured_ones():
     config = " ".join(line.lstrip("# ")
                       for line in (ROOT / "config" / "config.yaml").read_text().splitlines())
     m = re.search(r"CIFAR-10 (\d+), F-MNIST (\d+) from .*? Shakespeare (\d+) from", config)
-    assert m, "config/config.yaml's comment no longer states the measured pack sizes; update this test"
+    assert m, ("config/config.yaml's comment no longer states the measured pack sizes; "
+               "update this test")
     assert [int(x)
             for x in m.groups()] == [measured_pack(d, "cuda")
                                      for d in ("cifar10", "fmnist", "shakespeare")]

@@ -1,4 +1,4 @@
-"""The numbers the docs show come from committed files (fedmgda.docnumbers), and none is typed.
+"""The numbers the docs show come from committed files (tools/docnumbers.py), and none is typed.
 
 Each page's ``<!-- n PATH ROW COL [FORMAT] -->value<!-- /n -->`` markers must read what their file
 says (``make docs`` rewrites them); in the sections listed in COVERED, a number that looks like a
@@ -13,8 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
-
-from fedmgda.docnumbers import (
+from docnumbers import (
     MARKER_RE,
     PAGES,
     TABLE_BLOCK_RE,
@@ -50,9 +49,8 @@ ALLOWED = {
     "README.md": {"3.11", "2.14", "40 %", "0.5", "0.05", "0.01", "0.1", "0.001"},
     # η, ε of the grid, lr, momentum, μ, q, sections of the paper and of docs/protocol.md, the
     # rounds read
-    "docs/fmnist-fairness.md": {"0.1", "1.5", "0.05", "0.5", "0.01", "6.1", "6.2", "1.2–1.4", "4.2",
-                                "4.4",
-                                "8.4", "151–200", "1 pp", "100 %",
+    "docs/fmnist-fairness.md": {"0.1", "1.5", "0.05", "0.5", "0.01", "6.1", "6.2", "1.2–1.4",
+                                "4.2", "4.4", "8.4", "151–200", "1 pp", "100 %",
                                 # numpy's and torch's versions; fedplat's lr grid, decay per round
                                 # and its factor over 200 rounds
                                 "1.17", "2.4", "2.14", "8.19", "0.01–0.1", "0.999", "0.82"},
@@ -72,7 +70,8 @@ ALLOWED = {
                         "6.2",
                         "10 %", "100 %", "151–200", "1 pp", "40 %", "0.05"},
 }
-RESULT_NUMBER = re.compile(r"(?<![\w.])[−+-]?\d+(?:\.\d+)?(?:[–-]\d+(?:\.\d+)?)?(?:\s*(?:%|pp\b|min\b|s\b|h\b))?")
+RESULT_NUMBER = re.compile(r"(?<![\w.])[−+-]?\d+(?:\.\d+)?(?:[–-]\d+(?:\.\d+)?)?"
+                           r"(?:\s*(?:%|pp\b|min\b|s\b|h\b))?")
 
 
 def covered_text(page: str, heading: str, start: str) -> str:
@@ -82,7 +81,8 @@ def covered_text(page: str, heading: str, start: str) -> str:
     if not start:
         return section
     found = [p for p in section.split("\n\n") if p.startswith(start)]
-    assert len(found) == 1, f"{page}: no paragraph starting {start!r} in {heading!r}; update COVERED"
+    assert len(found) == 1, (f"{page}: no paragraph starting {start!r} in {heading!r}; "
+                             "update COVERED")
     return found[0]
 
 
@@ -119,7 +119,7 @@ def test_covered_sections_type_no_result(page, heading, start):
     typed = typed_results(covered_text(page, heading, start), ALLOWED.get(page, set()))
     assert not typed, (f"{page}, {heading} {start}: numbers typed, not rendered: {typed}; write "
                        "each as a marker <!-- n PATH ROW COL FORMAT -->…<!-- /n --> "
-                       "(fedmgda.docnumbers)")
+                       "(tools/docnumbers.py)")
 
 
 def test_the_quick_rows_run_count_is_the_profiles():
@@ -143,13 +143,15 @@ def test_no_claims_rows_have_no_claims_file():
             continue
         for table in re.findall(r"\(docs/results/fmnist/fmnist_([a-z0-9_]+)\.md\)", cells[3]):
             claims = REPO / "docs" / "results" / "fmnist" / f"claims_{table}.md"
-            assert not claims.exists(), f"{cells[0]}: 'no claims', but {claims.relative_to(REPO)} exists"
+            assert not claims.exists(), (f"{cells[0]}: 'no claims', but "
+                                         f"{claims.relative_to(REPO)} exists")
 
 
 def test_a_marker_that_does_not_parse_fails_the_check():
     """A marker whose spec holds a '|' (a table row's key) matches no marker and would stay at
     whatever value was typed; the check names its line."""
-    page = 'A row:\n  a value <!-- n benchmarks/measurements/paper_flops.txt "| 1 |" #1 .1f -->0<!-- /n --> here.\n'
+    page = ('A row:\n  a value <!-- n benchmarks/measurements/paper_flops.txt "| 1 |" #1 .1f '
+            '-->0<!-- /n --> here.\n')
     assert check(page, REPO) == ["line 2: a marker that does not parse (no '|' in its spec, a "
                                  "value on its line, then <!-- /n -->); it would never be rendered"]
 
@@ -244,7 +246,8 @@ def test_a_claims_csv_gives_its_interval(tmp_path):
     """ci95_low / ci95_high / ci95_half: the verdict tables' 95 % t interval of a claims row."""
     from fedmgda.metrics import paired_interval
 
-    (tmp_path / "c.csv").write_text("claim,diff_mean,diff_std,n_seeds\n\"c1@seeds=1,2,3\",2.78,2.72,8\n")
+    (tmp_path / "c.csv").write_text("claim,diff_mean,diff_std,n_seeds\n"
+                                    "\"c1@seeds=1,2,3\",2.78,2.72,8\n")
     low, high = paired_interval(2.78, 2.72, 8)
     spec = Spec.parse('c.csv "c1@seeds=1,2,3" ci95_low +.2f')
     assert value(spec, tmp_path) == f"{low:+.2f}" == "+0.51"
@@ -263,7 +266,8 @@ def test_a_table_block_is_its_csv(tmp_path):
     rendered = render(page, tmp_path)
     assert rendered == ("before\n\n<!-- table: runs.csv commit,passed -->\n| commit | passed |\n| "
                         "--- | --- |\n| abc | 5 |\n| def | 6 |\n<!-- /table -->\n\nafter\n")
-    assert check(rendered, tmp_path) == [] and check(page, tmp_path) == ["table block of runs.csv: differs from the file"]
+    assert (check(rendered, tmp_path) == []
+            and check(page, tmp_path) == ["table block of runs.csv: differs from the file"])
     every = render("<!-- table: runs.csv -->\n<!-- /table -->\n", tmp_path)
     # a "|" in a cell is escaped
     assert "| commit | passed | note |" in every and "| def | 6 | a\\|b |" in every
@@ -304,7 +308,8 @@ def test_every_page_with_markers_is_rendered_and_checked():
                     if not p.startswith(("docs/results/", "benchmarks/measurements/"))
                     and re.search(r"<!-- (n |table: )",
                                   re.sub(r"`[^`\n]*`", "", (REPO / p).read_text()))}
-    assert with_markers <= set(PAGES), f"add to fedmgda.docnumbers.PAGES: {sorted(with_markers - set(PAGES))}"
+    assert with_markers <= set(PAGES), ("add to tools/docnumbers.py's PAGES: "
+                                        f"{sorted(with_markers - set(PAGES))}")
 
 
 def test_a_table_block_of_a_markdown_file_is_its_tables(tmp_path):

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from fedmgda.docnumbers import visible
+from docnumbers import visible
 
 REPO = Path(__file__).resolve().parents[1]
 PROTOCOL = REPO / "docs" / "protocol.md"
@@ -43,7 +42,8 @@ SECTIONS = protocol_sections()
 
 # "docs/protocol.md §4.5, §8.11", "protocol.md §6.3-6.4", "protocol §5.1"; a line break may
 # separate the name from its section
-REFERENCE = re.compile(rf"protocol(?:\.md)?\s+(§{NUMBER}(?:-{NUMBER})?(?:,\s*§{NUMBER}(?:-{NUMBER})?)*)")
+REFERENCE = re.compile(rf"protocol(?:\.md)?\s+(§{NUMBER}(?:-{NUMBER})?"
+                       rf"(?:,\s*§{NUMBER}(?:-{NUMBER})?)*)")
 
 
 def cited(sections: str) -> list[str]:
@@ -71,7 +71,8 @@ def test_every_protocol_reference_names_a_section():
                 if number not in SECTIONS:
                     missing.append(f"{path.relative_to(REPO)}:{line}: §{number}")
     assert count > 50  # the code and docs cite the protocol throughout
-    assert not missing, "references to sections docs/protocol.md does not have:\n" + "\n".join(missing)
+    assert not missing, ("references to sections docs/protocol.md does not have:\n"
+                         + "\n".join(missing))
 
 
 def test_protocol_variants_cite_existing_sections():
@@ -82,7 +83,8 @@ def test_protocol_variants_cite_existing_sections():
 
 
 def test_protocol_cross_references_resolve():
-    """Inside docs/protocol.md a bare §N is one of its own sections; the paper's are "paper §N"."""
+    """Inside docs/protocol.md a bare §N is one of its own sections; the paper's are
+    "paper §N"."""
     text = re.sub(rf"[Pp]aper\s+§{NUMBER}", "", PROTOCOL.read_text())
     bare = re.findall(rf"§({NUMBER})", text)
     assert bare and not [n for n in bare if n not in SECTIONS], sorted(set(bare) - SECTIONS)
@@ -94,7 +96,8 @@ def test_protocol_cites_its_sources():
     text = PROTOCOL.read_text()
     parts = [part.partition("\n")
              for part in re.split(rf"^#{{2,4}} (?={NUMBER}\.? )", text, flags=re.M)[1:]]
-    source = re.compile(r"`[\w/{},.*-]+\.(?:py|txt|md)\b|`(?:main|adult)/|[Pp]aper|fair_flearn|§\d")
+    source = re.compile(r"`[\w/{},.*-]+\.(?:py|txt|md)\b|`(?:main|adult)/|[Pp]aper|fair_flearn"
+                        r"|§\d")
     unsourced = [title for title, _, body in parts if body.strip()
                  and not source.search(title + body)]
     assert len(parts) == len(SECTIONS) and not unsourced, unsourced
@@ -102,7 +105,8 @@ def test_protocol_cites_its_sources():
 
 # a path to a file of the repository named in the docs and the code: docs/workflow.md,
 # src/fedmgda/...
-REPO_PATH = re.compile(r"(?<![\w/.-])((?:docs|config|profiles|workflow|src|scripts|benchmarks|examples|notebooks)"
+REPO_PATH = re.compile(r"(?<![\w/.-])((?:docs|config|profiles|workflow|src|scripts|benchmarks"
+                       r"|examples|notebooks)"
                        r"/[\w./-]*\w\.(?:md|yaml|py|smk|csv|ipynb|rst|txt))(?![\w/*{<-])")
 MD_LINK = re.compile(r"\]\(([^)\s]+)\)")
 
@@ -282,4 +286,5 @@ def test_the_figure_kinds_and_target_rules_the_docs_list_are_the_codes():
     assert f"figure kinds ({', '.join(KINDS)})" in workflow
     rules = re.findall(r"^rule (\w+):", (REPO / "Snakefile").read_text(), re.M)
     assert f"target rules: {', '.join(rules)}" in workflow
-    assert f"target rules ({', '.join(rules)}, one per table/figure)" in (REPO / "README.md").read_text()
+    readme = (REPO / "README.md").read_text()
+    assert f"target rules ({', '.join(rules)}, one per table/figure)" in readme

@@ -36,7 +36,8 @@ def clients(model: str, classes: int, sizes: list[int], seed: int = 1):
 
 
 def generators(n: int, seed: int = 3):
-    """Each client's minibatch order and dropout-mask generators, fresh, as the scheduler seeds them."""
+    """Each client's minibatch order and dropout-mask generators, fresh, as the scheduler seeds
+    them."""
     keys = [(seed, 0, user) for user in range(n)]
     return ([torch.Generator().manual_seed(derived_seed(*key)) for key in keys],
             [dropout_generator(key, CPU) for key in keys])
@@ -87,8 +88,9 @@ def test_the_scheduler_trains_cpu_cnn_runs_on_it_and_nothing_else(monkeypatch):
     run_packed([cnn_run(participation=0.125)], [None])  # one client per round: a group of one
     assert calls == [1, 1, 1]
     calls.clear()
-    scaffold = cnn_run(algorithm="scaffold",
-                       plugin=f"{Path(__file__).resolve().parents[1]}/examples/scaffold.py:Scaffold", momentum=0.0)
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    scaffold = cnn_run(algorithm="scaffold", plugin=f"{examples}/scaffold.py:Scaffold",
+                       momentum=0.0)
     terms = []
     original_vmap = VmapSteps.train
     monkeypatch.setattr(VmapSteps, "train",
@@ -97,7 +99,8 @@ def test_the_scheduler_trains_cpu_cnn_runs_on_it_and_nothing_else(monkeypatch):
     run_packed([scaffold], [None])
     assert not calls and terms and all(term is not None for term in terms)
     inputs = cnn_run().inputs
-    assert batched_path(inputs) is ConvNetSteps and training_path(inputs) == "conv-net" and isinstance(Scheduler([inputs]).steps, ConvNetSteps)
+    assert (batched_path(inputs) is ConvNetSteps and training_path(inputs) == "conv-net"
+            and isinstance(Scheduler([inputs]).steps, ConvNetSteps))
     assert training_path(cnn_run(batched=False).inputs) == "reference (batched: false)"
     assert batched_path(dataclasses.replace(inputs, device=torch.device("cuda"))) is VmapSteps
     for model, shape in [("cnn_cifar",

@@ -168,7 +168,8 @@ def test_imports_follow_the_readme_layers():
     (the data/ package is one unit; its modules import each other)."""
     layers = readme_layers()
     units = {layer_unit(m) for m in MODULES} - {"fedmgda"}
-    assert units == set(layers), f"README layers: missing {sorted(units - set(layers))}, extra {sorted(set(layers) - units)}"
+    assert units == set(layers), (f"README layers: missing {sorted(units - set(layers))}, extra "
+                                  f"{sorted(set(layers) - units)}")
     wrong = [f"{a} (layer {layers[layer_unit(a)]}) imports {b} (layer {layers[layer_unit(b)]})"
              for a, targets in GRAPH.items() if layer_unit(a) != "fedmgda"
              for b in targets if layer_unit(b) != layer_unit(a)
@@ -233,13 +234,13 @@ def test_every_module_is_used_by_the_package_its_commands_or_the_workflow():
                        f"them beside their callers (scripts/, benchmarks/): {alone}")
     alone_without_list = unreached(GRAPH, entry_points() | workflow_imports())
     needed = sorted(set(KEPT_FOR_OUTSIDE_CODE) - alone_without_list)
-    assert not needed, f"used inside the package now; drop them from KEPT_FOR_OUTSIDE_CODE: {needed}"
+    assert not needed, ("used inside the package now; drop them from "
+                        f"KEPT_FOR_OUTSIDE_CODE: {needed}")
 
 
 def test_the_entry_points_and_reach_are_read_from_the_files():
     entries = entry_points()
-    assert {"fedmgda.cli", "fedmgda.__main__", "fedmgda.workflow_cli", "fedmgda.schema",
-            "fedmgda.docnumbers"} <= entries
+    assert {"fedmgda.cli", "fedmgda.__main__", "fedmgda.workflow_cli", "fedmgda.schema"} <= entries
     assert "fedmgda.packs" in workflow_imports()  # workflow/scripts/train_pack.py
     graph = {"p": set(), "p.a": {"p.b"}, "p.b": set(), "p.c": set(), "q": set(), "q.d": set()}
     assert unreached(graph, {"p.a", "q"}) == {"p.c", "q.d"}

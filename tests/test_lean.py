@@ -97,7 +97,8 @@ def test_models_that_are_not_linear_softmax_keep_the_vmap_path():
 @pytest.mark.parametrize("algorithm,hparams",
                          [("qfedavg", {"q": 0.5}), ("fedprox", {"mu": 0.1}),
                           ("fedmgda_plus", {"eta": 1.0})])
-def test_packed_linear_softmax_runs_match_the_sequential_reference(algorithm, hparams, classes, dim):
+def test_packed_linear_softmax_runs_match_the_sequential_reference(algorithm, hparams, classes,
+                                                                   dim):
     """Packed runs (their own seeds and attacks) with batched participant losses and evaluation,
     against each run alone on the reference path (batched: false)."""
     data = make_toy_federated(num_users=5, classes=classes, dim=dim)
@@ -120,9 +121,11 @@ def test_packed_linear_softmax_runs_match_the_sequential_reference(algorithm, hp
         assert torch.allclose(result.final_weights, alone.final_weights, rtol=1e-5, atol=1e-6)
         for column in ("train_loss", "improved_loss", "improved_acc", "mean_acc", "worst5_acc",
                        "test_acc_pooled"):
-            assert result.metrics[column].to_numpy() == pytest.approx(alone.metrics[column].to_numpy(), rel=1e-5, nan_ok=True)
+            assert (result.metrics[column].to_numpy()
+                    == pytest.approx(alone.metrics[column].to_numpy(), rel=1e-5, nan_ok=True))
         for column in ("accuracy", "loss"):
-            assert result.per_user[column].to_numpy() == pytest.approx(alone.per_user[column].to_numpy(), rel=1e-5)
+            assert (result.per_user[column].to_numpy()
+                    == pytest.approx(alone.per_user[column].to_numpy(), rel=1e-5))
         assert result.summary["final"] == pytest.approx(alone.summary["final"], rel=1e-6)
 
 
@@ -142,7 +145,8 @@ def test_training_prints_progress_lines(tmp_path, capsys):
     # default: first and last
     assert main(["train", "--config", *map(str, paths), "--out", *(o + "p" for o in outs)]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[progress]")]
-    assert len(lines) == 2 and "2/2 runs active" in lines[0] and "0/2 runs active" in lines[-1] and "min" in lines[-1]
+    assert (len(lines) == 2 and "2/2 runs active" in lines[0] and "0/2 runs active" in lines[-1]
+            and "min" in lines[-1])
 
 
 def test_large_products_take_back_the_threads_small_ones_stay_on_one():

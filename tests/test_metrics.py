@@ -31,12 +31,14 @@ def test_q_ffl_statistics_follow_its_plotting_code():
                     0.75, 0.85, 0.95, 0.05, 0.15, 0.25])
     stats = accuracy_stats(acc)
     assert len(acc) == 21 and int(len(acc) * 0.1) == 2
-    assert stats["worst10_acc"] == np.mean([0.0, 0.05]) and stats["best10_acc"] == np.mean([0.95, 1.0])
+    assert (stats["worst10_acc"] == np.mean([0.0, 0.05])
+            and stats["best10_acc"] == np.mean([0.95, 1.0]))
     assert np.isclose(stats["var_acc"],
                       np.var(acc)) and np.isclose(stats["var_acc"], stats["std_acc"] ** 2)
     # m < 10: at least one user (the code's mean of none is NaN)
     two = accuracy_stats(np.array([0.8, 0.6]))
-    assert two["worst10_acc"] == 0.6 and two["best10_acc"] == 0.8 and np.isclose(two["var_acc"], 0.01)
+    assert (two["worst10_acc"] == 0.6 and two["best10_acc"] == 0.8
+            and np.isclose(two["var_acc"], 0.01))
     assert set(stats) == set(STAT_KEYS)
 
 
@@ -46,7 +48,8 @@ def test_display_scale_of_each_statistic_and_source():
                  "test_acc_pooled",
                  "final_user.0", "final_others.3", "metrics.improved_loss", "improved_acc"):
         assert display_scale(name) == 100.0, name
-    assert display_scale("train_loss") == display_scale("metrics.eta") == display_scale("protocol.round") == 1.0
+    assert (display_scale("train_loss") == display_scale("metrics.eta")
+            == display_scale("protocol.round") == 1.0)
 
 
 def test_improved_fraction_counts_ties_as_improved():
@@ -83,7 +86,8 @@ def test_participant_stats_of_one_run_and_of_packed_runs():
     packed = participant_stats(torch.stack([losses, 2 * losses], dim=1),
                                torch.stack([correct, 1 - correct], dim=1), [20, 5], 10)
     assert packed["loss"].shape == (2, 2)
-    assert packed["loss"][:, 0].tolist() == one["loss"].tolist() and packed["total"][:, 1].tolist() == (2 * one["total"]).tolist()
+    assert (packed["loss"][:, 0].tolist() == one["loss"].tolist()
+            and packed["total"][:, 1].tolist() == (2 * one["total"]).tolist())
     assert packed["acc"][:, 1].tolist() == (1 - one["acc"]).tolist()
 
 

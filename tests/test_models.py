@@ -95,7 +95,8 @@ def test_glorot_init_zero_biases_and_the_glorot_bound():
 
 
 def test_the_catalog_names_every_model():
-    """fedmgda.catalog.MODELS (torch-free, what RunConfig.model is checked against) = fedmgda.models.MODELS."""
+    """fedmgda.catalog.MODELS (torch-free, what RunConfig.model is checked against) =
+    fedmgda.models.MODELS."""
     from fedmgda.catalog import MODELS as NAMES
     from fedmgda.models import MODELS
 
@@ -110,7 +111,8 @@ def test_the_catalog_names_every_model():
                          ["cpu",
                           pytest.param("cuda",
                                        marks=[pytest.mark.cuda,
-                                              pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")])])
+                                              pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                 reason="no CUDA device")])])
 @pytest.mark.parametrize("name,shape,classes",
                          [("cnn_cifar", (3, 32, 32), 10), ("cnn_fmnist", (1, 28, 28), 10),
                           ("cnn_femnist", (1, 28, 28), 62)])
@@ -150,7 +152,8 @@ def test_an_unknown_convolution_is_one_clear_error():
 
 
 def test_mlp_fmnist_is_fedmdfgs_mlp():
-    """zibinpan/FedMDFG fedplat/model/MLP.py: Linear 784-200, ReLU, 200-200, ReLU, 200-10, no dropout."""
+    """zibinpan/FedMDFG fedplat/model/MLP.py: Linear 784-200, ReLU, 200-200, ReLU, 200-10, no
+    dropout."""
     model = build_model("mlp_fmnist", (1, 28, 28), 10)
     assert [(m.in_features, m.out_features) for m in model.modules()
             if isinstance(m, nn.Linear)] == [(784, 200), (200, 200), (200, 10)]

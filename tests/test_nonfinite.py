@@ -39,7 +39,7 @@ def scaled(value):
 
 
 # ---------------------------------------------------------------------------- the numerics
-def test_finite_updates_are_normalised_exactly_as_before_and_huge_or_tiny_ones_keep_their_direction():
+def test_finite_updates_are_normalised_as_before_and_huge_or_tiny_ones_keep_their_direction():
     u = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
     # the float32 path, bit for bit
     assert torch.equal(normalise_rows(u), u / u.norm(dim=1, keepdim=True))
@@ -114,7 +114,8 @@ def test_a_scaling_attacker_never_stops_a_run_by_its_reports(name, value, finite
     if result.summary["status"] != "ok":  # only the global model itself may end a run
         assert result.summary["diverged_because"] in ("weights not finite", "test loss not finite")
     else:
-        assert result.summary["rounds_completed"] == 6 and torch.isfinite(result.final_weights).all()
+        assert (result.summary["rounds_completed"] == 6
+                and torch.isfinite(result.final_weights).all())
     assert np.isfinite(metrics["train_loss"]).all()  # non-finite losses are left out of the mean
     flagged = metrics["nonfinite_losses"] + metrics["nonfinite_updates"] > 0
     assert (metrics.loc[flagged, "nonfinite_users"].astype(str) == "0").all()  # only the attacker

@@ -172,8 +172,10 @@ def test_pack_auto_is_the_measured_best_size_on_the_runs_device(monkeypatch):
     assert {reg.runs[k].resources["pack"] for k in reg.runs
             if reg.runs[k].config["dataset"] == "cifar10"} == {"auto"}
     assert assign_packs(reg.runs) == explicit
-    rows = devices.parse_round_times("setting,dataset,model,device,machine,threads,runs,s_per_round,eval_s,source\n"
-                                     "s,cifar10,cnn_cifar,cuda,G,1,1,0.1,0,x\ns,cifar10,cnn_cifar,cuda,G,1,2,0.1,0,x\n"
+    rows = devices.parse_round_times("setting,dataset,model,device,machine,threads,runs,"
+                                     "s_per_round,eval_s,source\n"
+                                     "s,cifar10,cnn_cifar,cuda,G,1,1,0.1,0,x\n"
+                                     "s,cifar10,cnn_cifar,cuda,G,1,2,0.1,0,x\n"
                                      "s,cifar10,cnn_cifar,cuda,G,1,4,0.4,0,x\n")
     monkeypatch.setattr(devices, "round_times", lambda: tuple(rows))
     packs = assign_packs(reg.runs)
@@ -200,7 +202,8 @@ def test_pack_resources_gpu_only_for_runs_that_train_on_the_gpu():
     (measured faster there, or a model that is not a CNN/LSTM) asks for no GPU; an explicit device
     keeps the config's resources."""
     for dataset, device, gpu in [("adult", "auto", 0), ("digits", "auto", 0), ("cifar10", "cpu", 1),
-                                 ("cifar10", "auto", 1), ("adult", "cuda", 1), ("digits", "cuda:1", 1)]:
+                                 ("cifar10", "auto", 1), ("adult", "cuda", 1),
+                                 ("digits", "cuda:1", 1)]:
         specs = [spec("a", dataset=dataset, device=device),
                  spec("b", dataset=dataset, device=device)]
         for s in specs:
@@ -235,7 +238,9 @@ def test_train_pack_stops_at_its_timeout_and_can_keep_the_earlier_logs(tmp_path)
                 "log": str(tmp_path / "r1/train.log")}]
     (tmp_path / "r1").mkdir()
     (tmp_path / "r1/train.log").write_text("the earlier part\n")
-    script = "import subprocess, sys, time; print('started', flush=True); subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+    script = ("import subprocess, sys, time; print('started', flush=True); "
+              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+              "time.sleep(60)")
     start = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired):
         train_pack(f"{sys.executable} -c {script!r}", members, tmp_path / "pack.log", timeout=2,
@@ -261,7 +266,7 @@ def test_the_slurm_profiles_pack_examples_are_the_paper_configs():
     Adult pack, a Table 8 CIFAR-10 pack) are pack_resources of config/config.yaml's packs."""
     import re
 
-    from fedmgda.docnumbers import _md_tables
+    from docnumbers import _md_tables
 
     reg = registry("config/config.yaml")
     packs = assign_packs(reg.runs)
@@ -269,9 +274,11 @@ def test_the_slurm_profiles_pack_examples_are_the_paper_configs():
     cifar = next(k for name, k in packs.items() if name.startswith("table8/cifar10"))
     (header, rows), = [table for table in _md_tables((REPO / "profiles" / "README.md").read_text())
                        if table[0][0] == "resource"]
-    assert f"Table 7 Adult pack ({len(adult)} runs)" in header[2] and f"CIFAR-10 packs of {len(cifar)}" in header[3]
+    assert (f"Table 7 Adult pack ({len(adult)} runs)" in header[2]
+            and f"CIFAR-10 packs of {len(cifar)}" in header[3])
     for keys, column in ((adult, 2), (cifar, 3)):
         want = pack_resources([reg.runs[k] for k in keys])
         for resource in ("threads", "gpu", "mem_mb", "runtime"):
             row = next(cells for cells in rows if cells[0].startswith(f"`{resource}`"))
-            assert re.findall(r"\d+", row[column])[-1] == str(want[resource]), (resource, row[column], want)
+            assert re.findall(r"\d+", row[column])[-1] == str(want[resource]), \
+                (resource, row[column], want)

@@ -101,7 +101,8 @@ def test_paired_rows_and_the_interval_from_the_seeds_spread(tmp_path):
     half_runs = 1.96 * np.sqrt((table["se_diff"] ** 2).sum()) / 3
     assert (result["low_runs"],
             result["high_runs"]) == (pytest.approx(-3 - half_runs), pytest.approx(-3 + half_runs))
-    assert paired.interval_verdict(result) == "the interval excludes 0: the package is below the authors' code"
+    assert (paired.interval_verdict(result) == "the interval excludes 0: the package is below the "
+                                               "authors' code")
 
 
 def test_paired_rows_add_the_training_loss_over_the_window(tmp_path):
@@ -110,11 +111,13 @@ def test_paired_rows_add_the_training_loss_over_the_window(tmp_path):
     # the authors' loss is 0.5 in rounds 1-100 (outside the window) and 0.3 after; the package's
     # 0.28
     pd.DataFrame({"round": range(1, 201),
-                  "train_loss": [0.5] * 100 + [0.3] * 100}).to_csv(authors / "seed1_train_loss.csv", index=False)
+                  "train_loss": [0.5] * 100 + [0.3] * 100}).to_csv(authors / "seed1_train_loss.csv",
+                                                                   index=False)
     pd.DataFrame({"round": range(1, 201),
                   "train_loss": 0.28}).to_csv(package / "seed1" / "metrics.csv", index=False)
     table = paired.paired_rows(authors, package, 101, 200)
-    assert table.loc[0, "authors_loss"] == pytest.approx(0.3) and table.loc[0, "diff_loss"] == pytest.approx(-0.02)
+    assert (table.loc[0, "authors_loss"] == pytest.approx(0.3)
+            and table.loc[0, "diff_loss"] == pytest.approx(-0.02))
     assert table.loc[0, "rounds"] == "100/100"
     one = paired.difference_interval(table)  # one seed: no spread, no interval from it
     assert np.isnan(one["low"]) and np.isnan(one["high"]) and one["mean"] == pytest.approx(0)

@@ -24,7 +24,8 @@ def scaffold(**overrides):
 
 
 def test_first_round_is_fedavg_and_later_rounds_are_not():
-    """c = c_i = 0 in round 1: the local term vanishes and eta_g = 1 takes the mean update (FedAvg)."""
+    """c = c_i = 0 in round 1: the local term vanishes and eta_g = 1 takes the mean update
+    (FedAvg)."""
     data = make_toy_federated()
     for rounds, same in ((1, True), (4, False)):
         fedavg = run(toy_config(algorithm="fedavg", momentum=0.0, rounds=rounds, batched=False),
@@ -46,7 +47,8 @@ def test_control_variates_follow_option_ii():
                                    batch_size=5, batched=False), data=data, model_name="logreg")
     updates = []
     for u in range(4):  # each client's update, trained as in the run (the same minibatch order)
-        updates.append(Scheduler([fedavg.inputs]).serve([TrainRequest(fedavg.inputs, start, 0, [u], [(fedavg.cfg.seed, 0, u)], [1.0])])[0][0][0])
+        request = TrainRequest(fedavg.inputs, start, 0, [u], [(fedavg.cfg.seed, 0, u)], [1.0])
+        updates.append(Scheduler([fedavg.inputs]).serve([request])[0][0][0])
     assert torch.allclose(states, -torch.stack(updates) / (steps * 0.1), atol=1e-5)
     assert torch.allclose(sim.algorithm.c, states.mean(dim=0), atol=1e-6)
 

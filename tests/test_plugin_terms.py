@@ -116,8 +116,8 @@ def test_the_batched_run_equals_the_reference_run(algorithm, model, monkeypatch)
     pd.testing.assert_series_equal(ref.metrics["train_loss"], bat.metrics["train_loss"], atol=1e-5)
     assert reference.client_states.keys() == batched.client_states.keys()
     for user, state in reference.client_states.items():
-        assert (state is None
-                and batched.client_states[user] is None) or torch.allclose(state, batched.client_states[user], atol=1e-5)
+        other = batched.client_states[user]
+        assert (state is None and other is None) or torch.allclose(state, other, atol=1e-5)
     assert algorithm["algorithm"] not in ("scaffold", "feddyn") or len(reference.client_states) > 2
     if batched.algorithm.has_local_term():
         assert training_path(batched.inputs) == "vmap, local_term vmap-ed"
@@ -175,7 +175,8 @@ def test_a_term_that_cannot_be_vmapped_falls_back_and_says_why(plugin, reason, c
 
     later = Simulation(config(algorithm, seed=3, participation=1.0), data=data,
                        model_name="mlp_digits")
-    assert training_path(later.inputs).startswith("reference (") == (plugin == "ProxTermOnReference")
+    assert (training_path(later.inputs).startswith("reference (")
+            == (plugin == "ProxTermOnReference"))
     run_packed([later], [None])
     again = [line for line in capsys.readouterr().out.splitlines()
              if "its local_term is not vmap-ed" in line]

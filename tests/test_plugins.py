@@ -78,7 +78,8 @@ class OldAvg(Algorithm):
 
     @classmethod
     def build(cls, hparams, *, algorithm, rounds, num_users):
-        assert algorithm.cls is cls and algorithm.name == "oldavg" and set(algorithm.hparams) == {"eta"}
+        assert algorithm.cls is cls and algorithm.name == "oldavg" and \
+set(algorithm.hparams) == {"eta"}
         return cls(hparams["eta"])
 
     def __init__(self, eta):
@@ -104,16 +105,19 @@ def test_a_plugin_of_interface_1_runs_with_one_deprecation(tmp_path, recwarn, ca
            for _ in range(2)]
     [message] = _deprecations(recwarn)
     assert "old.py:OldAvg" in message and "no longer receives algorithm=" in message
-    assert f"until fedmgda {INTERFACE_1_REMOVED_IN}" in message and "delete `algorithm` from build's parameters" in message
+    assert (f"until fedmgda {INTERFACE_1_REMOVED_IN}" in message
+            and "delete `algorithm` from build's parameters" in message)
     assert capsys.readouterr().err.count(f"fedmgda: deprecated: {message}") == 1
     plain = run(toy_config(algorithm="fedavg"), data=data, model_name="logreg")
     assert all(torch.equal(plain.final_weights, o.final_weights) for o in old)
 
 
 def test_a_plugin_of_the_current_interface_warns_nothing(tmp_path, recwarn, capsys):
-    (tmp_path / "new.py").write_text(INTERFACE_1.replace("OldAvg", "NewAvg").replace('"oldavg"', '"newavg"')
+    (tmp_path / "new.py").write_text(INTERFACE_1.replace("OldAvg", "NewAvg").replace('"oldavg"',
+                                                                                     '"newavg"')
                                      .replace("*, algorithm, rounds",
-                                              "*, rounds").replace("assert algorithm", "assert True or algorithm"))
+                                              "*, rounds").replace("assert algorithm",
+                                                                   "assert True or algorithm"))
     run(toy_config(algorithm="newavg", plugin=f"{tmp_path}/new.py:NewAvg"),
         data=make_toy_federated(), model_name="logreg")
     assert _deprecations(recwarn) == [] and "deprecated" not in capsys.readouterr().err
@@ -134,7 +138,8 @@ def test_a_plugin_written_against_interface_1_names_each_change(tmp_path, monkey
         [info] = load_plugins([f"{tmp_path}/old.py:Old"])
         load_plugins([f"{tmp_path}/old.py:Old"])  # again: no second warning
     module, build = _deprecations(recorded)
-    assert "fedmgda.aggregators is deprecated" in module and "build no longer receives algorithm=" in build
+    assert ("fedmgda.aggregators is deprecated" in module
+            and "build no longer receives algorithm=" in build)
     assert isinstance(make_algorithm("old", {}, rounds=3, num_users=4), info.cls)
 
 
@@ -162,8 +167,10 @@ def test_interface_1_is_removed_in_the_version_the_docs_and_changelog_name():
     version = tuple(int(part) for part in fedmgda.__version__.split(".")[:3])
     assert version < tuple(int(part) for part in INTERFACE_1_REMOVED_IN.split("."))
     docs, changelog = (REPO / "docs/plugins.md").read_text(), (REPO / "CHANGELOG.md").read_text()
-    assert f"interface version is {PLUGIN_INTERFACE}" in docs and re.search(r"^## .*Interface versions$", docs, re.M)
-    assert f"until fedmgda {INTERFACE_1_REMOVED_IN}" in docs and f"until fedmgda {INTERFACE_1_REMOVED_IN}" in changelog
+    assert (f"interface version is {PLUGIN_INTERFACE}" in docs
+            and re.search(r"^## .*Interface versions$", docs, re.M))
+    assert (f"until fedmgda {INTERFACE_1_REMOVED_IN}" in docs
+            and f"until fedmgda {INTERFACE_1_REMOVED_IN}" in changelog)
 
 
 def test_a_plugin_cannot_own_run_options(tmp_path):
@@ -201,7 +208,8 @@ def test_registry_rejects_an_undeclared_algorithm_and_bad_hparams():
 
 
 def test_a_plugin_receives_its_run_options_and_checks_the_run(tmp_path):
-    """``run_options``: run-config keys passed to ``build``; ``check_run``: one error before the run."""
+    """``run_options``: run-config keys passed to ``build``; ``check_run``: one error before the
+    run."""
     (tmp_path / "opts.py").write_text(
         "from fedmgda.algorithms import Algorithm\n"
         "from fedmgda.errors import ConfigError\n"

@@ -9,8 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-
-from fedmgda.docnumbers import strip_markers
+from docnumbers import strip_markers
 
 REPO = Path(__file__).resolve().parents[1]
 SCANNED = ("README.md", "CHANGELOG.md", "Makefile", "pyproject.toml", "Snakefile", "docs", "src",
@@ -24,7 +23,8 @@ PROCESS_WORDS = {
     "sitting": r"\bsessions?\b",
     "ticket number": r"\bissues? #?\d+\b|(?<![\w&#/\"'])#\d{2,}\b",
     "borrowed machine": r"\b(?:lent|borrowed)\b|\bdevice[ -]minutes?\b",
-    "chronology": r"\b(?:first|second|third) run\b|\brerun of the day\b|\b(?:earlier|later) today\b",
+    "chronology": r"\b(?:first|second|third) run\b|\brerun of the day\b"
+                  r"|\b(?:earlier|later) today\b",
     "outside the checkout": r"\.\./shared\b",
 }
 PATTERNS = {name: re.compile(regex, re.I) for name, regex in PROCESS_WORDS.items()}

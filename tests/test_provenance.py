@@ -42,7 +42,8 @@ def test_a_run_folder_carries_the_environment_stamp(tmp_path):
     assert stamp["partition_hash"] == partition.content_hash()
     assert (stamp["fedmgda"], stamp["numpy"],
             stamp["torch"]) == (fedmgda.__version__, np.__version__, torch.__version__)
-    assert stamp["python"] == platform.python_version() and stamp["device"] == "cpu" and stamp["gpu"] is None
+    assert (stamp["python"] == platform.python_version() and stamp["device"] == "cpu"
+            and stamp["gpu"] is None)
     assert stamp["threads"] == torch.get_num_threads() and stamp["cpu"] and stamp["isa"]
     assert stamp["commit"] is None or len(stamp["commit"]) == 40
 
@@ -76,7 +77,8 @@ def checkpoint_of_a_killed_run(out, monkeypatch) -> dict:
     return torch.load(out / CHECKPOINT, weights_only=True)
 
 
-def test_resuming_a_checkpoint_of_another_environment_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+def test_resuming_a_checkpoint_of_another_environment_says_so_in_one_line(tmp_path, monkeypatch,
+                                                                          capsys):
     out = tmp_path / "run"
     payload = checkpoint_of_a_killed_run(out, monkeypatch)
     assert payload["environment"] == json.loads(json.dumps(payload["environment"]))  # plain data
@@ -87,13 +89,15 @@ def test_resuming_a_checkpoint_of_another_environment_says_so_in_one_line(tmp_pa
                                           "cuda -> cpu"]
 
 
-def test_resuming_a_checkpoint_of_this_environment_says_nothing_of_it(tmp_path, monkeypatch, capsys):
+def test_resuming_a_checkpoint_of_this_environment_says_nothing_of_it(tmp_path, monkeypatch,
+                                                                      capsys):
     out = tmp_path / "run"
     checkpoint_of_a_killed_run(out, monkeypatch)
     assert resumed_lines(out, capsys) == []
 
 
-def test_resuming_a_checkpoint_without_a_stamp_says_its_environment_is_unknown(tmp_path, monkeypatch, capsys):
+def test_resuming_a_checkpoint_without_a_stamp_says_its_environment_is_unknown(tmp_path,
+                                                                               monkeypatch, capsys):
     out = tmp_path / "run"
     payload = checkpoint_of_a_killed_run(out, monkeypatch)
     del payload["environment"]  # as written before checkpoints were stamped

@@ -57,8 +57,8 @@ def test_uniform_sampling_is_todays_draw():
 
 
 def test_samples_weighted_fedavg_takes_the_pooled_data_gradient_step():
-    """Full batch, one local step, no momentum: every update is -lr * grad f_i(w0), so weighting them
-    by n_i / sum n gives -lr * grad of the mean loss over all participants' pooled samples."""
+    """Full batch, one local step, no momentum: every update is -lr * grad f_i(w0), so weighting
+    them by n_i / sum n gives -lr * grad of the mean loss over all participants' pooled samples."""
     common = dict(algorithm="fedavg", participation=1.0, batch_size="full", momentum=0.0,
                   local_lr=0.3, rounds=1)
     sim = simulation(**common, aggregation_weights="samples")

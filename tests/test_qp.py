@@ -27,7 +27,8 @@ def random_gram(m: int, dim: int, rng: np.random.Generator,
 
 def kkt_violation(gram: np.ndarray, lam: np.ndarray, lower: np.ndarray, upper: np.ndarray,
                   tol: float = 1e-7) -> float:
-    """Largest violation of the KKT conditions of min lam^T K lam over {sum=1, lower<=lam<=upper}."""
+    """Largest violation of the KKT conditions of min lam^T K lam over {sum=1,
+    lower<=lam<=upper}."""
     grad = gram @ lam
     at_lower, at_upper = lam <= lower + tol, lam >= upper - tol
     free = ~at_lower & ~at_upper
@@ -105,7 +106,8 @@ def test_degenerate_gram_is_solved():
 
 
 def test_two_users_closed_form():
-    """For m=2 on the simplex lambda_1 = clip(<u2-u1, u2>/||u1-u2||^2, 0, 1) (docs/protocol.md §4.3)."""
+    """For m=2 on the simplex lambda_1 = clip(<u2-u1, u2>/||u1-u2||^2, 0, 1) (docs/protocol.md
+    §4.3)."""
     rng = np.random.default_rng(5)
     for _ in range(10):
         u = rng.normal(size=(2, 8))
@@ -149,7 +151,8 @@ def test_two_updates_closed_form_agrees_with_the_interior_point_solver(epsilon):
     for g in pairs:
         gram = g @ g.T
         lam = min_norm_weights(gram, epsilon)
-        assert abs(lam.sum() - 1) < 1e-12 and (lam >= lower - 1e-12).all() and (lam <= upper + 1e-12).all()
+        assert (abs(lam.sum() - 1) < 1e-12 and (lam >= lower - 1e-12).all()
+                and (lam <= upper + 1e-12).all())
         scale = gram.diagonal().max()
         reference = interior_point_weights(gram / scale, lower, upper)
         # the closed form is exact (KKT) and at least as good as cvxopt's answer (up to the

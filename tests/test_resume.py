@@ -42,4 +42,5 @@ def test_killed_run_resumes_to_identical_metrics(tmp_path):
     resumed = pd.read_csv(out / "metrics.csv")
     uninterrupted = pd.read_csv(tmp_path / "reference" / "metrics.csv")
     pd.testing.assert_frame_equal(resumed, uninterrupted)
-    assert (out / "per_user.csv").read_text() == (tmp_path / "reference" / "per_user.csv").read_text()
+    assert ((out / "per_user.csv").read_text()
+            == (tmp_path / "reference" / "per_user.csv").read_text())

@@ -22,7 +22,8 @@ CONFIG = dict(dataset="synthetic", algorithm="fedavg", rounds=3, device="cpu", c
 
 
 class SideEffect:
-    """Unpickled, it creates the file ``marker`` (what a malicious checkpoint would do, harmlessly)."""
+    """Unpickled, it creates the file ``marker`` (what a malicious checkpoint would do,
+    harmlessly)."""
 
     def __init__(self, marker):
         self.marker = str(marker)
@@ -104,7 +105,8 @@ def outputs(folder) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("form",
                          ["is truncated", "runs code (torch file)", "is another torch file"])
-def test_fresh_if_unreadable_sets_the_checkpoint_aside_and_restarts_from_round_0(tmp_path, capsys, form):
+def test_fresh_if_unreadable_sets_the_checkpoint_aside_and_restarts_from_round_0(tmp_path, capsys,
+                                                                                 form):
     out, marker = tmp_path / "out", tmp_path / "marker"
     out.mkdir()
     a_checkpoint_that(form, out / CHECKPOINT, marker)
@@ -112,7 +114,8 @@ def test_fresh_if_unreadable_sets_the_checkpoint_aside_and_restarts_from_round_0
     assert main(["train", *cli(tmp_path, "--fresh-if-unreadable")]) == 0
     said = capsys.readouterr().out
     assert f"{out}: {CHECKPOINT} {FORMS[form]}" in said
-    assert f"set aside as {CHECKPOINT}.unreadable (--fresh-if-unreadable); this run restarts from round 0" in said
+    assert (f"set aside as {CHECKPOINT}.unreadable (--fresh-if-unreadable); this run restarts "
+            "from round 0" in said)
     # kept, never run
     assert (out / f"{CHECKPOINT}.unreadable").read_bytes() == refused and not marker.exists()
     assert main(["train", "--config", str(tmp_path / "run.yaml"), "--out",
@@ -121,7 +124,8 @@ def test_fresh_if_unreadable_sets_the_checkpoint_aside_and_restarts_from_round_0
     assert outputs(out) == outputs(tmp_path / "fresh")
 
 
-def test_fresh_if_unreadable_comes_from_the_environment_and_still_resumes_a_good_checkpoint(tmp_path, monkeypatch):
+def test_fresh_if_unreadable_comes_from_the_environment_and_still_resumes_a_good_checkpoint(
+        tmp_path, monkeypatch):
     """Under Snakemake the option is FEDMGDA_FRESH_IF_UNREADABLE=1 (the training jobs inherit it); a
     checkpoint the run can resume from is resumed, with the option or without."""
     from toy_federated import killed_at
@@ -140,7 +144,9 @@ def test_fresh_if_unreadable_comes_from_the_environment_and_still_resumes_a_good
     result = subprocess.run([sys.executable, "-m", "fedmgda", "train",
                              *cli(tmp_path, config=config)], capture_output=True, text=True,
                             timeout=300)
-    assert result.returncode == 0 and "is empty (the run was stopped while writing it?): set aside as" in result.stdout, result.stdout
+    assert (result.returncode == 0
+            and "is empty (the run was stopped while writing it?): set aside as"
+            in result.stdout), result.stdout
     assert main(["train", "--config", str(tmp_path / "run.yaml"), "--out",
                  str(tmp_path / "fresh")]) == 0
     assert outputs(out) == outputs(tmp_path / "fresh")
@@ -156,7 +162,8 @@ def test_a_crafted_checkpoint_runs_no_code_through_the_command_line(tmp_path):
     marker.unlink()
     result = subprocess.run([sys.executable, "-m", "fedmgda", "train", *cli(tmp_path)],
                             capture_output=True, text=True, timeout=300)
-    assert result.returncode == 2 and "holds objects other than tensors and plain data" in one_line(result.stderr)
+    assert (result.returncode == 2
+            and "holds objects other than tensors and plain data" in one_line(result.stderr))
     assert not marker.exists()  # ... and resuming from it ran nothing
 
 
@@ -186,7 +193,8 @@ def wait_for_lock(out, pid, process, timeout=120):
     raise AssertionError(f"the first trainer never held {out / LOCK}: {process.poll()}")
 
 
-def test_a_second_trainer_on_a_folder_refuses_and_a_killed_ones_lock_is_taken_over(tmp_path, capsys):
+def test_a_second_trainer_on_a_folder_refuses_and_a_killed_ones_lock_is_taken_over(tmp_path,
+                                                                                   capsys):
     out = tmp_path / "out"
     long_run = tmp_path / "long.yaml"
     long_run.write_text(yaml.safe_dump(dict(CONFIG, rounds=100_000, checkpoint_every=0)))
@@ -197,8 +205,9 @@ def test_a_second_trainer_on_a_folder_refuses_and_a_killed_ones_lock_is_taken_ov
         wait_for_lock(out, first.pid, first)
         assert main(["train", *cli(tmp_path, config=dict(CONFIG, rounds=1))]) == 2
         line = one_line(capsys.readouterr().err)
-        assert line == f"fedmgda: {out} is being written by another trainer (process {first.pid}); wait for it to end " \
-                       f"or stop it (kill {first.pid}), then rerun"
+        assert line == (f"fedmgda: {out} is being written by another trainer (process "
+                        f"{first.pid}); wait for it to end or stop it (kill {first.pid}), "
+                        "then rerun")
         assert first.poll() is None  # the first goes on, its folder untouched by the second
     finally:
         first.kill()
@@ -208,7 +217,8 @@ def test_a_second_trainer_on_a_folder_refuses_and_a_killed_ones_lock_is_taken_ov
     # ... which the next one takes over
     assert main(["train", *cli(tmp_path, config=dict(CONFIG, rounds=1))]) == 0
     said = capsys.readouterr().out
-    assert f"{out}: took over the lock left by process {first.pid}, which no longer holds it" in said
+    assert (f"{out}: took over the lock left by process {first.pid}, which no longer holds it"
+            in said)
     assert (out / "summary.json").exists() and not (out / LOCK).exists()
 
 

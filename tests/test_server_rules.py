@@ -35,7 +35,8 @@ def test_fedavg_is_the_uniform_mean(updates):
 def test_fedprox_aggregates_like_fedavg_and_sets_the_client_prox(updates):
     agg = make_algorithm("fedprox", {"mu": 0.5}, 100, 10)
     assert get_algorithm("fedprox").prox_mu({"mu": 0.5}) == 0.5
-    assert get_algorithm("mgda_prox").prox_mu({}) == 0.1 and get_algorithm("fedmgda_plus").prox_mu({}) == 0.0
+    assert (get_algorithm("mgda_prox").prox_mu({}) == 0.1
+            and get_algorithm("fedmgda_plus").prox_mu({}) == 0.0)
     new, _ = agg.aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5))
     assert torch.allclose(new, updates.mean(0))
 
@@ -61,7 +62,8 @@ def test_fedmgda_plus_uses_the_min_norm_weights_of_normalised_updates(updates):
 
 def test_fedmgda_vanilla_uses_raw_updates(updates):
     agg = make_algorithm("fedmgda", {}, 100, 10)
-    assert agg.normalised_updates is False and agg.epsilon == 1.0 and agg.eta == 1.0 and agg.beta == 1.0
+    assert (agg.normalised_updates is False and agg.epsilon == 1.0 and agg.eta == 1.0
+            and agg.beta == 1.0)
     new, info = agg.aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5))
     lam = min_norm_weights((updates @ updates.T).numpy(), 1.0)
     assert torch.allclose(new, torch.as_tensor(lam) @ updates)
@@ -69,7 +71,8 @@ def test_fedmgda_vanilla_uses_raw_updates(updates):
 
 def test_mgda_prox_defaults():
     agg = make_algorithm("mgda_prox", {"eta": 1.0, "decay": 0.1}, 2000, 100)
-    assert get_algorithm("mgda_prox").prox_mu({}) == 0.1 and agg.normalised_updates and agg.epsilon == 1.0
+    assert (get_algorithm("mgda_prox").prox_mu({}) == 0.1 and agg.normalised_updates
+            and agg.epsilon == 1.0)
 
 
 def test_decay_schedule_is_the_papers_total_factor_applied_per_100_rounds():
@@ -132,9 +135,11 @@ def test_samples_weighted_fedavg_weights_each_update_by_its_train_size(updates):
         assert torch.allclose(new, (n / n.sum()) @ updates)
         assert np.allclose(info["lambda"], np.array(SIZES) / 100)
     # equal sizes: the uniform mean, bit for bit
-    uniform, _ = make_algorithm("fedavg", {}, 100, 10).aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5, sizes=SIZES))
-    equal, _ = make_algorithm("fedavg", {}, 100, 10,
-                              aggregation_weights="samples").aggregate(torch.zeros(12, dtype=torch.float64), updates, context(5, sizes=[7] * 5))
+    start = torch.zeros(12, dtype=torch.float64)
+    uniform, _ = make_algorithm("fedavg", {}, 100, 10).aggregate(start, updates,
+                                                                 context(5, sizes=SIZES))
+    equal, _ = make_algorithm("fedavg", {}, 100, 10, aggregation_weights="samples").aggregate(
+        start, updates, context(5, sizes=[7] * 5))
     assert torch.allclose(uniform, equal) and torch.allclose(uniform, updates.mean(0))
 
 

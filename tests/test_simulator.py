@@ -34,7 +34,8 @@ def test_every_algorithm_sees_the_same_participants_and_initial_model():
         assert sims[0].participants(t) == sims[1].participants(t) == sims[2].participants(t)
     assert torch.equal(sims[0].model.initial_vector(), sims[2].model.initial_vector())
     assert len(sims[0].participants(0)) == 4  # floor(0.5 * 8)
-    assert sims[0].participants(0) != sims[0].participants(1) or sims[0].participants(1) != sims[0].participants(2)
+    assert (sims[0].participants(0) != sims[0].participants(1)
+            or sims[0].participants(1) != sims[0].participants(2))
 
 
 def test_participants_per_round_is_floor_p_m():
@@ -61,7 +62,8 @@ def test_fedmgda_plus_with_epsilon_zero_equals_fedavg_n_step_for_step():
 
 def test_common_descent_keeps_participants_improved(capsys):
     """Full-batch clients, one local step, decaying global step: FedMGDA+ (epsilon = 1) moves along
-    a common descent direction, so (almost) every participant's loss decreases each round (paper §5)."""
+    a common descent direction, so (almost) every participant's loss decreases each round (paper
+    §5)."""
     data = make_toy_federated(num_users=10, n_train=30, seed=1)
     common = dict(rounds=300, participation=0.5, batch_size="full", local_lr=0.5, momentum=0.0,
                   eval_every=50, per_user_every=100)
@@ -158,8 +160,8 @@ def test_checkpoint_of_another_config_is_refused(tmp_path, monkeypatch):
         run(toy_config(rounds=8, checkpoint_every=2), tmp_path, data=make_toy_federated(),
             model_name="logreg")
     monkeypatch.setattr(Simulation, "_round", original)
-    with pytest.raises(RunFolderError,
-                       match="belongs to a different run config; delete it to start this run afresh"):
+    with pytest.raises(RunFolderError, match="belongs to a different run config; delete it to "
+                                             "start this run afresh"):
         run(toy_config(rounds=8, checkpoint_every=2, seed=9), tmp_path, data=make_toy_federated(),
             model_name="logreg")
 
@@ -197,7 +199,8 @@ def test_runs_on_cuda():
 
 
 def test_afl_gamma_w_as_local_lr_is_a_server_step_of_one():
-    """afl_gamma_w: local_lr (docs/protocol.md §8.11): gamma_w is the clients' lr, the server step is 1."""
+    """afl_gamma_w: local_lr (docs/protocol.md §8.11): gamma_w is the clients' lr, the server step
+    is 1."""
     as_lr = simulate(algorithm="afl", participation=1.0, local_lr=0.05, afl_gamma_w="local_lr",
                      hparams={"gamma_w": 0.05, "gamma_lambda": 0.3})
     literal = simulate(algorithm="afl", participation=1.0, local_lr=0.05,
@@ -237,7 +240,8 @@ def test_dtype_casts_the_model_and_the_samples_after_the_model_is_initialised():
     double = Simulation(toy_config(), data=make_toy_federated(), model_name="logreg",
                         dtype=torch.float64)
     assert torch.equal(double.model.initial_vector(), single.model.initial_vector().double())
-    assert double.inputs.data.x.dtype == double.inputs.test_x.dtype == double.data.global_test["pooled"][0].dtype == torch.float64
+    assert (double.inputs.data.x.dtype == double.inputs.test_x.dtype
+            == double.data.global_test["pooled"][0].dtype == torch.float64)
     result = run_packed([double], [None])[0]
     assert result.summary["status"] == "ok" and result.final_weights.dtype == torch.float64
     assert torch.allclose(result.final_weights.float(),
@@ -250,7 +254,8 @@ def test_without_dropout_the_clients_train_without_masks():
     cfg = toy_config(rounds=2, batch_size=10, local_lr=0.05, batched=False)
     on = Simulation(cfg, data=images(), model_name="cnn_fmnist")
     off = Simulation(cfg, data=images(), model_name="cnn_fmnist", dropout=False)
-    assert on.trainer.minibatches.sites and off.trainer.minibatches.sites == () and not off.trainer.dropout
+    assert (on.trainer.minibatches.sites and off.trainer.minibatches.sites == ()
+            and not off.trainer.dropout)
     assert not torch.equal(run_packed([on], [None])[0].final_weights,
                            run_packed([off], [None])[0].final_weights)
 
@@ -277,7 +282,8 @@ def test_moved_names_still_import_from_the_simulator_with_one_deprecation_each(c
                                                     f"(from {home} import {name}); the old place "
                                      "goes in fedmgda 0.2.0"]
         assert caught[0].category is DeprecationWarning and caught[0].filename == __file__
-    assert capsys.readouterr().err.count("fedmgda: deprecated: fedmgda.simulator.") == len(simulator.MOVED)
+    assert (capsys.readouterr().err.count("fedmgda: deprecated: fedmgda.simulator.")
+            == len(simulator.MOVED))
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         _ = simulator.nothing_here
 
@@ -293,7 +299,8 @@ def test_track_improvement_only_adds_its_columns(algorithm, hparams):
     tracked = simulate(algorithm=algorithm, hparams=hparams, track_improvement=True)
     untracked = simulate(algorithm=algorithm, hparams=hparams, track_improvement=False)
     improved = ["improved_loss", "improved_acc"]
-    assert tracked.metrics[improved].notna().all().all() and untracked.metrics[improved].isna().all().all()
+    assert (tracked.metrics[improved].notna().all().all()
+            and untracked.metrics[improved].isna().all().all())
     pd.testing.assert_frame_equal(tracked.metrics.drop(columns=improved),
                                   untracked.metrics.drop(columns=improved))
     pd.testing.assert_frame_equal(tracked.per_user, untracked.per_user)

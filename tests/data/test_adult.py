@@ -117,7 +117,8 @@ def test_split_source_trains_on_all_adult_data_rows_and_tests_on_adult_test(tmp_
 
 
 def test_default_split_is_todays_partition(tmp_path, fmt, pin):
-    """The new option's default (80_10_10) changes neither the pool, the fingerprint nor an index."""
+    """The new option's default (80_10_10) changes neither the pool, the fingerprint nor an
+    index."""
     edu = ["Bachelors", "Doctorate", "HS-grad", "Doctorate", "Doctorate", "HS-grad"] * 5
     fmt.write_adult(tmp_path, edu, ["Doctorate", "HS-grad"])
     pin("adult", tmp_path)
@@ -152,7 +153,8 @@ def test_split_source_refuses_shift_by_one_and_the_iid_partition(tmp_path, fmt, 
 
 @pytest.mark.realdata
 def test_split_source_on_the_real_uci_files(real_adult):
-    """q-FFL's Adult: PhD 413 / non-PhD 32 148 training rows (all of adult.data), 181 / 16 100 test rows."""
+    """q-FFL's Adult: PhD 413 / non-PhD 32 148 training rows (all of adult.data), 181 / 16 100 test
+    rows."""
     fd = load_federated("adult", real_adult, options={"split": "source"})
     assert fd.train_sizes() == [413, 32_148] and fd.test_sizes() == [181, 16_100]
     assert fd.x.shape == (32_561 + 16_281, 99)

@@ -2,9 +2,9 @@
 recording of their side, so that it runs without their code: every server rule of their ``main/``
 code (the script's ``RULES``: FedAvg, FedAvg-n, FedProx, FedMGDA, FedMGDA+, MGDA-Prox, q-FedAvg,
 each from round 1, and FedMGDA+ with ε = 0.1 over rounds 99-103, across the first drop of
-the server step; docs/protocol.md §4.2, §4.6) on the authors' F-MNIST partition, seed 1, 5 rounds a
-run, dropout off, the package's participants and minibatches fed to their ``federated_main.py``,
-both codes in float64. Recorded by
+the server step; docs/protocol.md §4.2, §4.6) on the authors' F-MNIST partition, seed 1, 5
+rounds a run, dropout off, the package's participants and minibatches fed to their
+``federated_main.py``, both codes in float64. Recorded by
 
     NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR" PYTHONPATH=/tmp/authors-site \\
         python scripts/lockstep_authors_fmnist.py record --authors /tmp/Fed-MGDA/main \\
@@ -64,7 +64,8 @@ def lockstep_args(lockstep, raw_dir, rule, start, recording=RECORDING) -> Namesp
 
 
 def another_machines_order(keys):
-    """An unstable sort as another CPU's numpy may do it: sorted, each class in descending id order."""
+    """An unstable sort as another CPU's numpy may do it: sorted, each class in descending id
+    order."""
     keys = np.asarray(keys)
     return np.lexsort((-np.arange(len(keys)), keys))
 
@@ -101,7 +102,8 @@ def test_package_rounds_equal_the_authors_code_fed_the_same_inputs(lockstep, rea
     accuracies under the authors' last model are identical in both codes' evaluation."""
     monkeypatch.setattr(partitioners, "numpy_1_17_argsort", another_machines_order)
     args = lockstep_args(lockstep, real_fmnist, rule, start)
-    package_models = lockstep.package_paths(args, paths=(True,))  # the batched path the package keeps
+    # the batched path the package keeps
+    package_models = lockstep.package_paths(args, paths=(True,))
     assert lockstep.check_rounds(args, package_models) == 0, capsys.readouterr().out
     out = capsys.readouterr().out
     assert "lockstep: passed" in out and "users whose test accuracy differs 0/100" in out

@@ -15,8 +15,8 @@ inputs both codes were fed and a hash of the random pixels, which the test write
 seed."""
 
 import copy
-import os
 import importlib.util
+import os
 from argparse import Namespace
 from pathlib import Path
 

@@ -104,7 +104,8 @@ def test_stratified_cut_keeps_the_order_of_the_users_samples():
 
 
 def test_options_are_checked_before_any_job():
-    assert "dirichlet_alpha must be a number > 0" in options_error("dirichlet", {"dirichlet_alpha": 0})
+    assert "dirichlet_alpha must be a number > 0" in options_error("dirichlet",
+                                                                   {"dirichlet_alpha": 0})
     assert "dirichlet_min_samples must be >= 2" in options_error(
         "dirichlet", {"dirichlet_alpha": 1.0, "dirichlet_min_samples": 1})
     fmnist = get_dataset("fmnist")

@@ -23,7 +23,8 @@ LABELS = (0, 2, 6)  # the original Fashion-MNIST labels of the three users
 def expected_features(raw_dir, split: str, label: int) -> np.ndarray:
     """Independent reading of fair_flearn data/fmnist/create_dataset.py lines 39-43: pixels of
     ``label`` in ``split``, standardised with the per-pixel mean / std of ALL training images."""
-    train = read_idx(raw_dir / "fmnist" / "train-images-idx3-ubyte.gz").reshape(-1, 784).astype(np.float64)
+    images = read_idx(raw_dir / "fmnist" / "train-images-idx3-ubyte.gz")
+    train = images.reshape(-1, 784).astype(np.float64)
     images = read_idx(raw_dir / "fmnist" / f"{split}-images-idx3-ubyte.gz").reshape(-1, 784)
     labels = read_idx(raw_dir / "fmnist" / f"{split}-labels-idx1-ubyte.gz")
     return (images[labels == label] - train.mean(0)) / (train.std(0) + 0.001)

@@ -77,7 +77,8 @@ def test_registry_entries_are_complete():
         assert isinstance(spec, DatasetSpec) and spec.name == name
         assert spec.default_partition in spec.partitions
         assert bool(spec.raw_files) == (name not in ("synthetic", "digits"))
-    assert DATASET_SPECS["adult"].input_shape == (99,) and DATASET_SPECS["digits"].input_shape == (64,)
+    assert (DATASET_SPECS["adult"].input_shape == (99,)
+            and DATASET_SPECS["digits"].input_shape == (64,))
     assert DATASET_SPECS["shakespeare"].input_shape == (80,)
 
 
@@ -132,7 +133,8 @@ def test_synthetic_sizes_table4_draws_the_papers_size_statistics_and_changes_no_
     ("shards", {"num_users": 898, "shards_per_user": 1}, {"num_users": 899, "shards_per_user": 1}),
     ("shards", {"num_users": 599, "shards_per_user": 3}, {"num_users": 600, "shards_per_user": 3}),
 ])
-def test_the_largest_number_of_users_the_size_check_allows_is_the_partitioners(tmp_path, partition, options, bound):
+def test_the_largest_number_of_users_the_size_check_allows_is_the_partitioners(tmp_path, partition,
+                                                                               options, bound):
     """``Dataset.size_error`` (run before any job, from the catalog's ``samples``) lets through
     exactly the partitions whose every user has a sample to train on and one to test on."""
     from fedmgda.catalog import DATASETS
@@ -141,7 +143,8 @@ def test_the_largest_number_of_users_the_size_check_allows_is_the_partitioners(t
     assert digits.size_error(partition, options) is None
     fd = load_federated("digits", tmp_path, partition=partition, options=options)
     assert min(fd.train_sizes()) >= 1 and min(fd.test_sizes()) >= 1
-    assert "a user needs at least 2 (one to train on, one to test on)" in digits.size_error(partition, bound)
+    assert ("a user needs at least 2 (one to train on, one to test on)"
+            in digits.size_error(partition, bound))
     try:
         fd = load_federated("digits", tmp_path, partition=partition, options=bound)
     except DataError:

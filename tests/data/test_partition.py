@@ -288,9 +288,11 @@ def test_the_cifar_shard_statistics_docs_datasets_md_states():
     import re
     from pathlib import Path
 
-    page = " ".join((Path(__file__).resolve().parents[2] / "docs" / "datasets.md").read_text().split())
+    datasets_md = Path(__file__).resolve().parents[2] / "docs" / "datasets.md"
+    page = " ".join(datasets_md.read_text().split())
     m = re.search(r"seeds ([\d/]+) the CIFAR train splits have ([\d./]+) distinct classes on "
-                  r"average and the test class is in the user's train split for ([\d/]+) % of users", page)
+                  r"average and the test class is in the user's train split for ([\d/]+) % of "
+                  r"users", page)
     assert m, "docs/datasets.md no longer states the CIFAR shard statistics; update this test"
     for seed, classes, share in zip(*(g.split("/") for g in m.groups()), strict=True):
         part = cifar_partition(int(seed))

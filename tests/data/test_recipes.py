@@ -38,12 +38,15 @@ class RoundRobin(Partitioner):
 
     def check(self, options):
         order = options.get("order", "seeded")
-        return None if order in ("seeded", "pool") else f"order must be 'seeded' or 'pool', not {order!r}"
+        if order in ("seeded", "pool"):
+            return None
+        return f"order must be 'seeded' or 'pool', not {order!r}"
 
     def size_error(self, dataset, samples, options):
         users = options["num_users"]
         if samples // users < MIN_USER_SAMPLES:
-            return f"{dataset}: num_users = {users} leaves a user fewer than {MIN_USER_SAMPLES} of its {samples} samples"
+            return (f"{dataset}: num_users = {users} leaves a user fewer than "
+                    f"{MIN_USER_SAMPLES} of its {samples} samples")
         return None
 
     def build(self, raw, seed, options):
@@ -69,7 +72,8 @@ def test_a_partitioner_added_as_the_recipe_says_is_built_by_the_dispatch(monkeyp
         patch.setitem(partitioners.PARTITIONERS, "round_robin", toy_partitioner())
         part = build_partition(raw, "round_robin", 3,
                                {"num_users": 4, "order": "seeded", "sort": "stable"})
-        assert part.scheme == "round_robin" and part.num_users == 4 and part.options["sort"] == "stable"
+        assert (part.scheme == "round_robin" and part.num_users == 4
+                and part.options["sort"] == "stable")
         assert sorted(np.concatenate([part.user_indices(u)
                                       for u in range(4)]).tolist()) == list(range(50))
         assert [len(t) for t in part.train] == [10, 10, 9, 9]  # 13, 13, 12, 12 samples cut 80/10/10
@@ -111,8 +115,8 @@ TOY_DATASET = '''    Dataset("toy", "logreg", "round_robin", ("round_robin", "ii
             description="a toy CSV dealt round robin", options={"num_users": 4, "order": "seeded"},
             option_values={"order": ("seeded", "pool")}, samples=60),
 '''
-TOY_SPEC = '''    DatasetSpec("toy", num_classes=2, input_shape=(3,), raw_files=toy.RAW_FILES, load=toy.load,
-                global_tests=("all",)),
+TOY_SPEC = '''    DatasetSpec("toy", num_classes=2, input_shape=(3,), raw_files=toy.RAW_FILES,
+                load=toy.load, global_tests=("all",)),
 '''
 
 
@@ -158,22 +162,28 @@ raw, registry, out = map(Path, sys.argv[1:4])
 # the lists agree as tests/test_catalog.py checks them
 run_fields = yaml.safe_load(SCHEMA_PATH.read_text())["$defs"]["runfields"]["properties"]
 assert run_fields["dataset"]["enum"] == list(catalog.DATASETS) == list(DATASET_SPECS)
-assert run_fields["partition"]["enum"] == [*catalog.PARTITIONS, None] and "round_robin" in catalog.PARTITIONS
+assert run_fields["partition"]["enum"] == [*catalog.PARTITIONS, None]
+assert "round_robin" in catalog.PARTITIONS
 
 # partitions of the toy dataset, from its raw file (checksum pinned)
 part = make_partition("toy", raw, None, 1)
 assert part.scheme == "round_robin" and part.num_users == 4 and part.seed == 1
 assert make_partition("toy", raw, "round_robin", 2).content_hash() != part.content_hash()
 assert make_partition("toy", raw, "iid", 1, {"num_users": 3}).num_users == 3
-assert make_partition("toy", raw, "round_robin", 1, {"order": "pool"}).train[0][:3].tolist() == [0, 4, 8]
+pooled = make_partition("toy", raw, "round_robin", 1, {"order": "pool"})
+assert pooled.train[0][:3].tolist() == [0, 4, 8]
 assert load_federated("toy", raw, seed=1).num_classes == 2
 
 # run configs: a valid one; a bad partition or options refused, one line, before anything is built
-run = dict(dataset="toy", algorithm="fedavg", rounds=2, participation=0.5, batch_size=5, device="cpu", raw_dir=str(raw))
+run = dict(dataset="toy", algorithm="fedavg", rounds=2, participation=0.5, batch_size=5,
+           device="cpu", raw_dir=str(raw))
 RunConfig.from_dict(run)
-for change, says in [({"partition": "domain"}, "partition: toy: unknown partition 'domain'; valid: ['round_robin', 'iid']"),
-                     ({"dataset_options": {"num_users": 40}}, "dataset_options: toy: num_users = 40 leaves a user fewer than 2"),
-                     ({"dataset_options": {"order": "sorted"}}, "dataset_options: toy: option order='sorted' not in")]:
+for change, says in [({"partition": "domain"},
+                      "partition: toy: unknown partition 'domain'; valid: ['round_robin', 'iid']"),
+                     ({"dataset_options": {"num_users": 40}},
+                      "dataset_options: toy: num_users = 40 leaves a user fewer than 2"),
+                     ({"dataset_options": {"order": "sorted"}},
+                      "dataset_options: toy: option order='sorted' not in")]:
     try:
         RunConfig.from_dict({**run, **change})
         raise AssertionError(f"accepted {change}")
@@ -189,9 +199,11 @@ config["experiments"]["tiny"]["setting"] = "toy_rr"
 assert config_error(config) is None, config_error(config)
 reg = expand(config)
 validate_runs(reg)
-assert sorted(reg.partitions) == ["toy-round_robin/seed1", "toy-round_robin/seed2"], sorted(reg.partitions)
+assert sorted(reg.partitions) == ["toy-round_robin/seed1", "toy-round_robin/seed2"], \
+    sorted(reg.partitions)
 config["settings"]["toy_rr"]["partition"] = "bogus"
-assert config_error(config).startswith("settings.toy_rr.partition: 'bogus' is not one of"), config_error(config)
+assert config_error(config).startswith("settings.toy_rr.partition: 'bogus' is not one of"), \
+    config_error(config)
 config["settings"]["toy_rr"]["partition"] = "domain"
 try:
     validate_runs(expand(config))
@@ -225,6 +237,7 @@ def test_a_dataset_and_a_partitioner_added_as_the_recipes_say_build_validate_and
                            str(REPO / "config/test.yaml"),
                            str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
-    assert done.returncode == 0 and "recipes followed" in done.stdout, (done.stdout + done.stderr)[-4000:]
+    assert (done.returncode == 0
+            and "recipes followed" in done.stdout), (done.stdout + done.stderr)[-4000:]
     # the checkout untouched
     assert re.search(r"\btoy\b", (REPO / "src/fedmgda/config.schema.yaml").read_text()) is None

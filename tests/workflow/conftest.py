@@ -1,5 +1,6 @@
 """Fixtures of the workflow tests: run folders in the exact format ``fedmgda train`` writes
-(metrics.csv, per_user.csv, per_user_final.csv, summary.json) -- test data only, generated in tmp_path."""
+(metrics.csv, per_user.csv, per_user_final.csv, summary.json) -- test data only, generated in
+tmp_path."""
 
 from __future__ import annotations
 

@@ -94,11 +94,12 @@ PROBES = {
     "num_users bogus": run_option("num_users", dataset_options={"num_users": "bogus"}),
     "num_users 0": run_option("num_users", dataset_options={"num_users": 0}),
     "num_users -3": run_option("num_users", dataset_options={"num_users": -3}),
-    "num_users 5000 (more than digits' samples)": run_option("num_users x shards_per_user = 5000 x 2",
+    "num_users 5000 (more than digits' samples)": run_option("num_users x "
+                                                             "shards_per_user = 5000 x 2",
                                                              dataset_options={"num_users": 5000}),
     "shards_per_user 0": run_option("shards_per_user", dataset_options={"shards_per_user": 0}),
-    "shards_per_user 1000 (more shards than samples)": run_option("num_users x shards_per_user = 20 x 1000",
-                                                                  dataset_options={"shards_per_user": 1000}),
+    "shards_per_user 1000 (more shards than samples)": run_option(
+        "num_users x shards_per_user = 20 x 1000", dataset_options={"shards_per_user": 1000}),
     "clients_per_round 1000 (more than digits' 20 users)": run_option(
         "clients_per_round = 1000 but digits has 20 users", clients_per_round=1000),
     "partition digits does not offer": run_option("partition: digits: unknown partition 'domain'; "

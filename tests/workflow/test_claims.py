@@ -54,8 +54,9 @@ def base_config(claims: dict, seeds=(1, 2, 3)) -> dict:
 
 
 def claim(**kw) -> dict:
-    out = {"source": "§6", "paper": "a sentence", "experiment": "exp", "quantity": "final.mean_acc",
-           "compare": "at_least", "a": "fedmgda_plus *", "b": "fedavg"}
+    out = {"source": "§6", "paper": "a sentence", "experiment": "exp",
+           "quantity": "final.mean_acc", "compare": "at_least", "a": "fedmgda_plus *",
+           "b": "fedavg"}
     out.update(kw)
     return out
 
@@ -72,7 +73,8 @@ def write(runs_dir: Path, key: str, mean_acc: float, *, loss: list[float] | None
 
 
 def setup(tmp_path, claims, values: dict[str, list[float]], seeds=(1, 2, 3), **kw):
-    """values: {row key pattern prefix: per-seed final.mean_acc}; writes the runs; returns the frame."""
+    """values: {row key pattern prefix: per-seed final.mean_acc}; writes the runs; returns the
+    frame."""
     cfg = base_config(claims, seeds)
     reg = expand(cfg)
     specs = parse_claims(cfg, reg)
@@ -268,8 +270,8 @@ def test_epsilon_interpolates_loss_iid_does_not_flip_on_float_noise(tmp_path, d,
 
 
 def test_judge_differences_settles_ties():
-    assert judge_differences([-3.7e-10] * 3,
-                             size=0.5)["verdict"] == judge_differences([0.0] * 3)["verdict"] == "holds"
+    assert (judge_differences([-3.7e-10] * 3, size=0.5)["verdict"]
+            == judge_differences([0.0] * 3)["verdict"] == "holds")
     assert judge_differences([-1e-3] * 3, size=0.5)["verdict"] == "fails"
     assert settle_tie(-3.7e-10, 0.5) == 0.0 and settle_tie(-1e-3, 0.5) == -1e-3
 
@@ -413,7 +415,8 @@ def test_snakemake_stops_on_a_bad_claim_before_any_job(tmp_path):
                           cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
-    assert "claim fairness_worst5" in proc.stdout + proc.stderr and "matches no row" in proc.stdout + proc.stderr
+    assert ("claim fairness_worst5" in proc.stdout + proc.stderr
+            and "matches no row" in proc.stdout + proc.stderr)
 
 
 def gap_config(claims: dict, seeds=(1, 2, 3)) -> dict:

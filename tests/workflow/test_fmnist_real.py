@@ -69,6 +69,7 @@ def test_the_fairness_profile_runs_on_the_real_files(tmp_path):
     assert table.filter(like="Average").notna().all().all()
     claims = pd.read_csv(wd / "results/fmnist/claims.csv")
     assert len(claims) == 10 and not claims["verdict"].eq("not run").any()
-    metrics = pd.read_csv(next((wd / "results/fmnist/runs").glob("*/fedavg/default/clean/seed1/metrics.csv")))
+    runs = wd / "results/fmnist/runs"
+    metrics = pd.read_csv(next(runs.glob("*/fedavg/default/clean/seed1/metrics.csv")))
     # rounds 1 and 3 evaluated
     assert list(metrics["round"]) == [1, 2, 3] and metrics["mean_acc"].notna().sum() == 2

@@ -60,7 +60,8 @@ def test_cpu_jobs_ask_no_gpu_and_cnn_jobs_one(tmp_path):
     assert packs == {"train_pack_tiny_digits_k1_b10_lr0_05_m0_5_pack1": [0],
                      "train_pack_cnn_digits_modelcnn_fmnist_k1_b10_lr0_05_m0_5_pack1": [1]}, found
     single = found["train"]  # FedProx trains alone: rule train, per run
-    assert len(single) == 1 and gpu_of(single[0]) == 1 and "modelcnn_fmnist" in single[0] and "fedprox" in single[0], single
+    assert (len(single) == 1 and gpu_of(single[0]) == 1 and "modelcnn_fmnist" in single[0]
+            and "fedprox" in single[0]), single
 
 
 def test_explicit_device_keeps_the_configured_gpu(tmp_path):

@@ -57,7 +57,8 @@ def test_a_statistic_added_after_training_fills_the_table_and_retrains_nothing(t
     assert {p: p.stat().st_mtime_ns for p in summaries} == trained  # no run retrained
 
     table = pd.read_csv(wd / TABLE)
-    assert len(table) == 2 and table["Median repro_mean"].notna().all() and table["Final median repro_mean"].notna().all()
+    assert (len(table) == 2 and table["Median repro_mean"].notna().all()
+            and table["Final median repro_mean"].notna().all())
     # the medians of the runs' stored vectors, mean over seeds, in %
     for _, row in table.iterrows():
         runs = [p.parent for p in summaries if f"/{row['row'].split()[0]}/" in str(p)]

@@ -40,7 +40,8 @@ MISSING = {
 
 
 @pytest.mark.parametrize("module", sorted(MISSING))
-def test_an_interpreter_that_cannot_run_the_jobs_stops_before_any_job_with_one_message(tmp_path, module):
+def test_an_interpreter_that_cannot_run_the_jobs_stops_before_any_job_with_one_message(tmp_path,
+                                                                                       module):
     wd = copy_workflow(tmp_path / "wf")
     # this interpreter with `module` made unimportable (a None entry in sys.modules: find_spec
     # answers None and import fails), as if it were not installed

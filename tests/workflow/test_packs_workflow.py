@@ -52,7 +52,8 @@ def test_a_killed_pack_job_resumes_every_run_to_the_results_of_runs_trained_alon
     dry = snakemake(wd, "runs", "-n", "--quiet", "rules", env=env)
     out = dry.communicate(timeout=120)[0]
     assert dry.returncode == 0, out[-3000:]
-    assert "train_pack_tiny_digits_k1_b10_lr0_05_m0_5_devicecpu_pack1" in out and "\ntrain " in out, out
+    assert ("train_pack_tiny_digits_k1_b10_lr0_05_m0_5_devicecpu_pack1" in out
+            and "\ntrain " in out), out
 
     members = [f"{SETTING}/fedavg/default/clean/seed1",
                f"{SETTING}/fedmgda_plus/decay0.1_eta1/clean/seed1"]
@@ -82,7 +83,8 @@ def test_a_killed_pack_job_resumes_every_run_to_the_results_of_runs_trained_alon
         assert not (r / "checkpoint.pt").exists()
     for r in runs[:2]:  # the pack's log, in each member's folder
         text = (r / "train.log").read_text()
-        assert "pack of 2 runs" in text and f"{r.relative_to(wd)}: resuming from its checkpoint" in text
+        assert ("pack of 2 runs" in text
+                and f"{r.relative_to(wd)}: resuming from its checkpoint" in text)
     assert (wd / "logs/test/packs/tiny/digits_k1_b10_lr0.05_m0.5_devicecpu/pack1.log").is_file()
     assert "pack of" not in (runs[2] / "train.log").read_text()
 

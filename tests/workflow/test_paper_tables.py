@@ -65,7 +65,8 @@ def test_the_qffl_rows_are_the_in_repository_transcription():
     qffl = ref[ref["table"].str.startswith("qffl_")].reset_index(drop=True)
     assert len(parsed) == len(qffl) == 4 * 7 + 5 * 6
     assert (parsed[["table", "row", "column"]] == qffl[["table", "row", "column"]]).all().all()
-    assert (parsed["mean"].round(3) == qffl["mean"]).all() and (parsed["std"].round(3) == qffl["std"]).all()
+    assert ((parsed["mean"].round(3) == qffl["mean"]).all()
+            and (parsed["std"].round(3) == qffl["std"]).all())
     assert not ref["table"].iloc[: len(ref) - len(qffl)].str.startswith("qffl_").any()
 
 

@@ -97,4 +97,5 @@ def test_a_broken_plugin_fails_alone_in_its_pack(tmp_path):
         [ok] = runs.glob(f"*/{other}/*/clean/seed1/summary.json")
         assert yaml.safe_load(ok.read_text())["status"] == "ok"
     table = (wd / "results/broken/tables/table8.md").read_text()
-    assert "failed (1/1 seeds)" in table and table.count("failed") == 1 + len(yaml.safe_load((REPO / "config/test.yaml").read_text())["tables"]["table8"]["columns"])
+    columns = yaml.safe_load((REPO / "config/test.yaml").read_text())["tables"]["table8"]["columns"]
+    assert "failed (1/1 seeds)" in table and table.count("failed") == 1 + len(columns)

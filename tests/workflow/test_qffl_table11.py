@@ -1,8 +1,10 @@
-"""q-FFL Table 11 (Synthetic(1, 1), generated data) through the workflow as a user runs it, shortened.
+"""q-FFL Table 11 (Synthetic(1, 1), generated data) through the workflow as a user runs it,
+shortened.
 
-The protocol's 20 000 rounds take about 40 min (docs/results.md, docs/performance.md); here 20 rounds check
-the path: the experiment's runs draw the paper's Table 4 device sizes (variant synthetic_sizes),
-train in one packed job, and the table and its two claims come out with five seeds per row.
+The protocol's 20 000 rounds take about 40 min (docs/results.md, docs/performance.md); here 20
+rounds check the path: the experiment's runs draw the paper's Table 4 device sizes (variant
+synthetic_sizes), train in one packed job, and the table and its two claims come out with five seeds
+per row.
 """
 
 from __future__ import annotations

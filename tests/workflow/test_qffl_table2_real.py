@@ -1,4 +1,5 @@
-"""q-FFL's Table 2 on the real Adult and Fashion-MNIST files, through the workflow as a user runs it.
+"""q-FFL's Table 2 on the real Adult and Fashion-MNIST files, through the workflow as a user runs
+it.
 
 Runs only where both are: the UCI Adult files in FEDMGDA_ADULT_DIR (else ``resources/raw/adult/``),
 the four Fashion-MNIST IDX files in Debian's /usr/share/datasets/fashion-mnist

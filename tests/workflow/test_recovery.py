@@ -37,8 +37,8 @@ def recipe() -> list[str]:
 
 
 def trainers_in(wd: Path, listing: str) -> list[int]:
-    """The process ids `pgrep -af "fedmgda train"` lists that train in ``wd`` (other trainers on this
-    machine are not this test's)."""
+    """The process ids `pgrep -af "fedmgda train"` lists that train in ``wd`` (other trainers on
+    this machine are not this test's)."""
     pids = []
     for line in listing.splitlines():
         pid = int(line.split()[0])

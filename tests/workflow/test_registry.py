@@ -43,8 +43,10 @@ def test_shared_runs_are_one_job(paper):
     assert set(reg.runs[fedavg].experiments) == {"table8", "fig4_b10"}
     # vanilla FedMGDA = FedMGDA with epsilon 1: Figure 1's epsilon=1 curve is Table 8's seed 1 but
     # evaluated every round (Table 8's runs every 10: docs/performance.md "Evaluation"): two runs
-    assert reg.runs["cifar10-shards_b10_lr0.01_p0.1_T2000_impr0/fedmgda/default/clean/seed1"].experiments == ["fig1_shards"]
-    assert reg.runs["cifar10-shards_b10_lr0.01_p0.1_T2000_ev10/fedmgda/default/clean/seed1"].experiments == ["table8"]
+    fig1 = reg.runs["cifar10-shards_b10_lr0.01_p0.1_T2000_impr0/fedmgda/default/clean/seed1"]
+    table8 = reg.runs["cifar10-shards_b10_lr0.01_p0.1_T2000_ev10/fedmgda/default/clean/seed1"]
+    assert fig1.experiments == ["fig1_shards"]
+    assert table8.experiments == ["table8"]
     total_requested = sum(len(r.runs) for rows in reg.rows.values() for r in rows)
     assert total_requested > len(reg.runs)
 
@@ -52,8 +54,10 @@ def test_shared_runs_are_one_job(paper):
 def test_run_paths_are_readable(paper):
     reg = expand(paper)
     keys = set(reg.runs)
-    assert "cifar10-shards_b400_lr0.1_p0.2_T3000_ev10_impr0/fedmgda_plus/decay0.025_eta1.5/clean/seed9000" in keys
-    assert "cifar10-shards_b10_lr0.01_p0.2_T1500_impr0/fedavg_n/decay0.1_eta1/scaling10-u0/seed3" in keys
+    assert ("cifar10-shards_b400_lr0.1_p0.2_T3000_ev10_impr0/fedmgda_plus/decay0.025_eta1.5/"
+            "clean/seed9000" in keys)
+    assert ("cifar10-shards_b10_lr0.01_p0.2_T1500_impr0/fedavg_n/decay0.1_eta1/scaling10-u0/seed3"
+            in keys)
     assert any(k.startswith("femnist-natural_bfull_lr0.1_n10_T1500_ev10_impr0/") for k in keys)
     assert any("/qfedavg/L1_q5/bias10000-u0/" in k for k in keys)
 
@@ -224,7 +228,8 @@ def test_fmnist_fedmdfg_runs_are_their_own_and_a_bad_local_test_stops_the_regist
     runs = {k: s.config for k, s in reg.runs.items() if "fmnist_fedmdfg" in s.experiments}
     assert len(runs) == 9
     for key, config in runs.items():
-        assert config["model"] == "mlp_fmnist" and config["batch_size"] == 50 and config["momentum"] == 0
+        assert (config["model"] == "mlp_fmnist" and config["batch_size"] == 50
+                and config["momentum"] == 0)
         assert config["dataset_options"] == {"shard_setting": "fedmdfg",
                                              "local_test": "global_shards"}
         assert "_modelmlp_fmnist_" in key and "_local_testglobal_shards_" in key
@@ -233,7 +238,8 @@ def test_fmnist_fedmdfg_runs_are_their_own_and_a_bad_local_test_stops_the_regist
     assert len(own_test) == 9 and not set(own_test) & set(runs)
     # the same setting with this study's test split (the default)
     for key, config in own_test.items():
-        assert config["model"] == "mlp_fmnist" and config["dataset_options"] == {"shard_setting": "fedmdfg"}
+        assert (config["model"] == "mlp_fmnist"
+                and config["dataset_options"] == {"shard_setting": "fedmdfg"})
         assert "_local_test" not in key
     others = [s.config for k, s in reg.runs.items() if k not in runs and k not in own_test]
     assert others and not any("model" in config for config in others)  # the others keep the CNN

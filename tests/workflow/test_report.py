@@ -43,7 +43,8 @@ def test_the_report_rule_exports_outputs_without_code(tmp_path):
         nbformat.v4.new_markdown_cell("## A heading"),
         nbformat.v4.new_code_cell("secret_source_line = 6 * 7\nsecret_source_line",
                                   execution_count=1,
-                                  outputs=[nbformat.v4.new_output("execute_result", {"text/plain": "OUTPUT-42"},
+                                  outputs=[nbformat.v4.new_output("execute_result",
+                                                                  {"text/plain": "OUTPUT-42"},
                                                                   execution_count=1)]),
     ])
     executed = tmp_path / "report.ipynb"
@@ -57,7 +58,8 @@ def test_the_report_rule_exports_outputs_without_code(tmp_path):
     assert done.returncode == 0, log.read_text()[-2000:] if log.exists() else done.stderr
     page = html_path.read_text()
     assert "OUTPUT-42" in page and "A heading" in page
-    assert "secret_source_line" not in page and 'class="jp-CodeMirrorEditor' not in page and "In&nbsp;[" not in page
+    assert ("secret_source_line" not in page and 'class="jp-CodeMirrorEditor' not in page
+            and "In&nbsp;[" not in page)
 
 
 def test_the_claims_summary_is_the_reports_first_output():
@@ -73,8 +75,8 @@ def test_the_claims_summary_is_the_reports_first_output():
             continue
         tree = ast.parse(source)
         assert "display(" not in source and "print(" not in source, source[:80]
-        assert not (tree.body
-                    and isinstance(tree.body[-1], ast.Expr)), f"a cell before the claims shows a value: {source[:80]!r}"
+        assert not (tree.body and isinstance(tree.body[-1], ast.Expr)), \
+            f"a cell before the claims shows a value: {source[:80]!r}"
 
 
 def test_the_report_says_where_its_runs_were_made(tmp_path):
@@ -179,7 +181,8 @@ def test_an_experiment_without_a_table_shows_its_rows(tmp_path):
     # one row: its hparams
     assert report.experiment_rows(runs, keys[2:]) == {"fedmgda epsilon=0": keys[2:]}
     stats = report.statistics_table(runs, rows)
-    assert list(stats.index) == list(rows) and set(stats["seeds"]) == {2} and set(stats["status"]) == {"2 ok"}
+    assert (list(stats.index) == list(rows) and set(stats["seeds"]) == {2}
+            and set(stats["status"]) == {"2 ok"})
     assert stats.loc["fedavg", "final mean_acc"] == "65.00 ± 1.67"  # user means 63.33 %, 66.67 %
     figure = report.curves_figure(runs, rows)
     assert [len(ax.lines) for ax in figure.axes] == [2, 2]
@@ -245,7 +248,8 @@ def toy_report(tmp_path_factory) -> Path:
     for job, seconds in (("train/toy/fedavg/seed1", 110.0), ("train/toy/fedavg/seed2", 120.0),
                          ("packs/toy_exp/g/pack1", 130.5)):
         (results / "benchmarks" / f"{job}.tsv").parent.mkdir(parents=True, exist_ok=True)
-        (results / "benchmarks" / f"{job}.tsv").write_text(f"s\th:m:s\tmax_rss\n{seconds}\t0:02:00\t800\n")
+        (results / "benchmarks" / f"{job}.tsv").write_text(f"s\th:m:s\tmax_rss\n"
+                                                           f"{seconds}\t0:02:00\t800\n")
     executed, page = results / "report/report.ipynb", results / "report/report.html"
     executed.parent.mkdir()
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "MPLBACKEND": "Agg"}
@@ -272,7 +276,8 @@ def test_the_report_of_one_experiment_shows_its_results(toy_report):
     # the curves, an image (a figure displayed under MPLBACKEND=Agg would be its text, "<Figure size
     # ...>")
     assert html.count('src="data:image/png;base64') == 1 and "Figure size" not in html
-    assert html.index('id="toy_exp"') < html.index('src="data:image/png;base64') < html.index('id="Run-time"')
+    assert (html.index('id="toy_exp"') < html.index('src="data:image/png;base64')
+            < html.index('id="Run-time"'))
     assert "fedmgda epsilon=0" in html and "final mean_acc" in html  # the statistics table
     assert re.findall(r"<h[1-4][^>]*>([^<]*)", html) == [
         "FedMGDA+ reproduction report", "What was run",
@@ -290,7 +295,8 @@ CHROMIUM = (shutil.which("chromium") or shutil.which("chromium-browser")
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium (Debian: apt-get install chromium)")
 def test_a_browser_shows_the_curves_of_the_one_experiment_report(toy_report, tmp_path):
     """Headless Chromium renders the report (docs/workflow.md, "The report", has the command): the
-    screenshot has the curves' colours (tab10 blue and orange), which nothing else on the page has."""
+    screenshot has the curves' colours (tab10 blue and orange), which nothing else on the page
+    has."""
     from PIL import Image
 
     shot = tmp_path / "report.png"

@@ -72,7 +72,8 @@ def _tiny() -> dict:
         (lambda c: c["resources"].update(digits={"pack": "all"}), "all"),
         (lambda c: c["resources"]["default"].update(pack_runtime=0), "0"),
         (lambda c: c.update(seeds=[1, 1]), "non-unique"),
-        (lambda c: c["settings"]["digits_b10"].update(dataset_options={"num_users": "bogus"}), "bogus"),
+        (lambda c: c["settings"]["digits_b10"].update(dataset_options={"num_users": "bogus"}),
+         "bogus"),
         (lambda c: c["settings"]["digits_b10"].update(dataset_options={"shards_per_user": 0}), "0"),
     ],
 )
@@ -109,7 +110,8 @@ def test_plugin_names_and_hyperparameters_pass_the_schema():
 ])
 def test_repeated_seeds_and_bad_dataset_options_are_caught_by_the_registry(mutate, needle):
     """What reaches the registry without the schema (e.g. ``--config seeds=[1,1]`` overrides) is
-    caught there, before any job: a repeated seed would count one run twice in a row's statistics."""
+    caught there, before any job: a repeated seed would count one run twice in a row's
+    statistics."""
     cfg = _tiny()
     mutate(cfg)
     with pytest.raises(RegistryError, match=needle):
@@ -200,7 +202,8 @@ def test_config_readme_is_generated_from_the_schema():
     for name, info in BUILTIN_ALGORITHMS.items():  # the algorithms, from the catalog
         assert f"| `{name}` | {info.display} |" in block
     # the prose around the block is kept
-    assert "## Command-line overrides" in text and text.index("<!-- schema:end -->") < text.index("Row keys")
+    assert ("## Command-line overrides" in text
+            and text.index("<!-- schema:end -->") < text.index("Row keys"))
 
 
 def test_readme_block_follows_a_changed_schema():
@@ -216,7 +219,8 @@ def test_readme_block_follows_a_changed_schema():
 
 def test_config_docs_check_fails_on_a_stale_readme(tmp_path, capsys):
     stale = tmp_path / "README.md"
-    stale.write_text((REPO / "config/README.md").read_text().replace("| `raw_dir` |", "| `rawdir` |"))
+    stale.write_text((REPO / "config/README.md").read_text().replace("| `raw_dir` |",
+                                                                     "| `rawdir` |"))
     assert schema_cli(["--check", str(stale)]) == 1
     assert "make config-docs" in capsys.readouterr().err
     assert schema_cli([str(stale)]) == 0 and schema_cli(["--check", str(stale)]) == 0
@@ -239,7 +243,8 @@ def test_with_defaults_fills_top_level_keys_only():
     assert cfg["report"] == {} and "raw_dir" not in cfg  # the input is left as it is
     given = with_defaults({"raw_dir": "/data", "report": {"notebook": "n.ipynb"},
                            "plugins": ["a.py:A"]})
-    assert given["raw_dir"] == "/data" and given["report"]["notebook"] == "n.ipynb" and given["plugins"] == ["a.py:A"]
+    assert (given["raw_dir"] == "/data" and given["report"]["notebook"] == "n.ipynb"
+            and given["plugins"] == ["a.py:A"])
 
 
 def test_shipped_configs_stay_valid_with_defaults_filled_in():

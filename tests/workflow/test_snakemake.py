@@ -177,9 +177,11 @@ def test_snakemake_report_holds_every_table_figure_and_the_claims_with_captions(
             for f in files[name]:
                 assert Path(f).name in stored
                 assert html.escape(spec.title, quote=False) in results[f]["caption"], f
-    assert "report.html" in stored and "reproduction report" in results["results/test/report/report.html"]["caption"]
+    assert ("report.html" in stored
+            and "reproduction report" in results["results/test/report/report.html"]["caption"])
     for f in ("claims.csv", "claims.md"):
-        assert f in stored and "claims, checked on the runs" in results[f"results/test/{f}"]["caption"]
+        assert (f in stored
+                and "claims, checked on the runs" in results[f"results/test/{f}"]["caption"])
     # the profile
     assert '<tt class="docutils literal">test</tt>' in _report_json(page, "workflow-desc")
 
@@ -231,7 +233,8 @@ def test_a_raw_dir_with_a_space_reaches_every_job_as_one_argument(tmp_path):
         if "--raw-dir" in words:
             assert words[words.index("--raw-dir") + 1] == SPACED_RAW_DIR, words
         if "--done" in words:
-            assert words[words.index("--done") + 1] == f"{SPACED_RAW_DIR}/fmnist/.fedmgda-download.done"
+            assert (words[words.index("--done") + 1]
+                    == f"{SPACED_RAW_DIR}/fmnist/.fedmgda-download.done")
 
     target = "results/test/partitions/digits-shards/seed1.npz"
     # the target before --configfile

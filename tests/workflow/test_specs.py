@@ -77,7 +77,8 @@ def test_the_json_is_the_same_text_for_the_same_content():
     swapped = dataclasses.replace(spec, tolerance={"A": 0.5, "B": 1.0})
     assert swapped == spec and spec_to_json(swapped) != text
     back = spec_from_json(spec_to_json(swapped), TableSpec)
-    assert list(back.tolerance) == ["A", "B"] and list(spec_from_json(text, TableSpec).tolerance) == ["B", "A"]
+    assert (list(back.tolerance) == ["A", "B"]
+            and list(spec_from_json(text, TableSpec).tolerance) == ["B", "A"])
 
 
 def test_spec_json_with_an_unknown_or_missing_key_is_one_error():

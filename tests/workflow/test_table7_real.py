@@ -1,9 +1,10 @@
 """Table 7 on the real UCI Adult files, through the workflow as a user runs it.
 
 Runs only where the real files are (the folder named by FEDMGDA_ADULT_DIR, else
-``resources/raw/adult/``, docs/datasets.md "Tests"); a checkout without them skips with the reason. The paper's protocol
-(500 rounds, seeds 1-5) is the default; FEDMGDA_TABLE7_ROUNDS=N runs N rounds instead, and then
-only checks that every row is produced (the paper's band is a statement about 500 rounds).
+``resources/raw/adult/``, docs/datasets.md "Tests"); a checkout without them skips with the reason.
+The paper's protocol (500 rounds, seeds 1-5) is the default; FEDMGDA_TABLE7_ROUNDS=N runs N rounds
+instead, and then only checks that every row is produced (the paper's band is a statement about 500
+rounds).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ COLUMNS = ("Uniform", "PhD", "Non-PhD")
 pytestmark = [
     pytest.mark.realdata,
     pytest.mark.skipif(not (ADULT / "adult.data").is_file() or not (ADULT / "adult.test").is_file(),
-                       reason=f"the real UCI Adult files are not in {ADULT} (set FEDMGDA_ADULT_DIR)"),
+                       reason=f"the real UCI Adult files are not in {ADULT} "
+                              "(set FEDMGDA_ADULT_DIR)"),
 ]
 
 

@@ -1,5 +1,6 @@
 """Table statistics on fixture runs: mean ± population std over seeds, verdicts, diverged runs,
-best-of rows, paper rows that are not run, tables without a paper reference (reproduced numbers only)."""
+best-of rows, paper rows that are not run, tables without a paper reference (reproduced numbers
+only)."""
 
 from __future__ import annotations
 
@@ -59,12 +60,14 @@ def test_table_against_paper_values(runs_dir):
     fedavg = df[df["row"] == "fedavg"].iloc[0]
     assert fedavg["Average repro_mean"] == pytest.approx(75.0)
     assert fedavg["Average repro_std"] == pytest.approx(5.0)  # population std of {70, 80}
-    assert fedavg["Worst 5% repro_mean"] == pytest.approx(np.mean([np.percentile(a, 5), np.percentile(b, 5)]) * 100)
+    assert (fedavg["Worst 5% repro_mean"]
+            == pytest.approx(np.mean([np.percentile(a, 5), np.percentile(b, 5)]) * 100))
     # paper: FedAvg 70.11 ± 1.27 -> diff 4.89 -> outside
     assert fedavg["Average paper_mean"] == 70.11 and fedavg["Average paper_std"] == 1.27
     assert fedavg["Average diff"] == pytest.approx(75.0 - 70.11)
     assert fedavg["Average verdict"] == "outside"
-    assert fedavg["Average paper"] == "70.11±1.27" and fedavg["Average reproduced"] == "75.00±5.00"
+    assert fedavg["Average paper"] == "70.11±1.27"
+    assert fedavg["Average reproduced"] == "75.00±5.00"
     # every other paper row is listed as not run, never with a reproduced number
     others = df[df["row"] != "fedavg"]
     assert len(others) == 25 and (others["status"].str.startswith("not run")).all()
@@ -90,7 +93,8 @@ def test_failed_seeds_are_shown_as_failed(runs_dir):
     write_run(runs_dir, "r/seed2", [0.1] * 10, status="failed")
     df = build_table(_spec("t", [_row("mine", "Mine", "mine", ["r/seed1", "r/seed2"])], STATS4),
                      runs_dir)
-    assert df.iloc[0]["status"] == "failed (1/2 seeds)" and df.iloc[0]["Average reproduced"] == "failed (1/2 seeds)"
+    assert (df.iloc[0]["status"] == "failed (1/2 seeds)"
+            and df.iloc[0]["Average reproduced"] == "failed (1/2 seeds)")
 
 
 def test_a_statistic_added_after_training_fills_the_table(runs_dir, monkeypatch):
@@ -111,10 +115,13 @@ def test_a_statistic_added_after_training_fills_the_table(runs_dir, monkeypatch)
                            columns), runs_dir)
     row = df.iloc[0]
     assert display_scale("protocol.median_acc") == 100.0
-    assert row["Median repro_mean"] == pytest.approx(100 * np.mean([np.median(accs[1]), np.median(accs[2])]))
-    assert row["Final median repro_mean"] == pytest.approx(100 * np.mean([np.median(finals[1]), np.median(finals[2])]))
+    assert row["Median repro_mean"] == pytest.approx(100 * np.mean([np.median(accs[1]),
+                                                                    np.median(accs[2])]))
+    assert row["Final median repro_mean"] == pytest.approx(100 * np.mean([np.median(finals[1]),
+                                                                          np.median(finals[2])]))
     # a statistic summary.json has is computed from the vector as well, not read from it
-    assert row["Average repro_mean"] == pytest.approx(100 * np.mean([finals[1].mean(), finals[2].mean()]))
+    assert row["Average repro_mean"] == pytest.approx(100 * np.mean([finals[1].mean(),
+                                                                     finals[2].mean()]))
 
 
 def test_runs_trained_before_the_final_vector_was_stored(runs_dir, monkeypatch):
@@ -130,8 +137,10 @@ def test_runs_trained_before_the_final_vector_was_stored(runs_dir, monkeypatch):
     rows = [_row("last", "Last", "fedavg", ["last/seed1"]),
             _row("avg", "Average", "afl", ["avg/seed1"])]
     df = build_table(_spec("t", rows, columns), runs_dir).set_index("row")
-    assert df.loc["last", "Average repro_mean"] == pytest.approx(50.0) and df.loc["last", "Median repro_mean"] == pytest.approx(40.0)
-    assert df.loc["avg", "Average repro_mean"] == pytest.approx(12.3) and df.loc["avg", "Median reproduced"] == "n/a"
+    assert (df.loc["last", "Average repro_mean"] == pytest.approx(50.0)
+            and df.loc["last", "Median repro_mean"] == pytest.approx(40.0))
+    assert (df.loc["avg", "Average repro_mean"] == pytest.approx(12.3)
+            and df.loc["avg", "Median reproduced"] == "n/a")
 
 
 def test_a_table_without_a_paper_reference_shows_only_the_reproduced_numbers(runs_dir, tmp_path):
@@ -203,10 +212,12 @@ def test_final_sources_and_wildcard_paper_rows(runs_dir):
                  paper="table7")
     df = build_table(spec, runs_dir)
     r = df[df["row"].str.contains("bias=1000")].iloc[0]
-    assert r["Uniform repro_mean"] == pytest.approx(83.24) and r["Uniform verdict"] == "within (1 seed)"
+    assert (r["Uniform repro_mean"] == pytest.approx(83.24)
+            and r["Uniform verdict"] == "within (1 seed)")
     # matched through the paper's "bias=*" (Arbitrary) row
     assert r["Uniform paper"] == "83.24±0.02"
-    assert r["Attacker repro_mean"] == pytest.approx(70.0) and r["Others repro_mean"] == pytest.approx(90.0)
+    assert (r["Attacker repro_mean"] == pytest.approx(70.0)
+            and r["Others repro_mean"] == pytest.approx(90.0))
     assert "83.24" in to_markdown(df, spec)
 
 
@@ -270,14 +281,17 @@ def test_a_table_over_two_experiments_joins_its_rows_by_key(runs_dir, tmp_path):
     assert q0["PhD repro_mean"] == pytest.approx(69.9) and q0["PhD paper_mean"] == 69.9
     # 83.25 vs 83.2, band 0.56
     assert q0["PhD verdict"] == "within" and q0["Adult average verdict"] == "within"
-    assert q0["F-MNIST average repro_mean"] == pytest.approx(78.8) and q0["F-MNIST average paper_mean"] == 78.8
-    assert q0["Variance repro_mean"] == pytest.approx(81.0) and q0["Variance paper"] == "not in paper"
+    assert (q0["F-MNIST average repro_mean"] == pytest.approx(78.8)
+            and q0["F-MNIST average paper_mean"] == 78.8)
+    assert (q0["Variance repro_mean"] == pytest.approx(81.0)
+            and q0["Variance paper"] == "not in paper")
     afl = df.loc["afl"]
     assert afl["label"] == "AFL γ_w=0.1 / AFL γ_w=0.001"
     assert afl["status"] == "fmnist: diverged (1/2 seeds)" and afl["PhD verdict"] == "within"
     assert afl["F-MNIST average verdict"] == "diverged"
     assert df.loc["qffl_q2", "status"] == "not run"
-    assert math.isnan(df.loc["qffl_q2", "PhD repro_mean"]) and df.loc["qffl_q2", "PhD paper_mean"] == 74.4
+    assert (math.isnan(df.loc["qffl_q2", "PhD repro_mean"])
+            and df.loc["qffl_q2", "PhD paper_mean"] == 74.4)
     back = pd.read_csv(tmp_path / "t.csv")
     assert {"PhD paper_mean", "PhD paper_std", "PhD repro_mean",
             "F-MNIST average verdict"} <= set(back.columns)
@@ -293,9 +307,11 @@ def test_a_two_experiment_table_without_a_paper_shows_reproduced_numbers_only(ru
     spec = _spec("mine", rows, {"PhD": "final.test_acc_phd", "all": "final.test_acc_all"},
                  column_experiment={"PhD": "adult", "all": "fmnist"})
     df = build_table(spec, runs_dir).set_index("row")
-    assert df.loc["afl", "PhD repro_mean"] == pytest.approx(60.0) and df.loc["afl", "all repro_mean"] == pytest.approx(80.0)
+    assert (df.loc["afl", "PhD repro_mean"] == pytest.approx(60.0)
+            and df.loc["afl", "all repro_mean"] == pytest.approx(80.0))
     assert not any(c.endswith((" paper", " verdict", " diff")) for c in df.columns)
-    assert df.loc["extra", "status"] == "adult: not in its grid" and df.loc["extra", "PhD reproduced"] == "not run"
+    assert (df.loc["extra", "status"] == "adult: not in its grid"
+            and df.loc["extra", "PhD reproduced"] == "not run")
 
 
 def test_a_tables_markdown_ends_with_where_its_runs_were_made(tmp_path):
@@ -327,7 +343,8 @@ def test_a_tables_markdown_ends_with_where_its_runs_were_made(tmp_path):
     assert "Made in 2 environments:" in footer
     assert ("- fedmgda 0.1.0 (0123456, modified), Python 3.11.7, torch 2.14.1, numpy 2.4.6, cvxopt "
             "1.3.3 on cpu, AMD EPYC (x86-64-v4), 2 torch threads (2 runs)") in footer
-    assert "on cuda:0 (NVIDIA H100, CUDA 13.0), AMD EPYC (x86-64-v4), 2 torch threads (1 run)" in footer
+    assert ("on cuda:0 (NVIDIA H100, CUDA 13.0), AMD EPYC (x86-64-v4), 2 torch threads (1 run)"
+            in footer)
     assert "Partitions (sha256): 1 distinct: c0ffeec0ffee." in footer
     assert "1 run carries no environment stamp (trained before stamping)." in footer
     assert "environment" not in (tmp_path / "t.csv").read_text()

@@ -93,12 +93,14 @@ def test_table7_runs_carry_its_readings(paper):
     reg = expand(paper)
     configs = {r.algorithm: reg.runs[r.runs[0]].config for r in reg.rows["table7"]}
     assert configs["afl"]["afl_gamma_w"] == "local_lr" and "final_model" not in configs["afl"]
-    assert configs["qfedavg"]["qffl_loss"] == "batch_sum" and configs["qfedavg"]["final_model"] == "last"
+    assert (configs["qfedavg"]["qffl_loss"] == "batch_sum"
+            and configs["qfedavg"]["final_model"] == "last")
     assert configs["fedmgda_plus"]["final_model"] == configs["fedavg"]["final_model"] == "average"
     assert "afl_gamma_w" not in configs["qfedavg"] and "qffl_loss" not in configs["fedmgda_plus"]
     assert all(c["dataset_options"]["shift_by_one"] is True for c in configs.values())
     baseline = [r for r in reg.rows["table7"] if r.key == "baseline_phd"][0]
-    assert reg.runs[baseline.runs[0]].config["dataset_options"] == {"clients": "phd", "shift_by_one": True}
+    assert reg.runs[baseline.runs[0]].config["dataset_options"] == {"clients": "phd",
+                                                                    "shift_by_one": True}
 
 
 def test_sensitivity_experiment_reuses_the_base_runs_and_varies_one_reading(paper):
@@ -168,7 +170,8 @@ def test_variants_table_on_fixture_runs(tmp_path):
     assert md == variants_markdown(df, spec) + environment_footer(spec, runs)
     assert md.endswith("\n---\n\n2 runs carry no environment stamp (trained before stamping).\n")
     assert "### adult_client_rows" in md and "| shifted_ids ✓ | domain_rows |" in md
-    assert "| AFL [bias 0] | 83.26 / 77.90 / 83.32 | 83.26 / 77.90 / 83.32 *within* | 76.90 / 77.90 / 83.32 |" in md
+    assert ("| AFL [bias 0] | 83.26 / 77.90 / 83.32 | 83.26 / 77.90 / 83.32 *within* | 76.90 / "
+            "77.90 / 83.32 |" in md)
     assert "| rows within the band | | 1/1 | 0/1 |" in md
 
 

@@ -2,21 +2,21 @@
 
 A page writes a number as an inline marker around its value::
 
-    <!-- n docs/results/fmnist/claims_fedmdfg.csv fmnist_fedmdfg_fedplat_average_late diff_mean .2f -->6.04<!-- /n -->
+    <!-- n benchmarks/measurements/performance_numbers.csv batched_01 value -->1.8e-3<!-- /n -->
 
 The marker (an HTML comment: invisible on GitHub, in tables too) names a file under the repository,
 a row key, a column and an optional format; ``render`` rewrites the value between the markers
 from the file, ``check`` lists every marker whose value differs from it. Fields are split as a
-shell does (quote a key with spaces: ``"FedMGDA ε=0.1"``); no field may hold ``|`` or ``--``, and no
-line may start with a marker (Markdown would read an HTML block there).
+shell does (quote a key with spaces: ``"FedMGDA ε=0.1"``); no field may hold ``|`` or ``--``, and
+no line may start with a marker (Markdown would read an HTML block there).
 
 Files and their cells:
 
 - ``.csv``: the row whose first column is the key (``@last``: the last row, the newest entry of a
   log such as test_runs.csv), the column by its header.
-- ``.md`` (and ``.txt``): Markdown tables; the row whose first cell (backquotes stripped) is the key,
-  in a table whose header has the column (``a::b``: first cell a, second b). The key and column
-  must name exactly one cell.
+- ``.md`` (and ``.txt``): Markdown tables; the row whose first cell (backquotes stripped) is the
+  key, in a table whose header has the column (``a::b``: first cell a, second b). The key and
+  column must name exactly one cell.
 - ``.json``: the key a dotted path into the object (``a.b.0``), the column ``-``.
 - any text file, the column ``#k``: the key a phrase on exactly one line, the k-th number after it
   on that line (``"package - authors =" #1``).
@@ -37,7 +37,7 @@ first number formatted (``neg`` before it: its negative, for a difference stated
 round); a column ``name#k`` picks the cell's k-th number (1-based): ``mean_acc#2`` of
 ``79.63 ± 1.22`` is 1.22.
 
-``python -m fedmgda.docnumbers [--check] [PAGES]`` (``make docs``) re-renders the numbers and the
+``python tools/docnumbers.py [--check] [PAGES]`` (``make docs``) re-renders the numbers and the
 verdict tables (:func:`render_verdict_blocks`) of the pages, by default ``PAGES`` below.
 A page with a marker or table block that does not parse (a marker that lost its ``<!-- /n -->``, a
 block without its ``<!-- /table -->``, a closing tag without its opening) is left as it is, and
@@ -267,7 +267,8 @@ def render(text: str, root: str | Path) -> str:
 
     def table(m: re.Match) -> str:
         cols = f" {m['cols']}" if m["cols"] else ""
-        return f"<!-- table: {m['path']}{cols} -->\n{csv_table(m['path'], m['cols'], root)}<!-- /table -->"
+        return (f"<!-- table: {m['path']}{cols} -->\n"
+                f"{csv_table(m['path'], m['cols'], root)}<!-- /table -->")
     return MARKER_RE.sub(one, TABLE_BLOCK_RE.sub(table, text))
 
 
@@ -373,7 +374,8 @@ def verdict_table(df: pd.DataFrame, pattern: str | None = None) -> str:
 
 
 def render_verdict_blocks(text: str, root: str | Path) -> str:
-    """``text`` with every verdicts block's table regenerated from its claims.csv (under ``root``)."""
+    """``text`` with every verdicts block's table regenerated from its claims.csv (under
+    ``root``)."""
     from fedmgda.claims import ClaimError, read_claims
 
     def table(m: re.Match) -> str:
