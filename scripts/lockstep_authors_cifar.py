@@ -23,9 +23,12 @@ theirs changed), with these changes from outside, named here:
 - torchvision's ``CIFAR10``: no download (``download`` returns at once) and the md5 checks of the
   batch files accept any present file (the random batches are not the published ones);
 - their arguments: those of their CIFAR-10 shards runs (``--dataset=cifar --iid=0``, one local
-  epoch, ``--num_users=100``) with b and lr of the setting (10 and 0.01, or 400 and 0.1), and
-  ``--frac=0.02``: 2 participants per round instead of 10, to keep the run small (the package
-  likewise, participation 0.02);
+  epoch, ``--num_users=100``, ``--frac=0.1``: 10 participants per round) with b and lr of the
+  setting (10 and 0.01, or 400 and 0.1);
+- each user's index list of their partition cut to ``--samples`` (``SAMPLES``, 100 of 500) before
+  their 80 / 10 / 10 split (``with_users_cut``): its first 80 training, 10 validation and 10 test
+  samples, the package's partition cut alike (``cut_partition``), to keep the run small (a round
+  trains 8 minibatches of 10 at b = 10, one full batch of 80 at b = 400; 500 keeps every sample);
 - as in the F-MNIST check (scripts/lockstep_authors_fmnist.py, ``authors_code.FedFromOutside``):
   each round's participants and every participant's minibatch order are the package's, both
   codes compute in float64 (their ``CNNCifar`` built as released after their seed, then cast;
@@ -37,18 +40,19 @@ theirs changed), with these changes from outside, named here:
 The package reads the random tarball with the registry's checksum set to that file's. The settings
 (``SETTINGS``): FedAvg (``--epsilon=0 --normalize=0``) and FedMGDA+ (``--epsilon=1
 --normalize=1``, eta 1, no decay) at b = 10 and b = 400. Checked first: the authors' partition is
-the package's ``sort: quicksort`` one, index list for index list. Then, for every setting and round,
-the largest absolute difference of the two global models relative to the largest weight, within
-``--rtol`` (1e-10), and after the last round the test accuracies of users 0-9 under the authors'
-model as each code evaluates it, which must be identical. Exit status 1 otherwise.
+the package's ``sort: quicksort`` one, index list for index list. Then, for every setting and each
+of the ``--rounds`` (5), the largest absolute difference of the two global models relative to the
+largest weight, within ``--rtol`` (1e-10), and after the last round the test accuracies of users
+0-9 under the authors' model as each code evaluates it, which must be identical. Exit status 1
+otherwise.
 
 ``--record FILE`` saves what a check without their code needs (xz-compressed ``torch.save``): the
-inputs both codes were fed (partition, participants, minibatch orders), a hash of the pixels, and
-of the authors' models after round 1 and the last their values at ``SKETCH`` fixed positions of
-every weight tensor (each tensor's largest weight among them) with the model's norm and largest
-weight; ``--recorded FILE`` compares the package, fed those inputs, with that: the differences at
-those positions and of the norms, relative to the largest weight and the norm, and users 0-9's
-accuracies under the package's own model (tests/data/test_authors_lockstep_cifar.py).
+inputs both codes were fed (the cut partition, participants, minibatch orders), ``--samples``, a
+hash of the pixels, and of the authors' model after every round its values at ``SKETCH`` fixed
+positions of every weight tensor (each tensor's largest weight among them) with the model's norm
+and largest weight; ``--recorded FILE`` compares the package, fed those inputs, with that: the
+differences at those positions and of the norms, relative to the largest weight and the norm, and
+users 0-9's accuracies under the package's own model (tests/data/test_authors_lockstep_cifar.py).
 """
 
 from __future__ import annotations
@@ -84,7 +88,8 @@ import lockstep_authors_fmnist as lockstep  # noqa: E402  (recording and feeding
 
 ARCHIVE = "cifar-10-python.tar.gz"
 TEST_IMAGES = 100
-PARTICIPATION = 0.02  # 2 participants per round
+PARTICIPATION = 0.1  # 10 of the 100 users per round, as in the authors' CIFAR-10 scripts
+SAMPLES = 100  # of each user's 500 samples, kept in both codes: 80 train, 10 val, 10 test
 EVALUATED = 10  # users 0-9: their test accuracies after the last round are compared
 FEDMGDA_PLUS = {"eta": 1.0, "decay": 0}
 SETTINGS = {  # name: (algorithm, hparams, b, local lr, the authors' algorithm flags)
@@ -161,6 +166,35 @@ def torchvision_offline():
 
 
 # ---------------------------------------------------------------------------------- the package
+def split_sizes(samples: int) -> tuple[int, int, int]:
+    """The train, val and test sizes of a user of ``samples`` samples, as the authors' 80 / 10 / 10
+    split cuts them (``main/update.py:L41-47``) and the package's shards partition does."""
+    if samples not in (100, 200, 300, 400, 500):  # their loaders' batches: a tenth of 10 or more
+        raise SystemExit(f"--samples {samples}: one of 100, 200, 300, 400 and 500 is needed")
+    return 8 * samples // 10, samples // 10, samples // 10
+
+
+def cut_partition(partition: Partition, samples: int) -> Partition:
+    """Each user's first train, val and test samples of ``partition`` (``split_sizes``)."""
+    sizes = dict(zip(lockstep.PARTS, split_sizes(samples)))
+    return dataclasses.replace(
+        partition,
+        **{part: [a[: sizes[part]] for a in getattr(partition, part)] for part in lockstep.PARTS},
+    )
+
+
+def cut_user(idxs: list, samples: int) -> list:
+    """One user's index list of the authors' partition cut as ``cut_partition`` cuts the
+    package's: their 80 / 10 / 10 split of the cut list is the cut of their split."""
+    n = len(idxs)
+    train, val, _ = split_sizes(samples)
+    return [
+        *idxs[:train],
+        *idxs[int(0.8 * n) : int(0.8 * n) + val],
+        *idxs[int(0.9 * n) : int(0.9 * n) + val],
+    ]
+
+
 def package_config(
     setting: str,
     seed: int,
@@ -196,23 +230,25 @@ def package_config(
 
 
 def simulation(args, setting: str, batched: bool = True) -> Simulation:
-    """The package's side of a setting, without dropout, in float64; with ``args.inputs`` (a
+    """The package's side of a setting, without dropout, in float64, on its ``sort: quicksort``
+    partition cut to ``args.samples`` per user (``cut_partition``); with ``args.inputs`` (a
     recording's), fed the recorded partition, participants and minibatch orders."""
-    options = {"dtype": torch.float64, "dropout": False}
     inputs = getattr(args, "inputs", None)
     if inputs is None:
-        return Simulation(
-            package_config(setting, args.seed, args.rounds, args.raw_dir, batched), **options
+        partition = cut_partition(
+            make_partition("cifar10", args.raw_dir, "shards", args.seed, {"sort": "quicksort"}),
+            args.samples,
         )
+    else:
+        partition = recorded_partition(inputs, args.seed, args.raw_dir)
     with tempfile.TemporaryDirectory() as tmp:
-        part_file = save_partition(
-            recorded_partition(inputs, args.seed, args.raw_dir), Path(tmp) / "partition.npz"
-        )
+        part_file = save_partition(partition, Path(tmp) / "partition.npz")
         sim = Simulation(
             package_config(setting, args.seed, args.rounds, args.raw_dir, batched, str(part_file)),
-            **options,
+            dtype=torch.float64,
+            dropout=False,
         )
-    return lockstep.fed(sim, inputs)
+    return sim if inputs is None else lockstep.fed(sim, inputs)
 
 
 def recorded_partition(inputs: dict[str, torch.Tensor], seed: int, raw_dir: str) -> Partition:
@@ -230,7 +266,13 @@ def recorded_partition(inputs: dict[str, torch.Tensor], seed: int, raw_dir: str)
 
 def package_models(args, settings=tuple(SETTINGS)) -> dict[str, list[torch.Tensor]]:
     """The package's global model after every round of each setting (its batched path)."""
-    return {setting: lockstep.package_rounds(simulation(args, setting)) for setting in settings}
+    return {setting: every_round(simulation(args, setting)) for setting in settings}
+
+
+def every_round(sim: Simulation) -> list[torch.Tensor]:
+    """The package's global model after each round, in order."""
+    models = lockstep.package_rounds(sim, 0)
+    return [models[t] for t in range(1, sim.cfg.rounds + 1)]
 
 
 def first_users_accuracies(sim: Simulation, w: torch.Tensor, users: int) -> np.ndarray:
@@ -263,6 +305,27 @@ def without_pre_round_losses(update) -> None:
     update.LocalUpdate.inference_trainloader = lambda self, model: (float("nan"), float("nan"))
 
 
+def with_users_cut(update, samples: int) -> None:
+    """Their ``LocalUpdate`` given each user's index list cut to ``samples`` (``cut_user``)
+    before their 80 / 10 / 10 split: the package's cut partition."""
+    split = update.LocalUpdate.train_val_test
+
+    def cut_then_split(self, dataset, idxs):
+        return split(self, dataset, cut_user(list(idxs), samples))
+
+    update.LocalUpdate.train_val_test = cut_then_split
+
+
+def their_changes(samples: int):
+    """The changes of their ``update`` module (``authors_code.authors_rounds_fed``'s ``also``)."""
+
+    def change(update) -> None:
+        without_pre_round_losses(update)
+        with_users_cut(update, samples)
+
+    return change
+
+
 def authors_run(args, setting: str, sim: Simulation) -> authors_code.FedFromOutside:
     """Their ``federated_main.py`` on the random batches for a setting, fed the package's
     participants and minibatches (``authors_code.FedFromOutside``)."""
@@ -280,7 +343,7 @@ def authors_run(args, setting: str, sim: Simulation) -> authors_code.FedFromOuts
     argv = [*CIFAR_SHARDS, f"--local_bs={batch_size}", f"--lr={lr}", *flags, f"--seed={args.seed}"]
     with torchvision_offline():
         return authors_code.authors_rounds_fed(
-            args.authors, fed, argv, also=without_pre_round_losses
+            args.authors, fed, argv, also=their_changes(args.samples)
         )
 
 
@@ -329,7 +392,7 @@ def load_recording(path: Path) -> dict:
 
 
 def authors_record(args, settings: tuple[str, ...]) -> dict:
-    """Their code on every setting, kept as a recording: {setting: {round: sketch}}, the last
+    """Their code on every setting, kept as a recording: {setting: every round's sketch}, the last
     round's per-user accuracies, the inputs both codes were fed; in it also their full models
     (``full``, not saved) and how many users' index lists equal the package's (``same_users``)."""
     extract_for_authors(Path(args.raw_dir) / "cifar10" / ARCHIVE, args.authors)
@@ -337,12 +400,14 @@ def authors_record(args, settings: tuple[str, ...]) -> dict:
     partition = make_partition(
         "cifar10", args.raw_dir, "shards", args.seed, first.cfg.dataset_options
     )
-    inputs = lockstep.recorded_inputs(first, partition)
+    rounds = list(range(args.rounds))
+    inputs = lockstep.recorded_inputs(first, cut_partition(partition, args.samples), rounds)
     sizes = [p.numel() for p in first.model.module.parameters()]
     del first
     record = {
         "seed": args.seed,
         "rounds": args.rounds,
+        "samples": args.samples,
         "data_seed": args.data_seed,
         "pixels": pixels_hash(Path(args.raw_dir)),
         "inputs": inputs,
@@ -351,7 +416,7 @@ def authors_record(args, settings: tuple[str, ...]) -> dict:
     full, same = {}, {}
     for setting in settings:
         sim = simulation(args, setting)
-        drawn = lockstep.recorded_inputs(sim, partition)
+        drawn = lockstep.recorded_inputs(sim, cut_partition(partition, args.samples), rounds)
         if any(not torch.equal(drawn[k], inputs[k]) for k in inputs):
             raise SystemExit(
                 f"{setting}: the package draws other participants or minibatch orders "
@@ -363,8 +428,8 @@ def authors_record(args, settings: tuple[str, ...]) -> dict:
         record["settings"][setting] = {
             "positions": positions,
             "accuracies": torch.tensor(fed.accuracies, dtype=torch.float64),
-            "rounds_kept": [1, args.rounds],
-            "models": [sketch(fed.global_models[t - 1], positions) for t in (1, args.rounds)],
+            "rounds_kept": list(range(1, args.rounds + 1)),
+            "models": [sketch(w, positions) for w in fed.global_models],
         }
     if args.record is not None:
         save_recording(args.record, record)
@@ -373,7 +438,7 @@ def authors_record(args, settings: tuple[str, ...]) -> dict:
 
 def check(args, own: dict[str, list[torch.Tensor]] | None = None) -> int:
     """Both codes with the same inputs: the partition first, then for every setting the global
-    models of round 1 and the last (every round, when their code runs now) within ``--rtol`` and
+    models of every round (every weight, when their code runs now) within ``--rtol`` and
     the per-user test accuracies after the last round identical. ``own``: the package's
     ``package_models``, if already computed."""
     if args.recorded is not None:
@@ -401,7 +466,8 @@ def check(args, own: dict[str, list[torch.Tensor]] | None = None) -> int:
             )
     print(
         f"seed {args.seed}, float64, {args.rounds} rounds, {round(100 * PARTICIPATION)} "
-        "participants per round, the same participants and minibatches in both codes; "
+        f"participants per round, {args.samples} samples per user, the same participants and "
+        "minibatches in both codes; "
         "largest |difference| / largest |weight| of the global models:"
     )
     for setting, kept in theirs["settings"].items():
@@ -460,7 +526,14 @@ def main() -> None:
         help=f"where the random batches are written (raw/cifar10/{ARCHIVE})",
     )
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=SAMPLES,
+        help="samples kept per user, of its 500 (100, 200, ..., 500: 80 %% train, 10 %% val, "
+        "10 %% test; with --recorded, the recording's)",
+    )
     parser.add_argument("--data-seed", type=int, default=1, help="the random pixels' seed")
     parser.add_argument("--settings", nargs="+", choices=tuple(SETTINGS), default=tuple(SETTINGS))
     parser.add_argument(
@@ -477,12 +550,14 @@ def main() -> None:
         parser.error(
             "give one of --authors (run their code) and --recorded (compare with a recording)"
         )
+    split_sizes(args.samples)  # a bad --samples stops here, with one line
     args.authors = args.authors.resolve() if args.authors is not None else None
     args.raw_dir = str((args.work / "raw").resolve())
     args.inputs = None
     if args.recorded is not None:
         recording = load_recording(args.recorded)
         args.data_seed, args.inputs = recording["data_seed"], recording["inputs"]
+        args.samples = recording["samples"]
     write_random_cifar(Path(args.raw_dir), args.data_seed)
     torch.set_num_threads(1)
     sys.exit(check(args))

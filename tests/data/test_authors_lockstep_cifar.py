@@ -1,18 +1,22 @@
 """The lockstep check with the authors' CIFAR-10 code (scripts/lockstep_authors_cifar.py) against a
 recording of their side, so that it runs without their code: FedAvg and FedMGDA+ at b = 10 and
 b = 400 on the authors' CIFAR-10 partition of random-pixel batches in CIFAR-10's real format,
-seed 1, 3 rounds of 2 participants, the package's participants and minibatches fed to their
-``federated_main.py``, both codes in float64. Recorded by
+seed 1, 5 rounds of 10 participants of the 100 users (the paper's participation, so FedMGDA+'s
+min-norm QP weighs 10 updates), the package's participants and minibatches fed to their
+``federated_main.py``, both codes in float64. To keep the recording within minutes on a CPU, each
+user keeps 100 of its 500 samples in both codes (``--samples 100``: its first 80 training, 10
+validation and 10 test samples), so a round trains 8 minibatches of 10 at b = 10 and one full
+batch of 80 at b = 400 per participant. Recorded by
 
     NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR" PYTHONPATH=/tmp/authors-site \\
         python scripts/lockstep_authors_cifar.py --authors /tmp/Fed-MGDA/main \\
         --record tests/data/authors_lockstep_cifar_seed1.pt.xz
 
 (watml/Fed-MGDA as released, numpy 2.4.6 with its SIMD sorts off, torch 2.14.1 and torchvision
-0.29.1 on the CPU): of their global models after rounds 1 and 3, the values at fixed positions of
-every weight tensor with the norm and largest weight; users 0-9's test accuracies after round 3; the
-inputs both codes were fed and a hash of the random pixels, which the test writes again from their
-seed."""
+0.29.1 on the CPU): of their global models after each of the 5 rounds, the values at fixed
+positions of every weight tensor with the norm and largest weight; users 0-9's test accuracies
+after round 5; the inputs both codes were fed and a hash of the random pixels, which the test
+writes again from their seed."""
 
 import copy
 import importlib.util
@@ -23,14 +27,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedmgda.algorithms.averaging import WeightedUpdates
 from fedmgda.data import DATASET_SPECS, cifar10, make_partition
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDING = ROOT / "tests" / "data" / "authors_lockstep_cifar_seed1.pt.xz"
-MUTATED = "fedavg_b400"  # the setting whose server step the mutation test moves
-# The package's four CIFAR-10 runs in float64 take minutes and up to ~9 GB at b = 400: run them
-# with FEDMGDA_LOCKSTEP_CIFAR=1 (the loader test below always runs).
+ROUNDS, PARTICIPANTS, SAMPLES = 5, 10, 100  # what the recording holds, per setting and round
+SETTINGS = ("fedavg_b10", "fedmgda_plus_b10", "fedavg_b400", "fedmgda_plus_b400")
+# The package's four CIFAR-10 runs in float64 take minutes: run them with
+# FEDMGDA_LOCKSTEP_CIFAR=1 (the recording's and the loader's tests below always run).
 FULL = pytest.mark.skipif(os.environ.get("FEDMGDA_LOCKSTEP_CIFAR") != "1",
                           reason="the CIFAR-10 lockstep runs: set FEDMGDA_LOCKSTEP_CIFAR=1")
 
@@ -55,7 +59,8 @@ def recorded_args(cifar, tmp_path_factory):
         cifar.write_random_cifar(raw_dir, recording["data_seed"])
         yield Namespace(
             seed=1,
-            rounds=3,
+            rounds=recording["rounds"],
+            samples=recording["samples"],
             raw_dir=str(raw_dir),
             rtol=1e-10,
             recorded=RECORDING,
@@ -81,27 +86,55 @@ def test_package_rounds_equal_the_authors_cifar_code_fed_the_same_inputs(
     assert out.count("users whose test accuracy differs: 0/10") == len(cifar.SETTINGS)
 
 
+def test_the_recording_holds_every_round_of_ten_participants_in_every_setting(cifar):
+    """The recording the checks below compare with: seed 1, 5 rounds, 10 participants a round
+    (distinct users), 100 samples a user, and of each of the four settings a sketch of their
+    global model after every round and users 0-9's accuracies (multiples of 1/10: 10 test
+    samples each)."""
+    recording = cifar.load_recording(RECORDING)
+    assert (recording["seed"], recording["rounds"], recording["samples"]) == (1, ROUNDS, SAMPLES)
+    inputs = recording["inputs"]
+    assert inputs["participant_rounds"].tolist() == list(range(ROUNDS))
+    assert inputs["participants"].shape == (ROUNDS, PARTICIPANTS)
+    assert all(len(set(users)) == PARTICIPANTS for users in inputs["participants"].tolist())
+    train, val, test = cifar.split_sizes(SAMPLES)
+    for part, size in (("train", train), ("val", val), ("test", test)):
+        assert inputs[f"{part}_sizes"].tolist() == [size] * 100
+    assert inputs["order_sizes"].tolist() == [train] * (ROUNDS * PARTICIPANTS)
+    assert sorted(recording["settings"]) == sorted(cifar.SETTINGS) == sorted(SETTINGS)
+    for kept in recording["settings"].values():
+        assert kept["rounds_kept"] == list(range(1, ROUNDS + 1))
+        assert len(kept["models"]) == ROUNDS
+        accuracies = kept["accuracies"] * test
+        assert accuracies.shape == (cifar.EVALUATED,)
+        assert torch.equal(accuracies, accuracies.round())
+
+
 @FULL
 @pytest.mark.slow
+@pytest.mark.parametrize("setting", SETTINGS)
 def test_a_server_step_moved_by_1e_8_fails_the_check(
-    cifar, recorded_args, package_models, monkeypatch, capsys
+    cifar, recorded_args, package_models, monkeypatch, capsys, setting
 ):
-    """The package's server step eta_t scaled by 1 + 1e-8 in round 1 of one setting: the check
-    sees it."""
-    step_size = WeightedUpdates.step_size
-    monkeypatch.setattr(
-        WeightedUpdates, "step_size", lambda self, t: step_size(self, t) * (1 + 1e-8)
-    )
+    """The package's aggregation of the setting's rule with its step w_next - w scaled by
+    1 + 1e-8 in round 1: the check sees it."""
     one_round = Namespace(**{**vars(recorded_args), "rounds": 1})
-    [moved] = cifar.lockstep.package_rounds(cifar.simulation(one_round, MUTATED))
-    assert not torch.equal(moved, package_models[MUTATED][0])
-    mutated = copy.copy(package_models)
-    mutated[MUTATED] = [moved, *package_models[MUTATED][1:]]
-    assert cifar.check(recorded_args, mutated) == 1
-    out = capsys.readouterr().out
-    assert "lockstep: FAILED" in out
-    kept = cifar.load_recording(RECORDING)["settings"][MUTATED]
+    sim = cifar.simulation(one_round, setting)
+    aggregate = type(sim.algorithm).aggregate
+
+    def scaled_step(self, w, updates, ctx):
+        w_next, info = aggregate(self, w, updates, ctx)
+        return w + (1 + 1e-8) * (w_next - w), info
+
+    monkeypatch.setattr(type(sim.algorithm), "aggregate", scaled_step)
+    [moved] = cifar.every_round(sim)
+    assert not torch.equal(moved, package_models[setting][0])
+    kept = cifar.load_recording(RECORDING)["settings"][setting]
     assert cifar.relative_gap(moved, kept["models"][0], kept["positions"]) > recorded_args.rtol
+    mutated = copy.copy(package_models)
+    mutated[setting] = [moved, *package_models[setting][1:]]
+    assert cifar.check(recorded_args, mutated) == 1
+    assert "lockstep: FAILED" in capsys.readouterr().out
 
 
 @FULL
@@ -111,9 +144,13 @@ def test_the_recorded_inputs_are_what_the_package_draws(cifar, recorded_args):
     computed alike on every machine) and its participants and minibatch orders are the ones the
     package's seeds give, in every setting."""
     own = Namespace(**{**vars(recorded_args), "inputs": None})
-    partition = make_partition("cifar10", recorded_args.raw_dir, "shards", 1, {"sort": "quicksort"})
+    partition = cifar.cut_partition(
+        make_partition("cifar10", recorded_args.raw_dir, "shards", 1, {"sort": "quicksort"}),
+        recorded_args.samples,
+    )
+    rounds = list(range(recorded_args.rounds))
     for setting in cifar.SETTINGS:
-        drawn = cifar.lockstep.recorded_inputs(cifar.simulation(own, setting), partition)
+        drawn = cifar.lockstep.recorded_inputs(cifar.simulation(own, setting), partition, rounds)
         assert sorted(drawn) == sorted(recorded_args.inputs)
         for name, values in drawn.items():
             assert torch.equal(values, recorded_args.inputs[name]), (setting, name)
