@@ -16,7 +16,8 @@ import fedmgda.qp
 from fedmgda.algorithms.linalg import gram_matrix, normalise_rows
 from fedmgda.qp import min_norm_weights, project_to_simplex
 from fedmgda.scheduler import Scheduler, run, run_packed
-from fedmgda.simulator import Simulation, finite_mean, screen_reports
+from fedmgda.screening import finite_mean, screen_reports
+from fedmgda.simulator import Simulation
 
 FEDAVGM = str(Path(__file__).resolve().parents[1] / "examples/fedavgm.py") + ":FedAvgM"
 ALGORITHMS = {  # every built-in algorithm and a plug-in

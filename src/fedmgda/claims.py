@@ -15,15 +15,17 @@ A claim names the paper's sentence (``paper``, ``source``), the runs it is judge
   or by ``attack`` (the attack's value, e.g. the bias).
 - ``compare``:
     * ``identical``: |A - B| <= ``tolerance`` (default 1e-6; ties below) at every seed; with
-      ``select``, every row equals every other within it. A deterministic claim: any seed off means "fails".
+      ``select``, every row equals every other within it. A deterministic claim: any seed off
+      means "fails".
     * ``at_least``: A - B >= ``margin`` (default 0).
     * ``close``: |A - B| <= ``tolerance``.
     * ``monotone``: ``direction`` increasing | decreasing along ``by``, every step allowed to go the
       wrong way by at most ``tolerance`` (default 0), and the total change first -> last in that
       direction positive (a flat series is no trend), or at least ``margin`` when given.
 - ``spread_of``: ``a`` or ``b`` (``close``, ``at_least``): that row's seed std (as shown: population
-  std over its seeds, in the claim's units) is added to the tolerance (``close``: "A is within the seed spread of B") or to
-  the margin (``at_least``: "A exceeds B by more than B's seed spread"); the row needs two seeds.
+  std over its seeds, in the claim's units) is added to the tolerance (``close``: "A is within the
+  seed spread of B") or to the margin (``at_least``: "A exceeds B by more than B's seed spread");
+  the row needs two seeds.
 - ``seeds``: ``paired`` (default: the claim is judged per seed -- runs of one seed share the
   initial model and the participants -- on the seeds every row has) or ``mean`` (judged once on
   the means over each row's seeds).
@@ -32,10 +34,11 @@ Verdict. Each judged unit (a seed when paired, the means otherwise) gets a score
 whether the claim holds there (at_least: s = A - B - margin; close / identical: s = tolerance -
 |A - B|; monotone: the smallest step in the claimed direction + tolerance, or the total change -
 margin if smaller, margin defaulting to a hair above 0). A score within the float resolution of the
-statistics it compares, |s| <= 1e-5 x their size + 1e-9 (:data:`FLOAT_RTOL`, :func:`settle_tie`), is a
-tie, exactly 0: another machine may put it on either side. A tie holds (A - B >= margin, |A - B| <=
-tolerance, a monotone step) except for a monotone total change without a margin, which must be
-positive: a flat series is no trend. Paired, over n seeds with mean m and sample std sd (ddof 1) of s:
+statistics it compares, |s| <= 1e-5 x their size + 1e-9 (:data:`FLOAT_RTOL`, :func:`settle_tie`),
+is a tie, exactly 0: another machine may put it on either side. A tie holds (A - B >= margin,
+|A - B| <= tolerance, a monotone step) except for a monotone total change without a margin, which
+must be positive: a flat series is no trend. Paired, over n seeds with mean m and sample std sd
+(ddof 1) of s:
 
 - ``holds``: every s >= 0 and (n = 1 or m >= sd);
 - ``fails``: every s < 0 and (n = 1 or -m >= sd);
@@ -87,7 +90,8 @@ from fedmgda.specs import ClaimSpec, Row
 PAIR_KINDS = ("identical", "at_least", "close")
 SERIES_KINDS = ("identical", "monotone")
 KINDS = ("identical", "at_least", "close", "monotone")
-SOURCE_RE = re.compile(r"^(final|protocol)\.[A-Za-z0-9_]+$|^final_(user|others)\.[0-9]+$|^metrics\.[A-Za-z0-9_]+$")
+SOURCE_RE = re.compile(r"^(final|protocol)\.[A-Za-z0-9_]+$|^final_(user|others)\.[0-9]+$"
+                       r"|^metrics\.[A-Za-z0-9_]+$")
 VERDICTS = ("holds", "fails", "inconclusive", "not run")
 # a hair above 0: a monotone total change without a margin must exceed it (and settle_tie's floor)
 FLAT = 1e-9
@@ -205,12 +209,12 @@ def _rounds(config: dict[str, Any], exp: dict[str, Any], overridden: bool) -> An
 
 def evaluation_tag(config: dict[str, Any], experiments: list[str]) -> str:
     """What a claim's id carries when it is judged on other runs than its registry entry names:
-    ``""`` when its experiments' runs are the registered ones, else ``@`` and what differs, ``T=<rounds>``
-    (the top-level ``rounds``, ``run_overrides`` or ``experiment_overrides``) and ``seeds=<s,...>``
-    (the seeds judged, from the top-level ``seeds`` or ``experiment_overrides``), joined by ``;``:
-    ``fmnist_fairness_std@seeds=1,5000,6000`` is ``fmnist_fairness_std`` judged on 3 of its
-    experiment's 8 seeds. One id, one meaning: claims files that judge one registry claim on different
-    runs give it different ids (tests/test_claim_ids.py)."""
+    ``""`` when its experiments' runs are the registered ones, else ``@`` and what differs,
+    ``T=<rounds>`` (the top-level ``rounds``, ``run_overrides`` or ``experiment_overrides``) and
+    ``seeds=<s,...>`` (the seeds judged, from the top-level ``seeds`` or ``experiment_overrides``),
+    joined by ``;``: ``fmnist_fairness_std@seeds=1,5000,6000`` is ``fmnist_fairness_std`` judged on
+    3 of its experiment's 8 seeds. One id, one meaning: claims files that judge one registry claim
+    on different runs give it different ids (tests/test_claim_ids.py)."""
     over = config.get("experiment_overrides") or {}
     registered = {e: (config.get("experiments") or {}).get(e) or {} for e in experiments}
     layered = {e: {**exp, **(over.get(e) or {})} for e, exp in registered.items()}
@@ -245,7 +249,8 @@ def _claim_form(cid: str, claim: dict[str, Any]) -> tuple[str, str, dict[str, An
 
 
 def _claim_experiments(cid: str, claim: dict[str, Any], known: set[str]) -> list[str]:
-    """The experiments the claim reads (:func:`_experiments_of`): at least one, all in the config."""
+    """The experiments the claim reads (:func:`_experiments_of`): at least one, all in the
+    config."""
     exps = _experiments_of(claim)
     if not exps:
         raise ClaimError(f"claim {cid}: names no experiment")
@@ -451,8 +456,9 @@ def judge_differences(differences: list[float], margin: float = 0.0,
                       size: float = 0.0) -> dict[str, Any]:
     """The one rule (:func:`decide`) applied to paired differences A - B, one per seed, for a
     comparison that no claim runs (e.g. a script's package-against-authors gap): "A - B >= margin".
-    ``size``: the magnitude of A and B, for the float resolution (:func:`settle_tie`). Returns n, mean,
-    sd (ddof 1), the interval mean ± sd, the seeds on the claimed side, the verdict and its note."""
+    ``size``: the magnitude of A and B, for the float resolution (:func:`settle_tie`). Returns n,
+    mean, sd (ddof 1), the interval mean ± sd, the seeds on the claimed side, the verdict and its
+    note."""
     d = np.asarray([x for x in differences if not math.isnan(x)], dtype=float)
     scores = np.asarray([settle_tie(x - margin, size) for x in d], dtype=float)
     verdict, note = decide(list(scores), "at_least")
@@ -504,7 +510,8 @@ def expected_text(c: ClaimSpec) -> str:
 
 
 def with_spread(c: ClaimSpec, a_std: float, b_std: float) -> ClaimSpec:
-    """The claim with ``spread_of``'s seed std added to its tolerance (close) or margin (at_least)."""
+    """The claim with ``spread_of``'s seed std added to its tolerance (close) or margin
+    (at_least)."""
     if c.spread_of is None:
         return c
     std = a_std if c.spread_of == "a" else b_std
@@ -558,7 +565,8 @@ def evaluate_claim(c: ClaimSpec, runs_dir: str | Path | RunFolders) -> dict[str,
 def _judge_series(c: ClaimSpec, per_row: list[dict[int, float]], complete: list[int],
                   rec: dict[str, Any],
                   notes: list[str]) -> tuple[str, list[float], float | None]:
-    """A series claim's measured text, scores and (``seeds: mean``) spread; its values into ``rec``."""
+    """A series claim's measured text, scores and (``seeds: mean``) spread; its values into
+    ``rec``."""
     means = [seed_stats(v.values()) for v in per_row]
     names = _series_names(c)
     rec["values"] = json.dumps({n: round(m, 4) for n, (m, _) in zip(names, means, strict=True)})

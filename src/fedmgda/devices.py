@@ -111,9 +111,9 @@ def choose_device(dataset: str, model: str | None = None, cuda_available: bool =
 
 
 def best_pack_size(seconds: Mapping[int, float], tolerance: float = 0.05) -> int:
-    """The pack size to use from measured {runs packed: seconds per round of them all}: the
-    smallest size whose time per run-round is within ``tolerance`` of the best measured (a smaller
-    pack risks less on a failure and a deadline for the same throughput). 1 when nothing is measured."""
+    """The pack size to use from measured {runs packed: seconds per round of them all}: the smallest
+    size whose time per run-round is within ``tolerance`` of the best measured (a smaller pack risks
+    less on a failure and a deadline for the same throughput). 1 when nothing is measured."""
     per_run = {k: s / k for k, s in seconds.items()}
     if not per_run:
         return 1

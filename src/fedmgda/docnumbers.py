@@ -2,7 +2,7 @@
 
 A page writes a number as an inline marker around its value::
 
-    <!-- n docs/results/fmnist/claims_fedmdfg.csv fmnist_fedmdfg_fedplat_average_late diff_mean .2f -->6.04<!-- /n -->
+    <!-- n benchmarks/measurements/performance_numbers.csv batched_01 value -->1.8e-3<!-- /n -->
 
 The marker (an HTML comment: invisible on GitHub, in tables too) names a file under the repository,
 a row key, a column and an optional format; ``render`` rewrites the value between the markers
@@ -14,9 +14,9 @@ Files and their cells:
 
 - ``.csv``: the row whose first column is the key (``@last``: the last row, the newest entry of a
   log such as test_runs.csv), the column by its header.
-- ``.md`` (and ``.txt``): Markdown tables; the row whose first cell (backquotes stripped) is the key,
-  in a table whose header has the column (``a::b``: first cell a, second b). The key and column
-  must name exactly one cell.
+- ``.md`` (and ``.txt``): Markdown tables; the row whose first cell (backquotes stripped) is the
+  key, in a table whose header has the column (``a::b``: first cell a, second b). The key and
+  column must name exactly one cell.
 - ``.json``: the key a dotted path into the object (``a.b.0``), the column ``-``.
 - any text file, the column ``#k``: the key a phrase on exactly one line, the k-th number after it
   on that line (``"package - authors =" #1``).
@@ -267,7 +267,8 @@ def render(text: str, root: str | Path) -> str:
 
     def table(m: re.Match) -> str:
         cols = f" {m['cols']}" if m["cols"] else ""
-        return f"<!-- table: {m['path']}{cols} -->\n{csv_table(m['path'], m['cols'], root)}<!-- /table -->"
+        return (f"<!-- table: {m['path']}{cols} -->\n{csv_table(m['path'], m['cols'], root)}"
+                f"<!-- /table -->")
     return MARKER_RE.sub(one, TABLE_BLOCK_RE.sub(table, text))
 
 
@@ -373,7 +374,8 @@ def verdict_table(df: pd.DataFrame, pattern: str | None = None) -> str:
 
 
 def render_verdict_blocks(text: str, root: str | Path) -> str:
-    """``text`` with every verdicts block's table regenerated from its claims.csv (under ``root``)."""
+    """``text`` with every verdicts block's table regenerated from its claims.csv (under
+    ``root``)."""
     from fedmgda.claims import ClaimError, read_claims
 
     def table(m: re.Match) -> str:

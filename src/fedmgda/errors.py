@@ -43,8 +43,8 @@ class RunFolderError(Exception):
 
 def warn_deprecated(message: str, stacklevel: int = 2) -> None:
     """Announce a deprecated form that still works (docs/plugins.md, "Interface versions"): a
-    ``DeprecationWarning`` (for tests and code that shows warnings) and the same message as one
-    line on stderr, since Python hides DeprecationWarnings outside ``__main__``: the line lands in
-    the workflow's output and in a run's ``train.log``. The caller warns once per thing deprecated."""
+    ``DeprecationWarning`` (for tests and code that shows warnings) and the same message as one line
+    on stderr, since Python hides DeprecationWarnings outside ``__main__``: the line lands in the
+    workflow's output and in a run's ``train.log``. The caller warns once per thing deprecated."""
     warnings.warn(message, DeprecationWarning, stacklevel=stacklevel + 1)
     print(f"fedmgda: deprecated: {message}", file=sys.stderr, flush=True)

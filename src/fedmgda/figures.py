@@ -1,14 +1,14 @@
 """Figures 1-9: one panel per call, from the run folders the registry names.
 
-A figure spec is a :class:`fedmgda.specs.FigureSpec` with its rows (``fedmgda.experiments.item_spec``).
-Kinds (the ``kind`` key of a figure spec in the config):
+A figure spec is a :class:`fedmgda.specs.FigureSpec` with its rows
+(``fedmgda.experiments.item_spec``). Kinds (the ``kind`` key of a figure spec in the config):
 
 - ``curves``: a ``metrics.csv`` column per round. Each seed's series is smoothed with an
-  exponentially weighted mean (pandas ``ewm(span)``, docs/protocol.md §6.4), then the seeds' mean is drawn
-  with a band of ±1 std over seeds; the legend's title says so, with the span. Accuracy-like
-  columns are shown in %. ``style_by: attack`` draws attacked runs dashed and clean ones solid, in
-  the same colour per algorithm setting. ``inset_last: N`` adds an inset of the last N rounds on
-  their own y range (a gap the full range hides).
+  exponentially weighted mean (pandas ``ewm(span)``, docs/protocol.md §6.4), then the seeds' mean
+  is drawn with a band of ±1 std over seeds; the legend's title says so, with the span.
+  Accuracy-like columns are shown in %. ``style_by: attack`` draws attacked runs dashed and clean
+  ones solid, in the same colour per algorithm setting. ``inset_last: N`` adds an inset of the last
+  N rounds on their own y range (a gap the full range hides).
 - ``violin``: the per-user accuracies of the last stored per-user vector at round <= T-9 (the
   table's round, ``fedmgda.results.protocol_vector``), pooled over the seeds that finished
   (Figure 3); the labels give σ = mean over seeds of the per-user std, a note the round, the seeds

@@ -65,7 +65,8 @@ class WeightedUpdates(Algorithm):
 
     uses_losses: ClassVar[bool] = False
     # lambda0
-    own_options: ClassVar[dict[str, tuple[str, ...]]] = {"aggregation_weights": ("uniform", "samples")}
+    own_options: ClassVar[dict[str, tuple[str, ...]]] = {
+        "aggregation_weights": ("uniform", "samples")}
     epsilon: float = 0.0
     eta: float = 1.0
     beta: float = 1.0
