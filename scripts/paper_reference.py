@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))  # works without `pip install -e .`
 
-from fedmgda.experiments import row_key  # noqa: E402
+from fedmgda.runkeys import row_key  # noqa: E402
 
 DEFAULT_CSV = REPO / "src/fedmgda/reference/paper_tables.csv"
 DEFAULT_QFFL_MD = REPO / "src/fedmgda/reference/qffl_tables.md"

@@ -14,8 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from fedmgda.claims import ClaimError
 from fedmgda.docnumbers import render_verdict_blocks
+from fedmgda.errors import ClaimError
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from fedmgda.claims import evaluation_tag, id_conflicts, parse_claims, to_markdown
+from fedmgda.claim_parsing import evaluation_tag, parse_claims
+from fedmgda.claims import id_conflicts, to_markdown
 from fedmgda.experiments import expand, load_config
 
 REPO = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ best measured pack, evaluation included) is lower: Adult's logistic regression t
 core, the CNNs and the LSTM on the GPU. A dataset the table does not measure on both devices goes
 to the GPU when its model is a CNN or an LSTM and to a CPU core otherwise (linear models, MLPs).
 
-The device is not part of a run's identity (``fedmgda.experiments.NON_IDENTITY_FIELDS``): the
+The device is not part of a run's identity (``fedmgda.config.NON_IDENTITY_FIELDS``): the
 choice changes no run key, run.yaml or number. Nothing here imports torch, so the Snakefile
 parses fast.
 """

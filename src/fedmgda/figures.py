@@ -43,7 +43,6 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fedmgda.catalog import algorithms  # noqa: E402
-from fedmgda.experiments import algorithm_info, fmt_display  # noqa: E402
 from fedmgda.metrics import display_scale, paired_interval  # noqa: E402
 from fedmgda.results import (  # noqa: E402
     RunFolders,
@@ -52,6 +51,7 @@ from fedmgda.results import (  # noqa: E402
     run_value,
     seed_stats,
 )
+from fedmgda.runkeys import algorithm_info, fmt_display  # noqa: E402
 from fedmgda.specs import FigureSpec, Row  # noqa: E402
 
 UNITS = {100.0: " (%)", 1e4: " (%²)"}  # of a display scale (fedmgda.metrics.display_scale)

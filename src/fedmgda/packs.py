@@ -30,7 +30,8 @@ from typing import Any
 from fedmgda.catalog import get_algorithm
 from fedmgda.config import config_hash
 from fedmgda.devices import job_gpu
-from fedmgda.experiments import RUN_DEFAULTS, RunSpec, fmt_num, fmt_value
+from fedmgda.experiments import RunSpec
+from fedmgda.runkeys import RUN_DEFAULTS, fmt_num, fmt_value
 from fedmgda.schema import def_defaults
 
 # run fields that are process-wide (torch.backends flags) or the device: packed runs share them
