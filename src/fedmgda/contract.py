@@ -29,7 +29,7 @@ import torch
 
 from fedmgda.errors import PluginError
 
-# aggregate's way of saying "diverged": numbers not finite (fedmgda.qp's checks raise it)
+# aggregate's way of saying "diverged": numbers not finite (fedmgda.algorithms.qp's checks raise it)
 DIVERGENCE = (FloatingPointError,)
 STATE_TYPES = "None, a number, a string, a tensor, or lists / tuples / dicts of them"
 
