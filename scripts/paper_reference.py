@@ -6,7 +6,7 @@ data, src/fedmgda/reference/paper_tables.csv: the FedMGDA+ rows first, then the 
     python scripts/paper_reference.py path/to/paper_tables.md [--qffl QFFL_MD] [--out CSV]
 
 The test tests/workflow/test_paper_tables.py re-parses the markdown (where FEDMGDA_PAPER_TABLES
-names it) and checks the CSV against it. Row keys are made with :func:`fedmgda.experiments.row_key`,
+names it) and checks the CSV against it. Row keys are made with :func:`fedmgda.runkeys.row_key`,
 the same function that names the registry's rows, so tables can match paper rows to reproduced rows
 (a q-FFL Table 2 row spans two datasets with different hyper-parameters: its key is the grid
 entries' shared ``row:``).
@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))  # works without `pip install -e .`
 
-from fedmgda.experiments import row_key  # noqa: E402
+from fedmgda.runkeys import row_key  # noqa: E402
 
 DEFAULT_CSV = REPO / "src/fedmgda/reference/paper_tables.csv"
 DEFAULT_QFFL_MD = REPO / "src/fedmgda/reference/qffl_tables.md"

@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from fedmgda.claims import ClaimError
+from fedmgda.errors import ClaimError
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools"))

@@ -1,5 +1,5 @@
 """One claim id, one meaning: a claim judged on other runs than its registry entry names
-carries what differs in its id (fedmgda.claims.evaluation_tag), no two committed claims files give
+carries what differs in its id (fedmgda.claim_parsing.evaluation_tag), no two committed claims files give
 one id two meanings, and no two profiles define one id differently."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from fedmgda.claims import evaluation_tag, id_conflicts, parse_claims, to_markdown
+from fedmgda.claim_parsing import evaluation_tag, parse_claims
+from fedmgda.claims import id_conflicts, to_markdown
 from fedmgda.experiments import expand, load_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,7 +34,7 @@ def test_committed_claims_files_give_each_id_one_meaning():
     assert len(files) >= 10, [str(f) for f in files]
     conflicts = id_conflicts(files)
     assert not conflicts, ("one claim id, two meanings (qualify the id: "
-                           "fedmgda.claims.evaluation_tag):\n" + "\n".join(conflicts))
+                           "fedmgda.claim_parsing.evaluation_tag):\n" + "\n".join(conflicts))
 
 
 def test_profiles_define_each_id_once():

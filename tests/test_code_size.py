@@ -14,7 +14,7 @@ MAX_FUNCTION_LINES = 60
 MAX_CLASS_LINES = 200
 MAX_MODULE_LINES = 600
 # library modules still over MAX_MODULE_LINES, to be split: the list only shrinks
-LONG_MODULES = {"src/fedmgda/experiments.py", "src/fedmgda/claims.py"}
+LONG_MODULES: set[str] = set()
 
 
 def oversized(path: Path, root: Path = ROOT) -> list[str]:

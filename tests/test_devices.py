@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from fedmgda.config import NON_IDENTITY_FIELDS
 from fedmgda.devices import (
     choose_device,
     job_gpu,
@@ -14,7 +15,6 @@ from fedmgda.devices import (
     run_device,
     split_variants,
 )
-from fedmgda.experiments import NON_IDENTITY_FIELDS
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = "setting,dataset,model,device,machine,threads,runs,s_per_round,eval_s,source\n"

@@ -108,7 +108,7 @@ def test_the_catalog_is_the_bottom_layer():
     algorithms = {m for m in MODULES if m.startswith("fedmgda.algorithms.")}
     assert GRAPH["fedmgda.errors"] == set()
     assert set().union(*(GRAPH[m]
-                         for m in algorithms)) <= algorithms | {"fedmgda.errors", "fedmgda.qp"}
+                         for m in algorithms)) <= algorithms | {"fedmgda.errors"}
     assert GRAPH["fedmgda.partitioners"] <= {"fedmgda.errors", "fedmgda.legacy_sort"}
     assert GRAPH["fedmgda.catalog"] <= algorithms | {"fedmgda.errors", "fedmgda.partitioners"}
     assert GRAPH["fedmgda.config"] == {"fedmgda.catalog", "fedmgda.errors"}

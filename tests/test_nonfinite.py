@@ -12,11 +12,12 @@ import pytest
 import torch
 from toy_federated import killed_then_resumed, make_toy_federated, toy_config
 
-import fedmgda.qp
+import fedmgda.algorithms.qp
 from fedmgda.algorithms.linalg import gram_matrix, normalise_rows
-from fedmgda.qp import min_norm_weights, project_to_simplex
+from fedmgda.algorithms.qp import min_norm_weights, project_to_simplex
 from fedmgda.scheduler import Scheduler, run, run_packed
-from fedmgda.simulator import Simulation, finite_mean, screen_reports
+from fedmgda.screening import finite_mean, screen_reports
+from fedmgda.simulator import Simulation
 
 FEDAVGM = str(Path(__file__).resolve().parents[1] / "examples/fedavgm.py") + ":FedAvgM"
 ALGORITHMS = {  # every built-in algorithm and a plug-in
@@ -102,7 +103,7 @@ def finite_grams(monkeypatch):
         return min_norm_weights(gram, *args, **kwargs)
 
     # the rules import it when they aggregate
-    monkeypatch.setattr(fedmgda.qp, "min_norm_weights", checked)
+    monkeypatch.setattr(fedmgda.algorithms.qp, "min_norm_weights", checked)
     return seen
 
 

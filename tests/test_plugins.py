@@ -16,7 +16,8 @@ from fedmgda.algorithms import PLUGIN_INTERFACE
 from fedmgda.algorithms.base import INTERFACE_1_REMOVED_IN
 from fedmgda.catalog import algorithms, get_algorithm, load_plugins, make_algorithm
 from fedmgda.config import ConfigError
-from fedmgda.experiments import RegistryError, expand
+from fedmgda.errors import RegistryError
+from fedmgda.experiments import expand
 from fedmgda.scheduler import run
 
 REPO = Path(__file__).resolve().parents[1]

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from toy_federated import make_toy_federated, toy_config
 
-import fedmgda.qp
-from fedmgda.qp import (
+import fedmgda.algorithms.qp
+from fedmgda.algorithms.qp import (
     active_set_weights,
     box_bounds,
     interior_point_weights,
@@ -362,7 +362,7 @@ def package_instances():
     """The Gram matrices the package's own QP rules (FedMGDA+, FedMGDA, MGDA-Prox) hand the QP in a
     short toy run, with their epsilon and lambda0."""
     seen = []
-    original = fedmgda.qp.min_norm_weights
+    original = fedmgda.algorithms.qp.min_norm_weights
 
     def recording(gram, epsilon=1.0, lambda0=None):
         seen.append((np.array(gram), epsilon, None if lambda0 is None else np.array(lambda0)))
@@ -371,13 +371,13 @@ def package_instances():
     hparams = {"fedmgda_plus": {"epsilon": 0.1, "eta": 1.0}, "fedmgda": {},
                "mgda_prox": {"eta": 1.0}}
     data = make_toy_federated()
-    fedmgda.qp.min_norm_weights = recording
+    fedmgda.algorithms.qp.min_norm_weights = recording
     try:
         for name, hp in hparams.items():
             run(toy_config(algorithm=name, hparams=hp, rounds=3, participation=0.75), data=data,
                 model_name="logreg")
     finally:
-        fedmgda.qp.min_norm_weights = original
+        fedmgda.algorithms.qp.min_norm_weights = original
     return seen
 
 

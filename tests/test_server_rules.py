@@ -7,9 +7,9 @@ import torch
 from fedmgda.algorithms import RoundContext
 from fedmgda.algorithms.averaging import decay_per_100_rounds
 from fedmgda.algorithms.linalg import normalise_rows
+from fedmgda.algorithms.qp import min_norm_weights
 from fedmgda.catalog import BUILTIN_ALGORITHMS, get_algorithm, make_algorithm
 from fedmgda.config import ConfigError
-from fedmgda.qp import min_norm_weights
 
 
 def context(n, t=0, T=100, pre=None, train=None, users=None, sizes=None):

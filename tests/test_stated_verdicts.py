@@ -19,7 +19,8 @@ import pandas as pd
 import pytest
 from docnumbers import TABLE_BLOCK_RE, VERDICT_BLOCK_RE, render_verdict_blocks
 
-from fedmgda.claims import ClaimError, judge_differences, read_claims
+from fedmgda.claims import judge_differences, read_claims
+from fedmgda.errors import ClaimError
 
 REPO = Path(__file__).resolve().parents[1]
 VERDICT_WORD = re.compile(r"\*(holds|fails|inconclusive|not run)\*")

@@ -343,7 +343,7 @@ def verdict_table(df: pd.DataFrame, pattern: str | None = None) -> str:
     what it expects, the paired A - B over seeds (mean ± sd, min to max, and its 95 % t interval,
     :func:`fedmgda.metrics.paired_interval`; the measured values for a series) and the verdict
     with its note."""
-    from fedmgda.claims import ClaimError
+    from fedmgda.errors import ClaimError
     from fedmgda.metrics import paired_interval
 
     rows = (df if pattern is None
@@ -376,7 +376,8 @@ def verdict_table(df: pd.DataFrame, pattern: str | None = None) -> str:
 def render_verdict_blocks(text: str, root: str | Path) -> str:
     """``text`` with every verdicts block's table regenerated from its claims.csv (under
     ``root``)."""
-    from fedmgda.claims import ClaimError, read_claims
+    from fedmgda.claims import read_claims
+    from fedmgda.errors import ClaimError
 
     def table(m: re.Match) -> str:
         path = Path(root) / m["path"]
@@ -390,7 +391,7 @@ def render_verdict_blocks(text: str, root: str | Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fedmgda.claims import ClaimError
+    from fedmgda.errors import ClaimError
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("pages", nargs="*", type=Path)

@@ -9,7 +9,7 @@
   steps the trajectory changes, so they are robust but not exactly invariant. With a large factor
   (1e12 and up) the attacker's own float32 training overflows: its reported loss becomes Inf and,
   with several steps or a deeper model, its update NaN. Such a participant is left out of the
-  round by the one rule for non-finite reports (``fedmgda.simulator.screen_reports``); it never
+  round by the one rule for non-finite reports (``fedmgda.screening.screen_reports``); it never
   stops the run by itself.
 """
 

@@ -51,9 +51,10 @@ from fedmgda.partitioners import (  # noqa: F401  (MIN_USER_SAMPLES: imported fr
 
 @dataclass(frozen=True)
 class AlgorithmInfo:
-    """One algorithm as the registry, the config checks and the simulator see it: its class
-    ``cls``, whose facts (``fedmgda.algorithms.Algorithm`` documents each) it reads, checked by
-    :func:`describe`, and for a plug-in ``plugin``, the config's ``path.py:Class`` / ``module:Class``.
+    """One algorithm as the registry, the config checks and the simulator see it: its class ``cls``,
+    whose facts (``fedmgda.algorithms.Algorithm`` documents each) it reads, checked by
+    :func:`describe`, and for a plug-in ``plugin``, the config's ``path.py:Class`` /
+    ``module:Class``.
 
     ``cls.build`` makes the rule of one run (:func:`make_algorithm`), ``cls.check_run`` checks a
     run config (one ConfigError; AFL's reading of gamma_w as the clients' learning rate, say).
@@ -148,7 +149,8 @@ def describe(cls: Any, plugin: str | None = None) -> AlgorithmInfo:
         raise ConfigError(f"{where} is not a subclass of fedmgda.algorithms.Algorithm")
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not name.isidentifier():
-        raise ConfigError(f"{where}: declare its name as a class attribute, e.g. name = \"fedavgm\"")
+        raise ConfigError(f"{where}: declare its name as a class attribute, "
+                          f"e.g. name = \"fedavgm\"")
     hparams = dict(cls.hparams or {})
     bad = [k for k, v in hparams.items() if not isinstance(v, HParam)]
     if bad:
@@ -252,7 +254,8 @@ def make_algorithm(name: str, hparams: Mapping[str, Any] | None, rounds: int, nu
 
 
 def import_object(path: str) -> Any:
-    """The object at ``path/to/file.py:Name`` (relative to the working directory) or ``module:Name``."""
+    """The object at ``path/to/file.py:Name`` (relative to the working directory) or
+    ``module:Name``."""
     where, sep, attr = path.rpartition(":")
     if not sep or not where or not attr:
         raise ConfigError(f"plug-in {path!r}: expected path/to/file.py:Class or "
@@ -377,7 +380,8 @@ class Dataset:
         for key, table in self.presets.items():
             if key in out:
                 if out[key] not in table:
-                    raise ConfigError(f"{self.name}: option {key}={out[key]!r} not in {list(table)}")
+                    raise ConfigError(f"{self.name}: option {key}={out[key]!r} "
+                                      f"not in {list(table)}")
                 out.update(table[out.pop(key)])
         return out
 
@@ -448,8 +452,9 @@ DATASETS: Mapping[str, Dataset] = MappingProxyType({d.name: d for d in (
                      "local_test": "own_shard", **_DIRICHLET},
             option_values={**_SORT, "shard_setting": tuple(FMNIST_SHARD_SETTINGS),
                            "local_test": LOCAL_TESTS},
-            presets={"shard_setting": {setting: {"num_shards": shards, "shard_size": size}
-                                       for setting, (shards, size) in FMNIST_SHARD_SETTINGS.items()}},
+            presets={"shard_setting": {
+                setting: {"num_shards": shards, "shard_size": size}
+                for setting, (shards, size) in FMNIST_SHARD_SETTINGS.items()}},
             samples=60_000),
     Dataset("fmnist3", "logreg", "natural", ("natural",), raw_files_of="fmnist",
             description="q-FFL's Fashion-MNIST: classes T-shirt/top, pullover, shirt, one user per "

@@ -4,13 +4,14 @@ resumed from.
 A run's progress is a ``RunState``; a checkpoint (``save``) holds the part of it a resumed run
 needs, with the run config, the algorithm's state, the clients' states and the environment stamp:
 tensors, numbers, strings and lists / dicts of them; a per-user table is kept as one tensor per
-column (``frame_columns``). It is read (``load``, ``resume``) with ``torch.load(weights_only=True)``, whose unpickler builds nothing else, so a crafted file cannot
-run code when a run resumes. A file that cannot be read as a checkpoint (empty, truncated,
-random bytes, another torch file, other objects) is refused with one line naming it, what is
-wrong and how to start afresh (``UnusableCheckpoint``, a ``RunFolderError``): a run never silently
-restarts or resumes into something else. Only by the explicit option ``--fresh-if-unreadable``
-(``FRESH_ENV`` under Snakemake) is such a file set aside (``set_aside``) and the run restarted
-from round 0, which its log says.
+column (``frame_columns``). It is read (``load``, ``resume``) with
+``torch.load(weights_only=True)``, whose unpickler builds nothing else, so a crafted file cannot run
+code when a run resumes. A file that cannot be read as a checkpoint (empty, truncated, random bytes,
+another torch file, other objects) is refused with one line naming it, what is wrong and how to
+start afresh (``UnusableCheckpoint``, a ``RunFolderError``): a run never silently restarts or
+resumes into something else. Only by the explicit option ``--fresh-if-unreadable`` (``FRESH_ENV``
+under Snakemake) is such a file set aside (``set_aside``) and the run restarted from round 0, which
+its log says.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ class RunState:
 
 @dataclass
 class Resumed:
-    """What a checkpoint gives back to its run: its progress, its algorithm's and clients' states."""
+    """What a checkpoint gives back to its run: its progress, its algorithm's and clients'
+    states."""
 
     state: RunState
     algorithm: dict[str, Any]
@@ -184,7 +186,8 @@ def allowing(types: list):
 
 
 def read(path: Path, device: torch.device) -> dict[str, Any]:
-    """The checkpoint at ``path``, its tensors on ``device``; ``RunFolderError`` if it is not one."""
+    """The checkpoint at ``path``, its tensors on ``device``; ``RunFolderError`` if it is not
+    one."""
     if path.stat().st_size == 0:
         raise refuse(path, "is empty (the run was stopped while writing it?)")
     try:
@@ -223,7 +226,8 @@ def _first_line(err: Exception | str) -> str:
 
 
 def frame_columns(frame: pd.DataFrame) -> dict[str, torch.Tensor]:
-    """A numeric table as one tensor per column (its dtypes kept, so ``frame`` restores it exactly)."""
+    """A numeric table as one tensor per column (its dtypes kept, so ``frame`` restores it
+    exactly)."""
     return {str(column): torch.tensor(frame[column].to_numpy()) for column in frame.columns}
 
 

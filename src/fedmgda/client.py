@@ -57,13 +57,14 @@ class FlatModel:
 
     @property
     def dropout_sites(self) -> tuple[tuple[float, tuple[int, ...]], ...]:
-        """The module's dropout sites (rate, per-sample mask shape), () without dropout (``fedmgda.models``)."""
+        """The module's dropout sites (rate, per-sample mask shape), () without dropout
+        (``fedmgda.models``)."""
         return getattr(self.module, "dropout_sites", ())
 
     def __call__(self, flat: torch.Tensor, x: torch.Tensor,
                  keep: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
-        """The module's output for ``x`` under the weights ``flat``; ``keep``: its dropout masks, one
-        per site, or None (eval mode: none; train mode: ``F.dropout``'s own draws)."""
+        """The module's output for ``x`` under the weights ``flat``; ``keep``: its dropout masks,
+        one per site, or None (eval mode: none; train mode: ``F.dropout``'s own draws)."""
         return functional_call(self.module, self.unflatten(flat),
                                (x,) if keep is None else (x, keep))
 
@@ -259,7 +260,8 @@ class VmapSteps:
 
     def _vmapped_step(self, with_keep: bool, with_states: bool, term=None):
         """``step`` vmap-ed over clients: masks and states sliced like the weights when given. No
-        random draw may happen inside (``randomness="error"``): the masks come in, drawn per client."""
+        random draw may happen inside (``randomness="error"``): the masks come in, drawn per
+        client."""
         in_dims = (0, 0, 0, 0, 0, 0, None, 0, 0 if with_keep else None, 0 if with_states else None)
         if term is not None:  # a term may read its algorithm's attributes: vmap-ed afresh each time
             return vmap(partial(self.trainer.step, term=term), in_dims=in_dims, randomness="error")
@@ -350,7 +352,8 @@ def stack_states(states: list) -> Any:
         return tree_unflatten([torch.stack(column)
                                for column in zip(*(leaves for leaves, _ in flat))], spec)
     except RuntimeError as error:  # shapes or devices differ
-        raise ValueError(f"its clients' states cannot be stacked: {str(error).splitlines()[0]}") from None
+        raise ValueError(f"its clients' states cannot be stacked: "
+                         f"{str(error).splitlines()[0]}") from None
 
 
 # local steps per CUDA graph (VmapSteps._local_steps): CIFAR-10's and F-MNIST's rounds fit one
@@ -387,7 +390,8 @@ def evaluate_samples(model: FlatModel, w: torch.Tensor, x: torch.Tensor, y: torc
     """Per-sample NLL and correctness (1.0/0.0) of weights ``w`` on (x, y), in eval mode, in chunks
     of ``chunk`` samples (default: 8192 on a GPU, where fewer launches pay; on the CPU 256 images,
     whose convolution outputs stay in cache (F-MNIST's CNN: 1.7x faster than 2048, the same
-    numbers), and for flat samples about 2**19 input values, e.g. all of Adult's test set at once)."""
+    numbers), and for flat samples about 2**19 input values, e.g. all of Adult's test set at
+    once)."""
     model.module.eval()
     chunk = (chunk
              or (8192 if x.is_cuda else CPU_IMAGE_CHUNK if x.dim() >= 4

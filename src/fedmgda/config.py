@@ -35,8 +35,9 @@ NON_IDENTITY_FIELDS = {"device", "checkpoint_every", "raw_dir", "partition_file"
 # metrics.csv columns a run records only when a flag of its config is on (else NaN): column -> flag
 RECORDED_ONLY_WITH = {"improved_loss": "track_improvement", "improved_acc": "track_improvement"}
 
-# run-config fields with a fixed set of readings, the default first (docs/protocol-choices.md); those
-# an algorithm owns are declared by it (``Algorithm.own_options``: aggregation_weights, qffl_loss, ...)
+# run-config fields with a fixed set of readings, the default first (docs/protocol-choices.md);
+# those an algorithm owns are declared by it (``Algorithm.own_options``: aggregation_weights,
+# qffl_loss, ...)
 CHOICES: dict[str, tuple[str, ...]] = {
     "sampling": ("uniform", "size"),
     "init": ("torch", "glorot"),
@@ -49,10 +50,11 @@ CHOICES: dict[str, tuple[str, ...]] = {
 # run options that only the algorithms naming them in ``run_options`` read: another algorithm given
 # a value other than the default is an error, worded here ({readers}: the built-ins that read it)
 SCOPED_OPTIONS: dict[str, str] = {
-    "aggregation_weights": "sets the a-priori weights lambda0 of the averaging rules ({readers}); {algorithm} weights "
-                           "the updates by its own rule (a plug-in reads the participants' train sizes from its "
-                           "RoundContext): use {default}",
-    "afl_step_weights": "changes AFL's model step only; {algorithm} is not AFL: leave it at {default}",
+    "aggregation_weights": "sets the a-priori weights lambda0 of the averaging rules ({readers}); "
+                           "{algorithm} weights the updates by its own rule (a plug-in reads the "
+                           "participants' train sizes from its RoundContext): use {default}",
+    "afl_step_weights": "changes AFL's model step only; {algorithm} is not AFL: leave it at "
+                        "{default}",
 }
 
 
@@ -78,10 +80,12 @@ class AttackConfig:
 
     def validate(self) -> None:
         if self.kind not in ("none", "bias", "scaling"):
-            raise ConfigError(f"attack.kind: unknown attack {self.kind!r}; choose none, bias or scaling")
+            raise ConfigError(f"attack.kind: unknown attack {self.kind!r}; choose none, bias or "
+                              f"scaling")
         if isinstance(self.user, bool) or not isinstance(self.user, int) or self.user < 0:
             raise ConfigError(f"attack.user must be a user index >= 0, got {self.user!r}")
-        if isinstance(self.value, bool) or not isinstance(self.value, (int, float)) or not math.isfinite(self.value):
+        if (isinstance(self.value, bool) or not isinstance(self.value, (int, float))
+                or not math.isfinite(self.value)):
             raise ConfigError(f"attack.value must be a finite number, got {self.value!r}")
         if self.kind == "scaling" and not self.value > 0:
             raise ConfigError(f"attack.value: a scaling factor must be > 0, got {self.value}")
@@ -98,7 +102,8 @@ class RunConfig:
     dataset: str
     algorithm: str
     hparams: dict[str, float] = field(default_factory=dict)
-    plugin: str | None = None  # a plug-in algorithm's ``path.py:Class`` (fedmgda.catalog.load_plugins)
+    # a plug-in algorithm's ``path.py:Class`` (fedmgda.catalog.load_plugins)
+    plugin: str | None = None
     partition: str | None = None  # None: the dataset's default partition
     dataset_options: dict[str, Any] = field(default_factory=dict)
     raw_dir: str = "resources/raw"
@@ -110,30 +115,50 @@ class RunConfig:
     momentum: float = 0.5  # the authors' code hard-codes 0.5 (docs/protocol.md §3.2)
     # rounds and sampling
     rounds: int = 100
-    participation: float = 0.1  # fraction p of users sampled per round: floor(p*m) users, at least 1
+    # fraction p of users sampled per round: floor(p*m) users, at least 1
+    participation: float = 0.1
     clients_per_round: int | None = None  # overrides participation (FEMNIST: 10 per round)
-    sampling: str = CHOICES["sampling"][0]  # participants: "uniform", or "size": probability proportional to train size (fair_flearn)
+    # participants: "uniform", or "size": probability proportional to train size (fair_flearn)
+    sampling: str = CHOICES["sampling"][0]
     attack: AttackConfig = field(default_factory=AttackConfig)
     seed: int = 1
     # evaluation and outputs
     eval_every: int = 1
-    per_user_every: int = 10  # per-user accuracies are stored at rounds t with t % per_user_every == 0
+    # per-user accuracies are stored at rounds t with t % per_user_every == 0
+    per_user_every: int = 10
     track_improvement: bool = True  # pre/post-round participant losses (Figures 4, 8, 9)
     # server rule and model: readings of the papers' and codes' choices (docs/protocol-choices.md)
-    aggregation_weights: str = CHOICES["aggregation_weights"][0]  # averaging rules' lambda0: "uniform" 1/n or "samples" n_i / sum n
-    qffl_loss: str = CHOICES["qffl_loss"][0]  # q-FedAvg's F_i: "batch_sum" (main code), "batch_sum_per_sample" (Adult code), "train_mean" (q-FFL code)
-    afl_gamma_w: str = CHOICES["afl_gamma_w"][0]  # AFL's gamma_w: the server's step ("server_step") or the clients' lr ("local_lr"), docs/protocol.md §8.11
-    afl_step_weights: str = CHOICES["afl_step_weights"][0]  # AFL's model step: updates weighted by "lambda" (paper) or a "uniform" mean (q-FFL code)
-    model: str | None = None  # None: the dataset's model (fedmgda.catalog.DATASETS); else a name of fedmgda.models.MODELS
-    init: str = CHOICES["init"][0]  # initial model: PyTorch's default init, or "glorot" (TensorFlow's, as the q-FFL code)
-    conv: str = CHOICES["conv"][0]  # the CNNs' convolutions: "torch" (cuDNN, oneDNN) or "im2col" + matrix products; equal up to float rounding
-    final_model: str = CHOICES["final_model"][0]  # "last" iterate, "average" of all iterates, or "auto": average for AFL (its output), else last
+    # averaging rules' lambda0: "uniform" 1/n or "samples" n_i / sum n
+    aggregation_weights: str = CHOICES["aggregation_weights"][0]
+    # q-FedAvg's F_i: "batch_sum" (main code), "batch_sum_per_sample" (Adult code), "train_mean"
+    # (q-FFL code)
+    qffl_loss: str = CHOICES["qffl_loss"][0]
+    # AFL's gamma_w: the server's step ("server_step") or the clients' lr ("local_lr"),
+    # docs/protocol.md §8.11
+    afl_gamma_w: str = CHOICES["afl_gamma_w"][0]
+    # AFL's model step: updates weighted by "lambda" (paper) or a "uniform" mean (q-FFL code)
+    afl_step_weights: str = CHOICES["afl_step_weights"][0]
+    # None: the dataset's model (fedmgda.catalog.DATASETS); else a name of fedmgda.models.MODELS
+    model: str | None = None
+    # initial model: PyTorch's default init, or "glorot" (TensorFlow's, as the q-FFL code)
+    init: str = CHOICES["init"][0]
+    # the CNNs' convolutions: "torch" (cuDNN, oneDNN) or "im2col" + matrix products; equal up to
+    # float rounding
+    conv: str = CHOICES["conv"][0]
+    # "last" iterate, "average" of all iterates, or "auto": average for AFL (its output), else last
+    final_model: str = CHOICES["final_model"][0]
     device: str = "auto"
     checkpoint_every: int = 0  # 0: no checkpoints
-    batched: bool = True  # train a round's clients as one vmap-ed computation; false: one after another (the reference path)
-    cuda_graphs: bool = True  # CUDA + batched: replay each round's client update as a CUDA graph (same numbers, fewer launches)
-    deterministic: bool = True  # CUDA: deterministic cuDNN algorithms, so a rerun on the same GPU gives identical metrics
-    tf32: bool = False  # CUDA only: TF32 matmuls/convolutions (faster on Ampere+, ~1e-3 relative error)
+    # train a round's clients as one vmap-ed computation; false: one after another (the reference
+    # path)
+    batched: bool = True
+    # CUDA + batched: replay each round's client update as a CUDA graph (same numbers, fewer
+    # launches)
+    cuda_graphs: bool = True
+    # CUDA: deterministic cuDNN algorithms, so a rerun on the same GPU gives identical metrics
+    deterministic: bool = True
+    # CUDA only: TF32 matmuls/convolutions (faster on Ampere+, ~1e-3 relative error)
+    tf32: bool = False
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> RunConfig:
@@ -142,11 +167,13 @@ class RunConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(raw) - known)
         if unknown:
-            raise ConfigError(f"unknown run config key(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+            raise ConfigError(f"unknown run config key(s): {', '.join(unknown)}; "
+                              f"known: {', '.join(sorted(known))}")
         missing = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
                    and f.default_factory is dataclasses.MISSING and f.name not in raw]
         if missing:
-            raise ConfigError(f"missing run config key(s): {', '.join(missing)}; give each, e.g. dataset: digits, algorithm: fedavg")
+            raise ConfigError(f"missing run config key(s): {', '.join(missing)}; give each, e.g. "
+                              f"dataset: digits, algorithm: fedavg")
         raw = dict(raw)
         attack = raw.pop("attack", None) or {}
         if not isinstance(attack, dict):
@@ -170,16 +197,20 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     def _check_algorithm_options(self, info: AlgorithmInfo) -> None:
-        """The run options some algorithms read (``AlgorithmInfo.run_options``): a scoped one set for
-        an algorithm that does not read it is an error; then the algorithm's own ``check_run``."""
+        """The run options some algorithms read (``AlgorithmInfo.run_options``): a scoped one set
+        for an algorithm that does not read it is an error; then the algorithm's own
+        ``check_run``."""
         unknown = sorted(set(info.run_options) - {f.name for f in dataclasses.fields(self)})
         if unknown:
-            raise ConfigError(f"{self.algorithm}: run_options names unknown run config key(s) {', '.join(unknown)}")
+            raise ConfigError(f"{self.algorithm}: run_options names unknown run config key(s) "
+                              f"{', '.join(unknown)}")
         for name, why in SCOPED_OPTIONS.items():
             default = getattr(type(self), name)
             if getattr(self, name) != default and name not in info.run_options:
-                readers = ", ".join(a.name for a in BUILTIN_ALGORITHMS.values() if name in a.run_options)
-                raise ConfigError(f"{name}: {getattr(self, name)} " + why.format(readers=readers, algorithm=self.algorithm, default=default))
+                readers = ", ".join(a.name for a in BUILTIN_ALGORITHMS.values()
+                                    if name in a.run_options)
+                raise ConfigError(f"{name}: {getattr(self, name)} " + why.format(
+                    readers=readers, algorithm=self.algorithm, default=default))
         info.cls.check_run(self)
 
     def validate(self) -> None:
@@ -191,30 +222,53 @@ class RunConfig:
             raise ConfigError("dataset must be a dataset name")
         for name in ("hparams", "dataset_options"):
             if not isinstance(getattr(self, name), dict):
-                raise ConfigError(f"{name} must be a mapping of names to values, got {getattr(self, name)!r}")
+                raise ConfigError(f"{name} must be a mapping of names to values, "
+                                  f"got {getattr(self, name)!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError(f"seed must be an integer >= 0, got {self.seed!r}")
         if self.dataset in DATASETS:  # (tests inject datasets of their own)
-            dataset = DATASETS[self.dataset]
-            error = dataset.option_error(self.dataset_options)
-            if error:
-                raise ConfigError(f"dataset_options: {error}")
-            error = dataset.partition_error(self.partition)  # one it offers
-            if error:
-                raise ConfigError(f"partition: {error}")
-            error = dataset.size_error(self.partition, self.dataset_options)  # options it cannot take, too many users
-            if error:
-                raise ConfigError(f"dataset_options: {error}")
+            self._check_dataset()
         info = get_algorithm(self.algorithm, self.plugin)
         info.resolve(self.hparams)
         if self.batch_size != "full":
             if not isinstance(self.batch_size, int) or self.batch_size < 1:
-                raise ConfigError(f"batch_size must be a positive integer or 'full', got {self.batch_size!r}")
+                raise ConfigError(f"batch_size must be a positive integer or 'full', "
+                                  f"got {self.batch_size!r}")
         if not isinstance(self.local_epochs, int) or self.local_epochs < 1:
             raise ConfigError(f"local_epochs must be an integer >= 1, got {self.local_epochs!r}")
         positive("local_lr", self.local_lr)
         if not (isinstance(self.momentum, (int, float)) and 0 <= self.momentum < 1):
             raise ConfigError(f"momentum must be in [0, 1), got {self.momentum}")
+        self._check_rounds()
+        if self.model is not None and self.model not in MODELS:
+            raise ConfigError(f"model must be null (the dataset's model) or one of "
+                              f"{', '.join(MODELS)}, got {self.model!r}")
+        for name, allowed in CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{name} must be {', '.join(allowed[:-1])} or {allowed[-1]}, "
+                                  f"got {getattr(self, name)!r}")
+        self._check_algorithm_options(info)
+        if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
+            raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        self.attack.validate()
+
+    def _check_dataset(self) -> None:
+        """The dataset options, partition and size a registered dataset can take."""
+        dataset = DATASETS[self.dataset]
+        error = dataset.option_error(self.dataset_options)
+        if error:
+            raise ConfigError(f"dataset_options: {error}")
+        error = dataset.partition_error(self.partition)  # one it offers
+        if error:
+            raise ConfigError(f"partition: {error}")
+        # options it cannot take, too many users
+        error = dataset.size_error(self.partition, self.dataset_options)
+        if error:
+            raise ConfigError(f"dataset_options: {error}")
+
+    def _check_rounds(self) -> None:
+        """Rounds, participation, clients per round, and how often a run evaluates and
+        checkpoints."""
         if not isinstance(self.rounds, int) or self.rounds < 1:
             raise ConfigError(f"rounds must be an integer >= 1, got {self.rounds!r}")
         if not (isinstance(self.participation, (int, float)) and 0 < self.participation <= 1):
@@ -222,7 +276,8 @@ class RunConfig:
         if self.clients_per_round is not None and (
             not isinstance(self.clients_per_round, int) or self.clients_per_round < 1
         ):
-            raise ConfigError(f"clients_per_round must be an integer >= 1, got {self.clients_per_round!r}")
+            raise ConfigError(f"clients_per_round must be an integer >= 1, "
+                              f"got {self.clients_per_round!r}")
         if self.clients_per_round is not None and self.dataset in DATASETS:  # before any job
             users = DATASETS[self.dataset].user_count(self.partition, self.dataset_options)
             if users is not None and self.clients_per_round > users:
@@ -232,16 +287,8 @@ class RunConfig:
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
         if not isinstance(self.checkpoint_every, int) or self.checkpoint_every < 0:
-            raise ConfigError(f"checkpoint_every must be an integer >= 0, got {self.checkpoint_every!r}")
-        if self.model is not None and self.model not in MODELS:
-            raise ConfigError(f"model must be null (the dataset's model) or one of {', '.join(MODELS)}, got {self.model!r}")
-        for name, allowed in CHOICES.items():
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"{name} must be {', '.join(allowed[:-1])} or {allowed[-1]}, got {getattr(self, name)!r}")
-        self._check_algorithm_options(info)
-        if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
-            raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
-        self.attack.validate()
+            raise ConfigError(f"checkpoint_every must be an integer >= 0, "
+                              f"got {self.checkpoint_every!r}")
 
 
 def config_hash(config: Mapping[str, Any]) -> str:

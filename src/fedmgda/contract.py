@@ -29,7 +29,7 @@ import torch
 
 from fedmgda.errors import PluginError
 
-# aggregate's way of saying "diverged": numbers not finite (fedmgda.qp's checks raise it)
+# aggregate's way of saying "diverged": numbers not finite (fedmgda.algorithms.qp's checks raise it)
 DIVERGENCE = (FloatingPointError,)
 STATE_TYPES = "None, a number, a string, a tensor, or lists / tuples / dicts of them"
 
@@ -87,7 +87,8 @@ class CheckedHooks:
         model, info = self.pair("aggregate",
                                 self.call("aggregate", w, updates, ctx, passes=DIVERGENCE),
                                 "the next global model, a dict of what to log")
-        expected = f"the next global model: a flat tensor of shape {tuple(w.shape)}, dtype {w.dtype}, on {w.device}, as w"
+        expected = (f"the next global model: a flat tensor of shape {tuple(w.shape)}, "
+                    f"dtype {w.dtype}, on {w.device}, as w")
         if (not isinstance(model, torch.Tensor)
             or (model.shape, model.dtype, model.device) != (w.shape, w.dtype, w.device)):
             raise self.fail("aggregate",

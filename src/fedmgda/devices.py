@@ -8,7 +8,7 @@ best measured pack, evaluation included) is lower: Adult's logistic regression t
 core, the CNNs and the LSTM on the GPU. A dataset the table does not measure on both devices goes
 to the GPU when its model is a CNN or an LSTM and to a CPU core otherwise (linear models, MLPs).
 
-The device is not part of a run's identity (``fedmgda.experiments.NON_IDENTITY_FIELDS``): the
+The device is not part of a run's identity (``fedmgda.config.NON_IDENTITY_FIELDS``): the
 choice changes no run key, run.yaml or number. Nothing here imports torch, so the Snakefile
 parses fast.
 """
@@ -111,9 +111,9 @@ def choose_device(dataset: str, model: str | None = None, cuda_available: bool =
 
 
 def best_pack_size(seconds: Mapping[int, float], tolerance: float = 0.05) -> int:
-    """The pack size to use from measured {runs packed: seconds per round of them all}: the
-    smallest size whose time per run-round is within ``tolerance`` of the best measured (a smaller
-    pack risks less on a failure and a deadline for the same throughput). 1 when nothing is measured."""
+    """The pack size to use from measured {runs packed: seconds per round of them all}: the smallest
+    size whose time per run-round is within ``tolerance`` of the best measured (a smaller pack risks
+    less on a failure and a deadline for the same throughput). 1 when nothing is measured."""
     per_run = {k: s / k for k, s in seconds.items()}
     if not per_run:
         return 1

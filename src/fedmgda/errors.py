@@ -1,7 +1,7 @@
-"""The error every configuration check raises, the one of a broken algorithm hook, the one of a
-run folder the trainer cannot use and the one of data (raw files, partitions), in a module of its
-own that imports nothing (but the standard library), and how a deprecation is announced
-(:func:`warn_deprecated`).
+"""The error every configuration check raises, the ones of an inconsistent experiment registry and
+of a malformed claim, the one of a broken algorithm hook, the one of a run folder the trainer
+cannot use and the one of data (raw files, partitions), in a module of its own that imports
+nothing (but the standard library), and how a deprecation is announced (:func:`warn_deprecated`).
 
 The catalog (names and hyper-parameter ranges), the run config and the registry all raise
 :class:`ConfigError`; keeping it here lets them depend on each other in one direction only
@@ -14,6 +14,14 @@ import warnings
 
 class ConfigError(ValueError):
     """An invalid configuration; the message names the offending key."""
+
+
+class RegistryError(ValueError):
+    """An inconsistent experiment registry; the message names the experiment/entry."""
+
+
+class ClaimError(RegistryError):
+    """A malformed claim; the message names it."""
 
 
 class DataError(Exception):
@@ -43,8 +51,8 @@ class RunFolderError(Exception):
 
 def warn_deprecated(message: str, stacklevel: int = 2) -> None:
     """Announce a deprecated form that still works (docs/plugins.md, "Interface versions"): a
-    ``DeprecationWarning`` (for tests and code that shows warnings) and the same message as one
-    line on stderr, since Python hides DeprecationWarnings outside ``__main__``: the line lands in
-    the workflow's output and in a run's ``train.log``. The caller warns once per thing deprecated."""
+    ``DeprecationWarning`` (for tests and code that shows warnings) and the same message as one line
+    on stderr, since Python hides DeprecationWarnings outside ``__main__``: the line lands in the
+    workflow's output and in a run's ``train.log``. The caller warns once per thing deprecated."""
     warnings.warn(message, DeprecationWarning, stacklevel=stacklevel + 1)
     print(f"fedmgda: deprecated: {message}", file=sys.stderr, flush=True)

@@ -6,7 +6,8 @@ entries with hyper-parameters), *experiments* (setting x grid x attacks x seeds)
 *figures* (which experiments' rows they show, and how). :func:`expand` turns that into
 
 - ``runs``: one :class:`RunSpec` per distinct training run, keyed by its canonical, readable path
-  ``<setting>/<algorithm>/<hparams>/<attack>/seed<k>`` (under ``results/<profile>/runs/``). Two
+  ``<setting>/<algorithm>/<hparams>/<attack>/seed<k>`` (under ``results/<profile>/runs/``; made
+  by ``fedmgda.runkeys.run_key``, as are the rows' keys and labels). Two
   experiments asking for the same run (e.g. Table 8's FedAvg, Figure 3 left, Figure 4 left) get
   the same key, so Snakemake trains it once; two *different* configs mapping to one path is an
   error.
@@ -23,181 +24,26 @@ from __future__ import annotations
 import copy
 import dataclasses
 import fnmatch
-import math
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
-from fedmgda.catalog import AlgorithmInfo, Dataset, get_algorithm, get_dataset, load_plugins
-from fedmgda.config import (  # no torch import: the Snakefile parses fast
-    NON_IDENTITY_FIELDS,
-    RECORDED_ONLY_WITH,
-    RunConfig,
-    config_hash,
+from fedmgda.catalog import load_plugins
+from fedmgda.config import RECORDED_ONLY_WITH, RunConfig, config_hash  # no torch import
+from fedmgda.errors import ConfigError, RegistryError
+from fedmgda.runkeys import (
+    RUN_DEFAULTS,
+    RUN_FIELDS,
+    algorithm_info,
+    hparam_values,
+    partition_key,
+    row_key,
+    row_label,
+    run_key,
+    to_number,
 )
-from fedmgda.errors import ConfigError
 from fedmgda.schema import def_defaults, with_defaults
 from fedmgda.specs import FigureSpec, Row, TableSpec
 from fedmgda.variants import VariantError, apply_readings, check_readings, get_variant
-
-# symbols of run fields a grid entry may set (hyper-parameters carry theirs: fedmgda.catalog)
-RUN_FIELD_SYMBOL = {"local_lr": "lr", "momentum": "momentum"}
-
-# RunConfig fields (src/fedmgda/config.py) and their defaults; fields that change results but
-# are not in the setting's standard name are appended to it when they differ from these.
-# (NON_IDENTITY_FIELDS, config.py: the fields that never are part of a run's identity)
-RUN_DEFAULTS: dict[str, Any] = {
-    f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-    for f in dataclasses.fields(RunConfig)
-    if f.name not in NON_IDENTITY_FIELDS | {"dataset", "algorithm", "hparams", "attack", "seed"}
-}
-RUN_FIELDS = set(RUN_DEFAULTS) | NON_IDENTITY_FIELDS | {"dataset", "algorithm", "hparams", "attack", "seed"}
-SHORT = {"local_epochs": "k", "momentum": "m", "eval_every": "ev", "per_user_every": "pu",
-         "track_improvement": "impr", "qffl_loss": "qloss", "final_model": "final", "batched": "batched", "tf32": "tf32",
-         "afl_gamma_w": "gammaw", "sampling": "sampling", "aggregation_weights": "aggw", "afl_step_weights": "aflstep",
-         "init": "init", "conv": "conv"}
-
-
-class RegistryError(ValueError):
-    """An inconsistent experiment registry; the message names the experiment/entry."""
-
-
-# --------------------------------------------------------------------------- number formatting
-def to_number(value: Any) -> float:
-    """A float from a YAML value: numbers, or fraction strings such as ``"1/10"`` (paper notation)."""
-    if isinstance(value, bool):
-        raise RegistryError(f"expected a number, got {value!r}")
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(Fraction(value.strip()))
-        except (ValueError, ZeroDivisionError) as err:
-            raise RegistryError(f"expected a number or a fraction like 1/10, got {value!r}") from err
-    raise RegistryError(f"expected a number, got {value!r}")
-
-
-def fmt_num(x: float) -> str:
-    """Short, stable text of a number for paths and keys: 0.1 -> '0.1', 2.0 -> '2', 1/3 -> '0.333333'."""
-    return format(float(x), "g")
-
-
-def fmt_display(x: float, name: str = "") -> str:
-    """A number as the paper prints it: decay factors 1/k as fractions, others plainly."""
-    if name == "decay" and 0 < x < 1:
-        frac = Fraction(x).limit_denominator(100)
-        if frac.numerator == 1 and math.isclose(float(frac), x, rel_tol=1e-6):
-            return f"1/{frac.denominator}"
-    return fmt_num(x)
-
-
-def fmt_value(v: Any) -> str:
-    """Short, stable text of any value for paths and keys: booleans as 1 / 0, numbers as
-    :func:`fmt_num`, anything else as its text without slashes and spaces."""
-    if isinstance(v, bool):
-        return "1" if v else "0"
-    if isinstance(v, (int, float)):
-        return fmt_num(v)
-    return str(v).replace("/", "-").replace(" ", "")
-
-
-# --------------------------------------------------------------------------- run identity
-def hparam_values(algorithm: str, hparams: dict[str, Any] | None) -> dict[str, float]:
-    """Hyper-parameters as floats, without the implied defaults (``AlgorithmInfo.implied``)."""
-    out = {}
-    implied = algorithm_info(algorithm).implied_values
-    for k, v in sorted((hparams or {}).items()):
-        x = to_number(v)
-        if k in implied and math.isclose(x, implied[k]):
-            continue
-        out[k] = x
-    return out
-
-
-def hparam_dirname(hp: dict[str, float]) -> str:
-    return "_".join(f"{k}{fmt_num(v)}" for k, v in sorted(hp.items())) or "default"
-
-
-def attack_dirname(attack: dict[str, Any]) -> str:
-    kind = attack.get("kind", "none")
-    if kind == "none":
-        return "clean"
-    return f"{kind}{fmt_num(to_number(attack.get('value', 0)))}-u{int(attack.get('user', 0))}"
-
-
-def setting_dirname(cfg: dict[str, Any]) -> str:
-    """``<dataset>-<partition>_b<b>_lr<lr>_p<p>|n<clients>_T<rounds>[_<other non-default fields>]``."""
-    part = cfg.get("partition") or dataset_info(cfg["dataset"]).default_partition
-    parts = [f"{cfg['dataset']}-{part}", f"b{cfg.get('batch_size', RUN_DEFAULTS['batch_size'])}",
-             f"lr{fmt_num(cfg.get('local_lr', RUN_DEFAULTS['local_lr']))}"]
-    if cfg.get("clients_per_round") is not None:
-        parts.append(f"n{cfg['clients_per_round']}")
-    else:
-        parts.append(f"p{fmt_num(cfg.get('participation', RUN_DEFAULTS['participation']))}")
-    parts.append(f"T{cfg.get('rounds', RUN_DEFAULTS['rounds'])}")
-    standard = {"dataset", "partition", "batch_size", "local_lr", "participation", "clients_per_round",
-                "rounds", "algorithm", "hparams", "attack", "seed", "dataset_options"}
-    for key in sorted(set(cfg) - standard - NON_IDENTITY_FIELDS):
-        if key in RUN_DEFAULTS and cfg[key] == RUN_DEFAULTS[key]:
-            continue
-        parts.append(f"{SHORT.get(key, key)}{fmt_value(cfg[key])}")
-    for key, value in sorted((cfg.get("dataset_options") or {}).items()):
-        parts.append(f"{key}{fmt_value(value)}")
-    return "_".join(parts)
-
-
-def run_key(cfg: dict[str, Any]) -> str:
-    """The run's path below ``results/<profile>/runs/``."""
-    hp = hparam_values(cfg["algorithm"], cfg.get("hparams"))
-    return "/".join([setting_dirname(cfg), cfg["algorithm"], hparam_dirname(hp),
-                     attack_dirname(cfg.get("attack") or {"kind": "none"}), f"seed{cfg['seed']}"])
-
-
-def partition_key(cfg: dict[str, Any]) -> str:
-    """Partition file stem: a partition depends on dataset, scheme, options and (maybe) the seed."""
-    options = cfg.get("dataset_options") or {}
-    opts = "_".join(f"{k}{fmt_value(v)}" for k, v in sorted(options.items()))
-    dataset = dataset_info(cfg["dataset"])
-    scheme = cfg.get("partition") or dataset.default_partition
-    name = f"{cfg['dataset']}-{scheme}" + (f"_{opts}" if opts else "")
-    seeded = dataset.is_seeded(scheme, options)  # its partitioner's ``seeded`` (fedmgda.partitioners)
-    return f"{name}/seed{cfg['seed']}" if seeded else f"{name}/fixed"
-
-
-def row_key(algorithm: str, hparams: dict[str, Any] | None, entry_run: dict[str, Any] | None,
-            attack: dict[str, Any] | None) -> str:
-    """The row identity tables match paper rows with: ``"fedmgda_plus decay=0.1 eta=1.5"``.
-
-    Contains the algorithm, its hyper-parameters and the run fields the grid entry itself sets
-    (e.g. Table 14's local lr and momentum), sorted, then the attack (``bias=1000``).
-    """
-    items = {k: fmt_num(v) for k, v in hparam_values(algorithm, hparams).items()}
-    for k, v in (entry_run or {}).items():
-        items[k] = fmt_value(v)
-    key = " ".join([algorithm] + [f"{k}={v}" for k, v in sorted(items.items())])
-    if attack and attack.get("kind", "none") != "none":
-        key += f" {attack['kind']}={fmt_num(to_number(attack.get('value', 0)))}"
-    return key
-
-
-def row_label(algorithm: str, hparams: dict[str, Any] | None, entry_run: dict[str, Any] | None,
-              attack: dict[str, Any] | None) -> str:
-    """Human-readable row label, paper notation: ``FedMGDA+ η=1.5, decay=1/10``."""
-    raw = dict(hparams or {})
-    info = algorithm_info(algorithm)
-    bits = []
-    order = list(info.hparams)  # the order the algorithm declares them in: "η=1.5, decay=1/10"
-    for k, v in sorted(hparam_values(algorithm, hparams).items(),
-                       key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0])):
-        shown = raw[k] if isinstance(raw.get(k), str) else fmt_display(v, k)
-        symbol = info.hparams[k].symbol if k in info.hparams else ""
-        bits.append(f"{symbol or k}={shown}")
-    for k, v in sorted((entry_run or {}).items()):
-        bits.append(f"{RUN_FIELD_SYMBOL.get(k, k)}={fmt_value(v)}")
-    label = info.display + (" " + ", ".join(bits) if bits else "")
-    if attack and attack.get("kind", "none") != "none":
-        label += f" [{attack['kind']} {fmt_num(to_number(attack.get('value', 0)))}]"
-    return label
 
 
 # --------------------------------------------------------------------------- expansion
@@ -246,7 +92,8 @@ class Registry:
 def _resolve_named(value: Any, pool: dict[str, Any], what: str, owner: str) -> Any:
     if isinstance(value, str):
         if value not in pool:
-            raise RegistryError(f"{owner}: unknown {what} {value!r}; defined: {', '.join(pool) or 'none'}")
+            raise RegistryError(f"{owner}: unknown {what} {value!r}; "
+                                f"defined: {', '.join(pool) or 'none'}")
         return copy.deepcopy(pool[value])
     return copy.deepcopy(value)
 
@@ -257,21 +104,6 @@ def _resources(config: dict[str, Any], dataset: str) -> dict[str, Any]:
     res.update(config["resources"].get("default") or {})
     res.update(config["resources"].get(dataset) or {})
     return res
-
-
-def dataset_info(name: str) -> Dataset:
-    try:
-        return get_dataset(name)
-    except ConfigError as err:
-        raise RegistryError(str(err)) from None
-
-
-def algorithm_info(algorithm: str) -> AlgorithmInfo:
-    """The catalog's entry of ``algorithm`` (a built-in, or a plug-in the config loaded)."""
-    try:
-        return get_algorithm(algorithm)
-    except ConfigError as err:
-        raise RegistryError(str(err)) from None
 
 
 def check_hparams(owner: str, algorithm: str, hparams: dict[str, Any] | None) -> None:
@@ -289,7 +121,8 @@ def normalise_attack(attack: dict[str, Any] | None) -> dict[str, Any]:
     kind = attack.get("kind", "none")
     if kind == "none":
         return {"kind": "none"}
-    return {"kind": kind, "user": int(attack.get("user", 0)), "value": to_number(attack.get("value", 0))}
+    return {"kind": kind, "user": int(attack.get("user", 0)),
+            "value": to_number(attack.get("value", 0))}
 
 
 def _readings_to_run(name: str, exp: dict[str, Any], experiments: dict[str, dict[str, Any]]):
@@ -309,7 +142,8 @@ def _readings_to_run(name: str, exp: dict[str, Any], experiments: dict[str, dict
             return exp, [(None, None, dict(exp.get("variants") or {}))]
         base = experiments.get(base_name)
         if base is None or base.get("variants_of") is not None:
-            raise RegistryError(f"{owner}: variants_of names {base_name!r}, which is not a plain experiment")
+            raise RegistryError(f"{owner}: variants_of names {base_name!r}, which is not a plain "
+                                f"experiment")
         chosen = dict(base.get("variants") or {})
         check_readings(chosen)
         vary = exp.get("vary") or []
@@ -319,9 +153,10 @@ def _readings_to_run(name: str, exp: dict[str, Any], experiments: dict[str, dict
         for variant in vary:
             if variant not in chosen:
                 get_variant(variant)  # unknown -> VariantError
-                raise RegistryError(f"{owner}: varies {variant}, but {base_name} chooses no reading of it "
-                                    f"(add it to {base_name}'s variants)")
-            combos += [(variant, reading, {**chosen, variant: reading}) for reading in get_variant(variant).readings]
+                raise RegistryError(f"{owner}: varies {variant}, but {base_name} chooses no "
+                                    f"reading of it (add it to {base_name}'s variants)")
+            combos += [(variant, reading, {**chosen, variant: reading})
+                       for reading in get_variant(variant).readings]
     except VariantError as err:
         raise RegistryError(f"{owner}: {err}") from None
     merged = copy.deepcopy(base)
@@ -345,9 +180,10 @@ def expand(config: dict[str, Any]) -> Registry:
 
     The stages, in order: plug-ins loaded; experiments layered with their overrides
     (:func:`_layered_experiments`); each experiment expanded under its protocol readings into rows
-    and distinct runs (:func:`_expand_experiment`); the table and figure specs (:func:`_item_specs`);
-    the ``only`` selection (:func:`_select_only`); the specs checked against the rows
-    (:func:`_check_items`); each table's columns bound to experiments (:func:`_bind_columns`)."""
+    and distinct runs (:func:`_expand_experiment`); the table and figure specs
+    (:func:`_item_specs`); the ``only`` selection (:func:`_select_only`); the specs checked against
+    the rows (:func:`_check_items`); each table's columns bound to experiments
+    (:func:`_bind_columns`)."""
     config = with_defaults(config)
     try:
         load_plugins(config["plugins"])
@@ -355,12 +191,13 @@ def expand(config: dict[str, Any]) -> Registry:
         raise RegistryError(str(err)) from None
     experiments = _layered_experiments(config)
     expansion = _Expansion(config)
-    rows = {name: _expand_experiment(name, exp, experiments, expansion) for name, exp in experiments.items()}
+    rows = {name: _expand_experiment(name, exp, experiments, expansion)
+            for name, exp in experiments.items()}
     runs, partitions = expansion.runs, expansion.partitions
     tables, figures = _item_specs(config)
     if config["only"]:
-        tables, figures, rows, runs, partitions = _select_only(config["only"], tables, figures, rows, runs,
-                                                               partitions)
+        tables, figures, rows, runs, partitions = _select_only(config["only"], tables, figures,
+                                                               rows, runs, partitions)
     _check_items(tables, figures, rows, experiments)
     tables = {name: _bind_columns(name, spec, experiments) for name, spec in tables.items()}
 
@@ -375,7 +212,8 @@ def _layered_experiments(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     exp_over = config["experiment_overrides"]
     unknown = sorted(set(exp_over) - set(config["experiments"]))
     if unknown:
-        raise RegistryError(f"experiment_overrides names unknown experiment(s): {', '.join(unknown)}")
+        raise RegistryError(f"experiment_overrides names unknown experiment(s): "
+                            f"{', '.join(unknown)}")
     return {name: {**copy.deepcopy(exp), **copy.deepcopy(exp_over.get(name) or {})}
             for name, exp in config["experiments"].items()}
 
@@ -385,7 +223,8 @@ def _run_layers(name: str, exp: dict[str, Any], config: dict[str, Any]):
     first) and the run fields every run of it shares, from the lowest layer up: ``run_defaults``,
     the setting, the experiment's ``run``, its ``rounds``, the top-level ``rounds``,
     ``run_overrides``. Returns (grid, seeds, base)."""
-    setting = _resolve_named(exp.get("setting"), config["settings"], "setting", f"experiment {name}")
+    setting = _resolve_named(exp.get("setting"), config["settings"], "setting",
+                             f"experiment {name}")
     if not isinstance(setting, dict) or "dataset" not in setting:
         raise RegistryError(f"experiment {name}: its setting must give at least a dataset")
     grid = _resolve_named(exp.get("grid"), config["grids"], "grid", f"experiment {name}")
@@ -393,8 +232,10 @@ def _run_layers(name: str, exp: dict[str, Any], config: dict[str, Any]):
         raise RegistryError(f"experiment {name}: empty grid")
     seeds = config["seeds"] or exp.get("seeds") or [1]
     repeated = sorted({s for s in seeds if seeds.count(s) > 1})
-    if repeated:  # a repeated seed is the same run twice: a row's "n seeds" and its std would count it twice
-        raise RegistryError(f"experiment {name}: seeds {seeds} repeat {', '.join(map(str, repeated))}; give each seed once")
+    # a repeated seed is the same run twice: a row's "n seeds" and its std would count it twice
+    if repeated:
+        raise RegistryError(f"experiment {name}: seeds {seeds} repeat "
+                            f"{', '.join(map(str, repeated))}; give each seed once")
     base = dict(config["run_defaults"])
     base.update(setting)
     base.update(exp.get("run") or {})
@@ -423,9 +264,11 @@ def _expand_experiment(name: str, exp: dict[str, Any], experiments: dict[str, di
                 attack = normalise_attack(attack)
                 row = _row(name, entry, attack, seeds, variant, reading)
                 for seed in seeds:
-                    cfg, before = _run_config(name, entry, attack, seed, base, chosen, expansion.config)
+                    cfg, before = _run_config(name, entry, attack, seed, base, chosen,
+                                              expansion.config)
                     if variant is not None:
-                        changed[variant] = changed.get(variant, False) or get_variant(variant).concerns(before)
+                        changed[variant] = (changed.get(variant, False)
+                                            or get_variant(variant).concerns(before))
                     row.runs.append(_register_run(name, cfg, expansion))
                     row.config_hashes.append(config_hash(cfg))
                 exp_rows.append(row)
@@ -436,8 +279,8 @@ def _expand_experiment(name: str, exp: dict[str, Any], experiments: dict[str, di
     return exp_rows
 
 
-def _row(name: str, entry: dict[str, Any], attack: dict[str, Any], seeds: list[Any], variant: str | None,
-         reading: str | None) -> Row:
+def _row(name: str, entry: dict[str, Any], attack: dict[str, Any], seeds: list[Any],
+         variant: str | None, reading: str | None) -> Row:
     """The row of a grid entry under one attack, its runs still to come (one per seed): its key
     and label (the entry's own, or made from algorithm, hyper-parameters, the entry's run fields
     and the attack)."""
@@ -449,8 +292,9 @@ def _row(name: str, entry: dict[str, Any], attack: dict[str, Any], seeds: list[A
                [int(s) for s in seeds], [], variant, reading)
 
 
-def _run_config(name: str, entry: dict[str, Any], attack: dict[str, Any], seed: Any, base: dict[str, Any],
-                chosen: dict[str, str], config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _run_config(name: str, entry: dict[str, Any], attack: dict[str, Any], seed: Any,
+                base: dict[str, Any], chosen: dict[str, str],
+                config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """One run's config: the experiment's run fields, the entry's over them (dataset options
     merged), the algorithm (and its plug-in), the chosen protocol readings, ``run_overrides``, then
     hyper-parameters (implied defaults dropped), attack, seed, device and raw_dir. Returns it and
@@ -459,7 +303,8 @@ def _run_config(name: str, entry: dict[str, Any], attack: dict[str, Any], seed: 
     entry_run = dict(entry.get("run") or {})
     cfg = dict(base)
     cfg.update(entry_run)
-    cfg["dataset_options"] = {**(base.get("dataset_options") or {}), **(entry_run.get("dataset_options") or {})}
+    cfg["dataset_options"] = {**(base.get("dataset_options") or {}),
+                              **(entry_run.get("dataset_options") or {})}
     if not cfg["dataset_options"]:
         del cfg["dataset_options"]
     cfg["algorithm"] = algorithm
@@ -492,11 +337,13 @@ def _register_run(name: str, cfg: dict[str, Any], expansion: _Expansion) -> str:
     if config["partition_jobs"]:
         pk = partition_key(cfg)
         expansion.partitions[pk] = {"dataset": cfg["dataset"], "partition": cfg.get("partition"),
-                                    "seed": cfg["seed"], "options": cfg.get("dataset_options") or {},
+                                    "seed": cfg["seed"],
+                                    "options": cfg.get("dataset_options") or {},
                                     "raw_dir": cfg["raw_dir"]}
     if rk in runs:
         if runs[rk].config != cfg:
-            diff = sorted(k for k in set(cfg) | set(runs[rk].config) if cfg.get(k) != runs[rk].config.get(k))
+            diff = sorted(k for k in set(cfg) | set(runs[rk].config)
+                          if cfg.get(k) != runs[rk].config.get(k))
             raise RegistryError(
                 f"run {rk} is requested by {runs[rk].experiments} and {name} with different "
                 f"configs (fields {', '.join(diff)}); make the setting name them")
@@ -517,7 +364,8 @@ def _typed_spec(cls: type, what: str, name: str, raw: dict[str, Any]):
     fields = {f.name for f in dataclasses.fields(cls)} - _RESOLVED_KEYS
     unknown = sorted(set(raw) - fields)
     if unknown:
-        raise RegistryError(f"{what} {name}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(fields))}")
+        raise RegistryError(f"{what} {name}: unknown key(s) {', '.join(unknown)}; "
+                            f"known: {', '.join(sorted(fields))}")
     required = {f.name for f in dataclasses.fields(cls)
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
     missing = sorted(required - set(raw) - {"name"})
@@ -537,7 +385,8 @@ def _item_specs(config: dict[str, Any]) -> tuple[dict[str, TableSpec], dict[str,
         spec.setdefault("experiments", [name])
         columns = spec.get("columns") or {}
         if "columns" in spec:
-            spec["columns"] = {c: s["source"] if isinstance(s, dict) else s for c, s in columns.items()}
+            spec["columns"] = {c: s["source"] if isinstance(s, dict) else s
+                               for c, s in columns.items()}
         table = _typed_spec(TableSpec, "table", name, spec)
         bound = {c: s["experiment"] for c, s in columns.items() if isinstance(s, dict)}
         tables[name] = dataclasses.replace(table, column_experiment=bound)
@@ -590,8 +439,8 @@ def _check_items(tables: dict[str, TableSpec], figures: dict[str, FigureSpec],
                 raise RegistryError(f"{kind} {name}: kind variants shows a sensitivity experiment "
                                     f"(variants_of), but {', '.join(plain)} is a plain one")
             if spec.kind != "variants" and len(plain) < len(spec.experiments):
-                raise RegistryError(f"{kind} {name}: a sensitivity experiment repeats its rows once per "
-                                    f"reading; show it with a table of kind variants")
+                raise RegistryError(f"{kind} {name}: a sensitivity experiment repeats its rows "
+                                    f"once per reading; show it with a table of kind variants")
 
 
 def _check_gaps(name: str, spec: FigureSpec, rows: dict[str, list[Row]]) -> None:
@@ -628,13 +477,15 @@ def _bind_columns(name: str, spec: TableSpec, experiments: dict[str, dict[str, A
     if unbound:
         raise RegistryError(f"{owner}: columns {', '.join(map(repr, bound))} name an experiment, "
                             f"{', '.join(map(repr, unbound))} do not; bind every column or none")
-    by_base = {experiments[e].get("variants_of"): e for e in spec.experiments if experiments[e].get("variants_of")}
+    by_base = {experiments[e].get("variants_of"): e for e in spec.experiments
+               if experiments[e].get("variants_of")}
     for column, exp in bound.items():
         if exp not in spec.experiments and exp in by_base:
             bound[column] = by_base[exp]
         elif exp not in spec.experiments:
-            raise RegistryError(f"{owner}: column {column!r} names experiment {exp!r}, which the table does "
-                                f"not show; its experiments: {', '.join(spec.experiments)}")
+            raise RegistryError(f"{owner}: column {column!r} names experiment {exp!r}, which the "
+                                f"table does not show; its experiments: "
+                                f"{', '.join(spec.experiments)}")
     idle = [e for e in spec.experiments if e not in bound.values()]
     if idle:
         raise RegistryError(f"{owner}: no column shows experiment(s) {', '.join(idle)}")
@@ -653,7 +504,8 @@ def validate_runs(reg: Registry) -> None:
         except ImportError:  # pragma: no cover
             return
         except ConfigError as err:
-            raise RegistryError(f"run {key} (experiments {', '.join(spec.experiments)}): {err}") from err
+            raise RegistryError(f"run {key} (experiments {', '.join(spec.experiments)}): "
+                                f"{err}") from err
     check_figures_recorded(reg)
 
 
@@ -662,7 +514,8 @@ def unrecorded(reg: Registry, runs: list[str], column: str) -> str | None:
     error that names its figure or claim: how many do not (``fedmgda.config.RECORDED_ONLY_WITH``:
     the config flag the column needs) and the experiments to set the flag in."""
     flag = RECORDED_ONLY_WITH.get(column)
-    missing = [key for key in runs if flag and not reg.runs[key].config.get(flag, RUN_DEFAULTS[flag])]
+    missing = [key for key in runs
+               if flag and not reg.runs[key].config.get(flag, RUN_DEFAULTS[flag])]
     if not missing:
         return None
     experiments = sorted({e for key in missing for e in reg.runs[key].experiments})
@@ -675,8 +528,11 @@ def check_figures_recorded(reg: Registry) -> None:
     without ``track_improvement`` would plot nothing)."""
     for name, spec in reg.figures.items():
         runs = [key for row in rows_selected(reg.rows, spec) for key in row.runs]
-        columns = [spec.metric, *spec.metrics, *(src.partition(".")[2] for src in spec.columns.values() if src.startswith("metrics."))]
-        for problem in filter(None, (unrecorded(reg, runs, column) for column in filter(None, columns))):
+        columns = [spec.metric, *spec.metrics, *(src.partition(".")[2]
+                                                 for src in spec.columns.values()
+                                                 if src.startswith("metrics."))]
+        for problem in filter(None, (unrecorded(reg, runs, column)
+                                     for column in filter(None, columns))):
             raise RegistryError(f"figure {name}: {problem}")
 
 
@@ -705,8 +561,8 @@ def item_spec(reg: Registry, spec: TableSpec | FigureSpec) -> TableSpec | Figure
     return dataclasses.replace(spec, rows=rows, chosen=chosen)
 
 
-OVERRIDE_KEYS = ("profile", "device", "seeds", "rounds", "only", "run_overrides", "experiment_overrides",
-                 "partition_jobs", "allow_download")
+OVERRIDE_KEYS = ("profile", "device", "seeds", "rounds", "only", "run_overrides",
+                 "experiment_overrides", "partition_jobs", "allow_download")
 
 
 def _coerce(value: Any) -> Any:

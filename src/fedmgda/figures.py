@@ -1,14 +1,14 @@
 """Figures 1-9: one panel per call, from the run folders the registry names.
 
-A figure spec is a :class:`fedmgda.specs.FigureSpec` with its rows (``fedmgda.experiments.item_spec``).
-Kinds (the ``kind`` key of a figure spec in the config):
+A figure spec is a :class:`fedmgda.specs.FigureSpec` with its rows
+(``fedmgda.experiments.item_spec``). Kinds (the ``kind`` key of a figure spec in the config):
 
 - ``curves``: a ``metrics.csv`` column per round. Each seed's series is smoothed with an
-  exponentially weighted mean (pandas ``ewm(span)``, docs/protocol.md §6.4), then the seeds' mean is drawn
-  with a band of ±1 std over seeds; the legend's title says so, with the span. Accuracy-like
-  columns are shown in %. ``style_by: attack`` draws attacked runs dashed and clean ones solid, in
-  the same colour per algorithm setting. ``inset_last: N`` adds an inset of the last N rounds on
-  their own y range (a gap the full range hides).
+  exponentially weighted mean (pandas ``ewm(span)``, docs/protocol.md §6.4), then the seeds' mean
+  is drawn with a band of ±1 std over seeds; the legend's title says so, with the span.
+  Accuracy-like columns are shown in %. ``style_by: attack`` draws attacked runs dashed and clean
+  ones solid, in the same colour per algorithm setting. ``inset_last: N`` adds an inset of the last
+  N rounds on their own y range (a gap the full range hides).
 - ``violin``: the per-user accuracies of the last stored per-user vector at round <= T-9 (the
   table's round, ``fedmgda.results.protocol_vector``), pooled over the seeds that finished
   (Figure 3); the labels give σ = mean over seeds of the per-user std, a note the round, the seeds
@@ -43,7 +43,6 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fedmgda.catalog import algorithms  # noqa: E402
-from fedmgda.experiments import algorithm_info, fmt_display  # noqa: E402
 from fedmgda.metrics import display_scale, paired_interval  # noqa: E402
 from fedmgda.results import (  # noqa: E402
     RunFolders,
@@ -52,6 +51,7 @@ from fedmgda.results import (  # noqa: E402
     run_value,
     seed_stats,
 )
+from fedmgda.runkeys import algorithm_info, fmt_display  # noqa: E402
 from fedmgda.specs import FigureSpec, Row  # noqa: E402
 
 UNITS = {100.0: " (%)", 1e4: " (%²)"}  # of a display scale (fedmgda.metrics.display_scale)

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Statistic:
     """A statistic of a per-user accuracy vector: ``compute(accuracy, test_sizes)`` (fractions in
-    [0, 1]; each user's number of test samples) and the factor it is shown at (``display_scale``)."""
+    [0, 1]; each user's number of test samples) and the factor it is shown at
+    (``display_scale``)."""
 
     compute: Callable[[np.ndarray, np.ndarray], float]
     scale: float = 100.0  # accuracies in %
@@ -72,8 +73,8 @@ def accuracy_stats(accuracy: np.ndarray, test_sizes: np.ndarray | None = None) -
 
     mean_acc: unweighted mean over users; std_acc: population std (ddof 0); worst5_acc and
     best5_acc: ``np.percentile`` 5 and 95 with linear interpolation (not the mean of the worst 5 %
-    of users: docs/protocol.md §6.3); weighted_acc: the mean over all test samples (users weighted by
-    their test-set size; Table 14's "Avg (data)").
+    of users: docs/protocol.md §6.3); weighted_acc: the mean over all test samples (users weighted
+    by their test-set size; Table 14's "Avg (data)").
 
     q-FFL's statistics, as its plotting code computes them (fair_flearn plot_fairness.py:L42-51,
     ``get_bar_y``): worst10_acc and best10_acc, the mean of the lowest / highest floor(0.1 m) user
@@ -126,7 +127,8 @@ def participant_stats(per_sample: torch.Tensor, correct: torch.Tensor, sizes: li
     """Each participant's mean loss (``loss``), accuracy (``acc``) and F_i (``total``: the sum of
     its minibatch means, ``sum_of_batch_means``) from the per-sample losses and correctness of the
     participants' pooled samples (``sizes[i]`` samples of participant i, in order). (samples,)
-    inputs give (participants,) outputs; (samples, runs) inputs, of packed runs, (participants, runs)."""
+    inputs give (participants,) outputs; (samples, runs) inputs, of packed runs, (participants,
+    runs)."""
     import torch
 
     loss, acc, total = [], [], []

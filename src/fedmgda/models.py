@@ -40,7 +40,8 @@ class Conv2d(nn.Conv2d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.im2col:
             return super().forward(x)
-        assert self.stride == (1, 1) and self.padding == (0, 0) and self.dilation == (1, 1) and self.groups == 1
+        assert (self.stride == (1, 1) and self.padding == (0, 0) and self.dilation == (1, 1)
+                and self.groups == 1)
         height, width = x.shape[-2] - self.kernel_size[0] + 1, x.shape[-1] - self.kernel_size[1] + 1
         columns = F.unfold(x, self.kernel_size)  # (batch, in channels x kernel, height x width)
         out = torch.matmul(self.weight.flatten(1), columns) + self.bias[:, None]
@@ -87,11 +88,12 @@ def max_pool2(x: torch.Tensor) -> torch.Tensor:
 
 def dropout(x: torch.Tensor, model: nn.Module, site: int,
             keep: tuple[torch.Tensor, ...] | None) -> torch.Tensor:
-    """Dropout at ``model.dropout_sites[site]`` (rate p, per-sample mask shape): with ``keep``,
-    the trainer's masks (``fedmgda.minibatches.Minibatches.dropout_masks``: True = kept, drawn from
-    the client's own generator), the kept values scaled by 1 / (1 - p) as ``F.dropout`` does; without,
+    """Dropout at ``model.dropout_sites[site]`` (rate p, per-sample mask shape): with ``keep``, the
+    trainer's masks (``fedmgda.minibatches.Minibatches.dropout_masks``: True = kept, drawn from the
+    client's own generator), the kept values scaled by 1 / (1 - p) as ``F.dropout`` does; without,
     ``F.dropout`` on torch's global generator when the model is in training mode (a module used on
-    its own), nothing in eval mode. Whole channels where the mask's trailing sizes are 1 (Dropout2d)."""
+    its own), nothing in eval mode. Whole channels where the mask's trailing sizes are 1
+    (Dropout2d)."""
     p, shape = model.dropout_sites[site]
     if keep is not None:
         return x * keep[site] / (1 - p)
@@ -303,7 +305,8 @@ class MLPFashion(nn.Module):
     """The MLP of FedMDFG's F-MNIST experiments (Pan et al., AAAI 2023; zibinpan/FedMDFG
     ``fedplat/model/MLP.py`` L14-24): flattened input, FC 784-200-ReLU-200-ReLU-10, no dropout,
     PyTorch's default initialisation (199 210 parameters). Their forward returns the logits for
-    ``torch.nn.CrossEntropyLoss`` (``fedplat/main.py`` L66); log_softmax + NLL here is the same loss.
+    ``torch.nn.CrossEntropyLoss`` (``fedplat/main.py`` L66); log_softmax + NLL here is the same
+    loss.
     """
 
     def __init__(self, in_features: int = 784, num_classes: int = 10, hidden: int = 200):
@@ -359,12 +362,12 @@ def convolution(model: nn.Module) -> str | None:
 
 @torch.no_grad()
 def glorot_init(model: nn.Module) -> nn.Module:
-    """TensorFlow's default initialisation of ``tf.layers.dense`` / ``conv2d``, which the q-FFL code's
-    models use (fair_flearn flearn/models/adult/lr.py, ``tf.layers.dense(inputs=features,
-    units=num_classes)``): every Linear and Conv weight glorot-uniform, U(-b, b) with
-    b = sqrt(6 / (fan_in + fan_out)) (``torch.nn.init.xavier_uniform_``), every bias zero. Other
-    layers (embedding, LSTM) keep PyTorch's. Drawn from torch's global generator, after PyTorch's
-    own initialisation, in module order: the same seed gives the same model."""
+    """TensorFlow's default initialisation of ``tf.layers.dense`` / ``conv2d``, which the q-FFL
+    code's models use (fair_flearn flearn/models/adult/lr.py, ``tf.layers.dense(inputs=features,
+    units=num_classes)``): every Linear and Conv weight glorot-uniform, U(-b, b) with b = sqrt(6 /
+    (fan_in + fan_out)) (``torch.nn.init.xavier_uniform_``), every bias zero. Other layers
+    (embedding, LSTM) keep PyTorch's. Drawn from torch's global generator, after PyTorch's own
+    initialisation, in module order: the same seed gives the same model."""
     for layer in model.modules():
         if isinstance(layer, (nn.Linear, nn.Conv1d, nn.Conv2d)):
             nn.init.xavier_uniform_(layer.weight)

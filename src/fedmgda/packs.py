@@ -30,12 +30,14 @@ from typing import Any
 from fedmgda.catalog import get_algorithm
 from fedmgda.config import config_hash
 from fedmgda.devices import job_gpu
-from fedmgda.experiments import RUN_DEFAULTS, RunSpec, fmt_num, fmt_value
+from fedmgda.experiments import RunSpec
+from fedmgda.runkeys import RUN_DEFAULTS, fmt_num, fmt_value
 from fedmgda.schema import def_defaults
 
 # run fields that are process-wide (torch.backends flags) or the device: packed runs share them
 PROCESS_FIELDS = ("device", "batched", "cuda_graphs", "deterministic", "tf32")
-PROCESS_DEFAULTS = {"device": "auto", "batched": True, "cuda_graphs": True, "deterministic": True, "tf32": False}
+PROCESS_DEFAULTS = {"device": "auto", "batched": True, "cuda_graphs": True, "deterministic": True,
+                    "tf32": False}
 
 
 def prox_mu(cfg: Mapping[str, Any]) -> float:
@@ -79,7 +81,8 @@ def pack_group(cfg: Mapping[str, Any]) -> str:
 
 def run_yaml_text(spec: RunSpec, partitions_dir: str) -> str:
     """A run's run.yaml as the workflow writes it: the registry's run config and, for a run on a
-    saved partition, its file ``<partitions_dir>/<partition>.npz`` (``fedmgda partition``'s output)."""
+    saved partition, its file ``<partitions_dir>/<partition>.npz`` (``fedmgda partition``'s
+    output)."""
     import yaml
 
     cfg = dict(spec.config)
@@ -132,7 +135,8 @@ def pack_size(spec: RunSpec) -> int:
     if size == "auto":
         from fedmgda.devices import measured_pack, run_device
 
-        return measured_pack(spec.config["dataset"], run_device(spec.config, cuda_available=True), spec.config.get("model"))
+        return measured_pack(spec.config["dataset"], run_device(spec.config, cuda_available=True),
+                             spec.config.get("model"))
     return int(size)
 
 
@@ -143,11 +147,12 @@ RUN_FILES = ("run.yaml", "metrics.csv", "per_user.csv", "summary.json")
 def trained_runs(runs_dir: str | Path, configs: Mapping[str, str]) -> set[str]:
     """The runs of ``configs`` ({run key: its run.yaml text}) already trained with that config: all
     of :data:`RUN_FILES` are in ``<runs_dir>/<key>/`` and its run.yaml is the config given, up to
-    the fields that are no part of a run's identity (``fedmgda.config.config_hash``: the device,
-    the partition file's path, ...). The workflow leaves them to no rule, so no job retrains them:
-    a pack job would retrain its finished members (Snakemake deletes a job's outputs before running
+    the fields that are no part of a run's identity (``fedmgda.config.config_hash``: the device, the
+    partition file's path, ...). The workflow leaves them to no rule, so no job retrains them: a
+    pack job would retrain its finished members (Snakemake deletes a job's outputs before running
     it), and changing ``pack`` or ``device`` would retrain everything. A run whose config changed is
-    not trained (its identity differs); the readers check the same identity (``fedmgda.results``)."""
+    not trained (its identity differs); the readers check the same identity
+    (``fedmgda.results``)."""
     trained = set()
     for key, text in configs.items():
         run_dir = Path(runs_dir) / key
@@ -171,7 +176,8 @@ def _identity(run_yaml: str) -> str | None:
     return config_hash(config) if isinstance(config, dict) else None
 
 
-def assign_packs(runs: Mapping[str, RunSpec], trained: Collection[str] = ()) -> dict[str, list[str]]:
+def assign_packs(runs: Mapping[str, RunSpec],
+                 trained: Collection[str] = ()) -> dict[str, list[str]]:
     """Packs of the registry's runs: ``{"<experiment>/<group>/pack<k>": [run keys]}``, only packs
     of two or more runs (the others keep one job per run).
 
@@ -244,18 +250,18 @@ def pack_resources(specs: list[RunSpec]) -> dict[str, int]:
     }
 
 
-def train_pack(command: str | None, members: list[dict[str, str]], pack_log: str | Path, threads: int = 1,
-               timeout: float | None = None, append_logs: bool = False) -> None:
+def train_pack(command: str | None, members: list[dict[str, str]], pack_log: str | Path,
+               threads: int = 1, timeout: float | None = None, append_logs: bool = False) -> None:
     """Train one pack (the pack rules' script): write each run's ``run.yaml``, run
     ``<command> --config <run.yaml ...> --out <dir ...>`` in one process with its output in
     ``pack_log``, then copy that log to each run's ``train.log`` (also when training failed).
     ``command`` None (the config's ``train_command: null``): ``<this Python> -m fedmgda train``.
 
-    ``members``: one ``{"config": YAML text, "run_yaml": path, "out": folder, "log": path}`` per run.
-    ``timeout`` (seconds): the trainer, in a process group of its own,
-    gets SIGTERM after it (SIGKILL 10 s later), and ``subprocess.TimeoutExpired`` is raised; its
-    runs keep their last checkpoints. ``append_logs``: each run's train.log gets the pack log
-    appended instead of replaced by it (a run resumed from its checkpoint keeps its earlier log).
+    ``members``: one ``{"config": YAML text, "run_yaml": path, "out": folder, "log": path}`` per
+    run. ``timeout`` (seconds): the trainer, in a process group of its own, gets SIGTERM after it
+    (SIGKILL 10 s later), and ``subprocess.TimeoutExpired`` is raised; its runs keep their last
+    checkpoints. ``append_logs``: each run's train.log gets the pack log appended instead of
+    replaced by it (a run resumed from its checkpoint keeps its earlier log).
     """
     for m in members:
         Path(m["run_yaml"]).parent.mkdir(parents=True, exist_ok=True)
@@ -289,7 +295,8 @@ def _run_until(argv: list[str], log, env: dict[str, str], timeout: float | None)
     group: SIGTERM, then SIGKILL)."""
     if timeout is None:
         return subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
     try:
         return proc.wait(timeout=max(1.0, timeout))
     except subprocess.TimeoutExpired:

@@ -59,7 +59,8 @@ MIN_USER_SAMPLES = 2
 
 
 class Pool(Protocol):
-    """What a partitioner reads of a dataset's pooled samples (``fedmgda.data.partition.RawData``)."""
+    """What a partitioner reads of a dataset's pooled samples
+    (``fedmgda.data.partition.RawData``)."""
 
     name: str
     users: list[str] | None  # natural users (writers, roles, devices, domains)
@@ -89,8 +90,8 @@ class Partitioner:
     seeded:    True: the partition depends on the run seed; False: it does not (its file is stored
                with seed 0 and shared by every seed); an option's name: it does when that option is
                true (natural's ``shuffle``).
-    reads:     the dataset options it reads: ``build``, ``check`` and ``size_error`` see these (those
-               the dataset has, defaults filled in, presets expanded), and no others.
+    reads:     the dataset options it reads: ``build``, ``check`` and ``size_error`` see these
+               (those the dataset has, defaults filled in, presets expanded), and no others.
     owns:      option values that only the partitioners owning them honour, e.g. shards'
                ``local_test: global_shards``: under another partitioner they are an error before
                any job.
@@ -102,8 +103,8 @@ class Partitioner:
     owns: Mapping[str, tuple[Any, ...]] = MappingProxyType({})
 
     def build(self, raw: Pool, seed: int, options: Mapping[str, Any]) -> Split:
-        """The users' index lists; ``seed`` is the run seed where ``seeded`` says it matters, else 0.
-        Raises DataError (naming ``raw.name``) where the pool cannot serve the options."""
+        """The users' index lists; ``seed`` is the run seed where ``seeded`` says it matters, else
+        0. Raises DataError (naming ``raw.name``) where the pool cannot serve the options."""
         raise NotImplementedError
 
     def check(self, options: Mapping[str, Any]) -> str | None:
@@ -178,7 +179,8 @@ def source_cut(pairs: Iterable[tuple[Any, Any]], users: list[str] | None) -> Spl
 # --------------------------------------------------------------------------- the authors'
 # partitions
 def iid_partition(num_items: int, num_users: int, seed: int) -> list[np.ndarray]:
-    """``main/sampling.py`` iid: ⌊N/users⌋ items per user drawn without replacement, in set order."""
+    """``main/sampling.py`` iid: ⌊N/users⌋ items per user drawn without replacement, in set
+    order."""
     drawn = _draw_without_replacement(np.random.RandomState(seed), num_items,
                                       num_items // num_users, num_users)
     return [np.fromiter(items, dtype=np.int64, count=len(items)) for items in drawn]
@@ -271,10 +273,11 @@ def global_test_shards(labels, num_users: int, num_shards: int, shard_size: int,
 
 
 def shifted_ids(rows) -> np.ndarray:
-    """The FedMGDA+ code's Adult client of the rows ``rows`` (``adult/sampling.py``, docs/protocol.md
-    §1.5): their 1-based row numbers used as 0-based ids, i.e. every id one row too far, iterated in
-    CPython set order. An id equal to the pool's size (past the last row) can only land in the test
-    tail of a client; :class:`Domain` drops it there (the authors never read it)."""
+    """The FedMGDA+ code's Adult client of the rows ``rows`` (``adult/sampling.py``,
+    docs/protocol.md §1.5): their 1-based row numbers used as 0-based ids, i.e. every id one row too
+    far, iterated in CPython set order. An id equal to the pool's size (past the last row) can only
+    land in the test tail of a client; :class:`Domain` drops it there (the authors never read
+    it)."""
     return np.asarray(list(set((np.asarray(rows, dtype=np.int64) + 1).tolist())), dtype=np.int64)
 
 
@@ -398,10 +401,12 @@ class Shards(Partitioner):
                 return (f"{dataset}: num_users x shards_per_user = {users} x "
                         f"{options['shards_per_user']} shards of its {samples} samples "
                         f"give each user {per_user}; {_NEEDS}: lower num_users or shards_per_user "
-                        f"so that num_users x max(shards_per_user, {MIN_USER_SAMPLES}) <= {samples}")
+                        f"so that num_users x max(shards_per_user, {MIN_USER_SAMPLES}) "
+                        f"<= {samples}")
             return None
         if shards * size > samples:
-            return f"{dataset}: num_shards x shard_size = {shards} x {size} needs {shards * size} samples, it has {samples}: lower them"
+            return (f"{dataset}: num_shards x shard_size = {shards} x {size} needs "
+                    f"{shards * size} samples, it has {samples}: lower them")
         per_user = shards // users * size
         if per_user < MIN_USER_SAMPLES:
             return (f"{dataset}: num_users = {users} with {shards} shards of {size} samples gives "
@@ -430,7 +435,8 @@ class IID(Partitioner):
 
 
 class Natural(Partitioner):
-    """One user per natural user of the source (writer, role, device, class), in the loader's order."""
+    """One user per natural user of the source (writer, role, device, class), in the loader's
+    order."""
 
     name = "natural"
     seeded = "shuffle"  # a user's samples shuffled with the run seed before the cut
@@ -475,7 +481,8 @@ class Domain(Partitioner):
         users, clients = list(raw.users or []), options.get("clients", "both")
         keep = [k for k, user in enumerate(users) if clients in ("both", user)]
         if not keep:
-            raise DataError(f"{raw.name}: clients must be 'both' or one of {users}, not {clients!r}")
+            raise DataError(f"{raw.name}: clients must be 'both' or one of {users}, "
+                            f"not {clients!r}")
         names = [users[k] for k in keep]
         # q-FFL's: the domain's train rows, its test rows
         if options.get("split", SPLITS[0]) == "source":

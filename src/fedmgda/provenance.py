@@ -174,9 +174,11 @@ def environment_changes(before: dict[str, Any], now: dict[str, Any]) -> list[str
 
 
 def resume_note(before: dict[str, Any] | None, now: dict[str, Any]) -> str | None:
-    """The one line a resumed run prints about the checkpoint's environment; None when it is this one."""
+    """The one line a resumed run prints about the checkpoint's environment; None when it is this
+    one."""
     if not before:
-        return "resuming a checkpoint made under an unknown environment (written before checkpoints were stamped)"
+        return ("resuming a checkpoint made under an unknown environment (written before "
+                "checkpoints were stamped)")
     changes = environment_changes(before, now)
     return ("resuming a checkpoint made under another environment: " + ", ".join(changes)
             if changes else None)

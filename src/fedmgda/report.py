@@ -98,7 +98,8 @@ def curves_figure(runs_dir: str | Path, rows: Mapping[str, list[str]]) -> plt.Fi
             for key in keys:
                 df = folders.open(key).table(METRICS)
                 if column in df.columns:
-                    series[key] = df.set_index("round")[column].astype(float) * display_scale(column)
+                    series[key] = (df.set_index("round")[column].astype(float)
+                                   * display_scale(column))
             if not series:
                 continue
             table = pd.DataFrame(series).dropna(how="all")

@@ -62,7 +62,7 @@ RESULT_FILES = (METRICS, PER_USER, PER_USER_FINAL)
 RUN_YAML = "run.yaml"  # the workflow's copy of the run config
 MANIFEST = "manifest"  # summary.json's record of what the run wrote (``seal``)
 RETRAIN = "delete the folder, the workflow retrains it"
-# metrics.csv: the columns of a round's non-finite reports (``fedmgda.simulator.Screened.columns``),
+# metrics.csv: the columns of a round's non-finite reports (``fedmgda.screening.Screened.columns``),
 # and every column a run has even when it failed in round 1
 NONFINITE_COLUMNS = ("nonfinite_updates", "nonfinite_losses", "nonfinite_users", "dropped")
 METRICS_COLUMNS = ("round", "eta", "train_loss", *NONFINITE_COLUMNS, "improved_loss",
@@ -86,11 +86,11 @@ class RunResult:
 def run_result(config: dict[str, Any], state, final_weights: torch.Tensor,
                final: tuple[str, dict[str, float], pd.DataFrame] | None,
                **header: Any) -> RunResult:
-    """A run's outputs from its progress ``state`` (a ``fedmgda.checkpoints.RunState``): its
-    metrics and per-user rows, and summary.json's fields: the run ``config``, its status, what
-    ``header`` gives (``device``, ``participants_per_round``, ``environment``), and, when ``final``
-    is given (None: the run diverged or failed), the final model (which iterate, in words), its
-    statistics and per-user vector, and the statistics of the protocol round (``protocol_stats``)."""
+    """A run's outputs from its progress ``state`` (a ``fedmgda.checkpoints.RunState``): its metrics
+    and per-user rows, and summary.json's fields: the run ``config``, its status, what ``header``
+    gives (``device``, ``participants_per_round``, ``environment``), and, when ``final`` is given
+    (None: the run diverged or failed), the final model (which iterate, in words), its statistics
+    and per-user vector, and the statistics of the protocol round (``protocol_stats``)."""
     metrics, per_user = metrics_table(state.rows), per_user_rounds(state.per_user_rows)
     failure = state.failure
     diverged = state.diverged_round is not None or failure is not None
@@ -116,7 +116,8 @@ def run_result(config: dict[str, Any], state, final_weights: torch.Tensor,
 
 
 def metrics_table(rows: list[dict[str, float]]) -> pd.DataFrame:
-    """metrics.csv: one row per round, with every column of ``METRICS_COLUMNS`` (NaN where absent)."""
+    """metrics.csv: one row per round, with every column of ``METRICS_COLUMNS`` (NaN where
+    absent)."""
     metrics = pd.DataFrame(rows)
     for column in METRICS_COLUMNS:  # a run failed in round 1 has none
         if column not in metrics:
@@ -141,9 +142,9 @@ def per_user_rounds(tables: list[pd.DataFrame]) -> pd.DataFrame:
 
 def protocol_stats(per_user: pd.DataFrame, metrics: pd.DataFrame,
                    per_user_every: int) -> dict[str, float] | None:
-    """Statistics of the last stored per-user vector at a round t (0-based) with
-    t % per_user_every == 0: the vector the paper's tables were computed from (docs/protocol.md §6.3:
-    round T-9 for T a multiple of 10, not the final model)."""
+    """Statistics of the last stored per-user vector at a round t (0-based) with t % per_user_every
+    == 0: the vector the paper's tables were computed from (docs/protocol.md §6.3: round T-9 for T a
+    multiple of 10, not the final model)."""
     last = protocol_round(per_user, per_user_every)
     if last is None:
         return None

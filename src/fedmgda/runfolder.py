@@ -103,8 +103,8 @@ def _pid(fd: int) -> int | None:
 
 @contextlib.contextmanager
 def writing(path: Path) -> Iterator[Path]:
-    """Yield ``<path>.tmp`` to write; renamed to ``path`` when the body ends (atomic: a kill
-    leaves the previous file intact). An OSError becomes one line naming ``path``; no ``.tmp`` is left."""
+    """Yield ``<path>.tmp`` to write; renamed to ``path`` when the body ends (atomic: a kill leaves
+    the previous file intact). An OSError becomes one line naming ``path``; no ``.tmp`` is left."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         yield tmp

@@ -66,12 +66,15 @@ from fedmgda.simulator import (
 )
 
 
-def run(cfg: RunConfig, out_dir: str | Path | None = None, data: FederatedDataset | None = None, model_name: str | None = None) -> RunResult:
-    """Train one run of ``cfg`` and (with ``out_dir``) write its outputs there, resuming from its checkpoint."""
+def run(cfg: RunConfig, out_dir: str | Path | None = None, data: FederatedDataset | None = None,
+        model_name: str | None = None) -> RunResult:
+    """Train one run of ``cfg`` and (with ``out_dir``) write its outputs there, resuming from its
+    checkpoint."""
     return run_packed([Simulation(cfg, data=data, model_name=model_name)], [out_dir])[0]
 
 
-def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None], progress_every: float | None = None,
+def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None],
+               progress_every: float | None = None,
                fresh_if_unreadable: bool = False) -> list[RunResult]:
     """Train several runs in lockstep: every round, the participants of all of them are trained
     together (``Scheduler.train``); a finished, diverged or failed run leaves the pack (a run
@@ -81,7 +84,8 @@ def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None], progre
     unpacked: every client's minibatch order and dropout masks come from its own seed key.
     ``progress_every`` (seconds): print progress lines (``Progress``); None: none.
     ``fresh_if_unreadable``: a checkpoint a run cannot resume from is set aside and the run starts
-    from round 0 (``Simulation.steps``); else it stops the pack (``checkpoints.UnusableCheckpoint``)."""
+    from round 0 (``Simulation.steps``); else it stops the pack
+    (``checkpoints.UnusableCheckpoint``)."""
     if len(sims) != len(out_dirs):
         raise ValueError("run_packed needs one output folder (or None) per run")
     scheduler = Scheduler([sim.inputs for sim in sims])
@@ -107,7 +111,8 @@ def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None], progre
             order = list(pending)
             try:
                 answers = scheduler.serve([pending[i] for i in order])
-            except PluginError as error:  # one run's hook: that run records its failure, the others are served again
+            # one run's hook: that run records its failure, the others are served again
+            except PluginError as error:
                 failed = [i for i in order if sims[i] is error.owner]
                 if not failed:
                     raise
@@ -120,7 +125,8 @@ def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None], progre
     return results
 
 
-def run_round(sim: Simulation, w: torch.Tensor, t: int, scheduler: Scheduler | None = None) -> RoundRecord:
+def run_round(sim: Simulation, w: torch.Tensor, t: int,
+              scheduler: Scheduler | None = None) -> RoundRecord:
     """Round t of ``sim`` from the global model ``w``, on its own (``Simulation.round``: its
     participants, their updates, the new global model), answered by ``scheduler`` (a pack of
     ``sim`` alone, kept across rounds by the caller; default: a new one). Nothing is written; the
@@ -138,7 +144,8 @@ def run_round(sim: Simulation, w: torch.Tensor, t: int, scheduler: Scheduler | N
 
 
 class Scheduler:
-    """One pack's request server: answers its runs' requests, choosing for each the path that computes it.
+    """One pack's request server: answers its runs' requests, choosing for each the path that
+    computes it.
 
     A pack (``check_packable``: one device, model, local training and set of samples) has one, for
     its lifetime (``run_packed``). It holds the paths' state (the batched path, CUDA graphs, the
@@ -148,19 +155,24 @@ class Scheduler:
 
     def __init__(self, runs: list[RunInputs]):
         check_packable(runs)
-        # each run's algorithm and fall-back (not the runs: a pack's runs then share one copy of the samples)
+        # each run's algorithm and fall-back (not the runs: a pack's runs then share one copy of
+        # the samples)
         self.fallbacks = [(run.algorithm, run.fallback) for run in runs]
         self.said: set[tuple[str, str]] = set()  # (algorithm, reason) of the fall-backs logged
         lead = runs[0]
         self.device = lead.device
         self.linear = LinearSoftmaxSteps.eligible(lead.trainer.model)  # linear + log_softmax
-        graphs = CudaGraphs() if lead.batched and lead.cuda_graphs and lead.device.type == "cuda" else None
-        self.vmap = VmapSteps(lead.trainer, graphs)  # also the path of the clients with a local term
+        graphs = (CudaGraphs() if lead.batched and lead.cuda_graphs and lead.device.type == "cuda"
+                  else None)
+        # also the path of the clients with a local term
+        self.vmap = VmapSteps(lead.trainer, graphs)
         path = batched_path(lead)
-        self.steps: ClientSteps = self.vmap if path is VmapSteps else path(lead.trainer.model, lead.trainer.hparams)
+        self.steps: ClientSteps = (self.vmap if path is VmapSteps
+                                   else path(lead.trainer.model, lead.trainer.hparams))
         self.linear_evaluation = LinearSoftmaxEvaluation() if self.linear and lead.batched else None
         # the padding a size group may carry (``client.size_groups``); a benchmark may set it
-        # (bench_rounds --max-padding measures others: on a GPU a step may cost the same at any width)
+        # (bench_rounds --max-padding measures others: on a GPU a step may cost the same at any
+        # width)
         self.max_padding = MAX_PADDING
         for run in runs:
             if run.batched and run.local_term is not None and not run.vmap_local_term:
@@ -175,16 +187,18 @@ class Scheduler:
         self.say_reference(run.algorithm, reason)
 
     def say_reference(self, algorithm: str, reason: str) -> None:
-        """The log line of an algorithm whose local term is not vmap-ed, once per pack, algorithm and reason."""
+        """The log line of an algorithm whose local term is not vmap-ed, once per pack, algorithm
+        and reason."""
         if (algorithm, reason) not in self.said:
             self.said.add((algorithm, reason))
-            print(f"[engine] {algorithm}: its local_term is not vmap-ed ({reason}); its clients train on the reference path, "
-                  f"one after another", flush=True)
+            print(f"[engine] {algorithm}: its local_term is not vmap-ed ({reason}); its clients "
+                  f"train on the reference path, one after another", flush=True)
 
     def serve(self, requests: list) -> list:
         """Answer one request of each run, each kind for all the runs asking it at once."""
         answers: list = [None] * len(requests)
-        for kind, serve in ((LossRequest, self.losses), (TrainRequest, self.train), (EvalRequest, self.evaluate)):
+        for kind, serve in ((LossRequest, self.losses), (TrainRequest, self.train),
+                            (EvalRequest, self.evaluate)):
             chosen = [i for i, request in enumerate(requests) if type(request) is kind]
             if chosen:
                 for i, answer in zip(chosen, serve([requests[i] for i in chosen])):
@@ -200,15 +214,18 @@ class Scheduler:
         keys = [(tuple(sorted(r.users)), r.run.partition) for r in requests]
 
         def group(members: list[int]) -> list[dict[str, torch.Tensor]]:
-            # one product for the runs with the same participants in any order; rows back in each run's order
+            # one product for the runs with the same participants in any order; rows back in each
+            # run's order
             users = sorted(requests[members[0]].users)
-            stats = self.linear_evaluation.participant_losses(requests[members[0]].run, [requests[j].w for j in members], users)
+            stats = self.linear_evaluation.participant_losses(
+                requests[members[0]].run, [requests[j].w for j in members], users)
             rows = [[users.index(u) for u in requests[j].users] for j in members]
             return [{key: value[row] for key, value in s.items()} for s, row in zip(stats, rows)]
 
         return by_group(keys, group)
 
-    def evaluate(self, requests: list[EvalRequest]) -> list[tuple[np.ndarray, np.ndarray, dict[str, float]]]:
+    def evaluate(self, requests: list[EvalRequest]
+                 ) -> list[tuple[np.ndarray, np.ndarray, dict[str, float]]]:
         """``evaluate`` of each run; with distinct-sample evaluation, the runs that share the
         partition at once (``LinearSoftmaxEvaluation``)."""
         if self.linear_evaluation is None:
@@ -216,7 +233,8 @@ class Scheduler:
 
         def group(members: list[int]) -> list[tuple[np.ndarray, np.ndarray, dict[str, float]]]:
             chosen = [requests[j] for j in members]
-            return self.linear_evaluation.evaluate(chosen[0].run, [r.w for r in chosen], [r.with_global for r in chosen])
+            return self.linear_evaluation.evaluate(chosen[0].run, [r.w for r in chosen],
+                                                   [r.with_global for r in chosen])
 
         return by_group([r.run.partition for r in requests], group)
 
@@ -234,42 +252,50 @@ class Scheduler:
         vmap-ed with the step (``train_with_term``). Clients of runs without batched training take
         the sequential path."""
         clients = [(j, k) for j, request in enumerate(requests) for k in range(len(request.users))]
-        results: list[list[ClientResult | None]] = [[None] * len(request.users) for request in requests]
+        results: list[list[ClientResult | None]] = [[None] * len(request.users)
+                                                    for request in requests]
         for group in self.client_groups(requests, clients):
             members = [clients[c] for c in group]
             for (j, k), result in zip(members, self.train_group(requests, members)):
                 results[j][k] = result
-        return [(torch.stack([r.update for r in rows]), torch.stack([r.train_loss for r in rows])) for rows in results]
+        return [(torch.stack([r.update for r in rows]), torch.stack([r.train_loss for r in rows]))
+                for rows in results]
 
-    def client_groups(self, requests: list[TrainRequest], clients: list[tuple[int, int]]) -> list[list[int]]:
+    def client_groups(self, requests: list[TrainRequest],
+                      clients: list[tuple[int, int]]) -> list[list[int]]:
         """The round's clients (positions into ``clients``, pairs (request, client)) in the groups
         they train in: one by one on the reference path; the batched clients of the runs without a
         local term together (by size, or all in one group where the batched path does not pad:
         ``groups_by_size``); each run with a local term its own clients, by size."""
         runs = [request.run for request in requests]
         sequential = [c for c, (j, _) in enumerate(clients) if not batched_training(runs[j])]
-        together = [c for c, (j, _) in enumerate(clients) if batched_training(runs[j]) and runs[j].local_term is None]
+        together = [c for c, (j, _) in enumerate(clients)
+                    if batched_training(runs[j]) and runs[j].local_term is None]
         with_term: dict[int, list[int]] = {}
         for c, (j, _) in enumerate(clients):
             if batched_training(runs[j]) and runs[j].local_term is not None:
                 with_term.setdefault(j, []).append(c)
 
         def by_size(members: list[int]) -> list[list[int]]:
-            sizes = [len(runs[j].train_idx_cpu[requests[j].users[k]]) for j, k in (clients[c] for c in members)]
+            sizes = [len(runs[j].train_idx_cpu[requests[j].users[k]])
+                     for j, k in (clients[c] for c in members)]
             return [[members[i] for i in group] for group in size_groups(sizes, self.max_padding)]
 
         if not self.steps.groups_by_size:
             groups = [together] if together else []
         else:
             groups = by_size(together)
-        return [[c] for c in sequential] + groups + [group for members in with_term.values() for group in by_size(members)]
+        return [[c] for c in sequential] + groups + [group for members in with_term.values()
+                                                     for group in by_size(members)]
 
-    def train_group(self, requests: list[TrainRequest], members: list[tuple[int, int]]) -> list[ClientResult]:
+    def train_group(self, requests: list[TrainRequest],
+                    members: list[tuple[int, int]]) -> list[ClientResult]:
         """The clients ``members`` (pairs (request, client)) of one group of ``client_groups``."""
         j, k = members[0]
         run = requests[j].run
-        if run.batched and run.local_term is not None:  # before the check below: a group
-            return self.train_with_term(requests[j], [k for _, k in members])  # may outlive its fall-back
+        # before the check below: a group may outlive its fall-back
+        if run.batched and run.local_term is not None:
+            return self.train_with_term(requests[j], [k for _, k in members])
         if not batched_training(run):
             return [train_one(requests[j], k)]
         if len(members) == 1 and not self.steps.trains_one_alone:
@@ -281,38 +307,53 @@ class Scheduler:
         term; no CUDA graphs), the term vmap-ed with the step and the clients' states stacked
         along dim 0. A client alone takes the reference path, as does a group whose term or
         states cannot be vmap-ed: then the run's algorithm stays there (``refuse_vmap``)."""
-        if len(ks) > 1 and batched_training(request.run):  # not after a fall-back earlier in the round
+        # not after a fall-back earlier in the round
+        if len(ks) > 1 and batched_training(request.run):
             try:
                 states = stack_states([request.states[k] for k in ks])
-                return self.train_together([request] * len(ks), ks, term=request.run.local_term, states=states)
+                return self.train_together([request] * len(ks), ks, term=request.run.local_term,
+                                           states=states)
             except (ValueError, TypeError, RuntimeError, NotImplementedError, PluginError) as error:
                 # nothing was changed yet: the reference path trains the same clients from scratch
                 # (a term that breaks its contract there too fails its run, fedmgda.contract)
-                cause = error.__cause__ if isinstance(error, PluginError) and error.__cause__ else error
-                self.refuse_vmap(request.run, f"{type(cause).__name__}: {str(cause).strip().splitlines()[0]}")
+                cause = (error.__cause__ if isinstance(error, PluginError) and error.__cause__
+                         else error)
+                self.refuse_vmap(request.run, f"{type(cause).__name__}: "
+                                              f"{str(cause).strip().splitlines()[0]}")
         return [train_one(request, k) for k in ks]
 
-    def train_together(self, requests: list[TrainRequest], ks: list[int], term=None, states=None) -> list[ClientResult]:
+    def train_together(self, requests: list[TrainRequest], ks: list[int], term=None,
+                       states=None) -> list[ClientResult]:
         """Clients ks[i] of requests[i] trained as one batched computation; with a local ``term``
         (one run's clients), vmap-ed with the step, given their stacked ``states``."""
         keys = [request.seed_keys[k] for request, k in zip(requests, ks)]
-        # clients of one seed, user and partition draw one minibatch plan: the same samples and
-        # generator; full batches are not shuffled, so there one user and partition is one plan
         lead = requests[0].run
-        drawn = lead.trainer.hparams.batch_size is not None
-        plan_keys = [(*(key if drawn else key[2:]), request.run.partition) for request, key in zip(requests, keys)]
-        plans: dict[tuple, tuple[torch.Tensor, torch.Generator]] = {}
-        for request, k, key, plan_key in zip(requests, ks, keys, plan_keys):
-            if plan_key not in plans:
-                plans[plan_key] = (request.run.train_idx_cpu[request.users[k]], torch.Generator().manual_seed(derived_seed(*key)))
-        shared = [plans[plan_key] for plan_key in plan_keys]
-        masks = [dropout_generator(key, self.device) for key in keys] if lead.trainer.minibatches.sites else None
-        plan = lead.trainer.minibatches.plan([idx for idx, _ in shared], [generator for _, generator in shared], masks)
+        shared = shared_plans(requests, ks, keys)
+        masks = ([dropout_generator(key, self.device) for key in keys]
+                 if lead.trainer.minibatches.sites else None)
+        plan = lead.trainer.minibatches.plan([idx for idx, _ in shared],
+                                             [generator for _, generator in shared], masks)
         inputs = (plan, torch.stack([request.w for request in requests]), lead.data.x, lead.data.y,
                   torch.tensor([request.loss_scales[k] for request, k in zip(requests, ks)]))
         if term is not None:
             return self.vmap.train(*inputs, term=term, states=states)
         return self.steps.train(*inputs)
+
+
+def shared_plans(requests: list[TrainRequest], ks: list[int],
+                 keys: list[tuple[int, int, int]]) -> list[tuple[torch.Tensor, torch.Generator]]:
+    """The (train indices, generator) each client ks[i] of requests[i] draws its minibatch plan
+    from: clients of one seed, user and partition share one, the same samples and generator; full
+    batches are not shuffled, so there one user and partition is one plan."""
+    drawn = requests[0].run.trainer.hparams.batch_size is not None
+    plan_keys = [(*(key if drawn else key[2:]), request.run.partition)
+                 for request, key in zip(requests, keys)]
+    plans: dict[tuple, tuple[torch.Tensor, torch.Generator]] = {}
+    for request, k, key, plan_key in zip(requests, ks, keys, plan_keys):
+        if plan_key not in plans:
+            plans[plan_key] = (request.run.train_idx_cpu[request.users[k]],
+                               torch.Generator().manual_seed(derived_seed(*key)))
+    return [plans[plan_key] for plan_key in plan_keys]
 
 
 def batched_training(run: RunInputs) -> bool:
@@ -321,7 +362,8 @@ def batched_training(run: RunInputs) -> bool:
     return run.batched and reference_reason(run) is None
 
 
-def batched_path(run: RunInputs) -> type[LinearSoftmaxSteps] | type[ConvNetSteps] | type[VmapSteps]:
+def batched_path(run: RunInputs
+                 ) -> type[LinearSoftmaxSteps] | type[ConvNetSteps] | type[VmapSteps]:
     """The one choice of the batched path (``client.ClientSteps``) of a run's clients without a
     local term: ``LinearSoftmaxSteps`` for linear + log_softmax models, ``ConvNetSteps`` for the
     small CNNs on the CPU (on a GPU the vmap-ed step replayed as CUDA graphs is faster), else
@@ -360,10 +402,12 @@ def training_path(run: RunInputs) -> str:
 
 def derived_seed(*keys: int) -> int:
     """A 63-bit seed determined by ``keys`` (e.g. a client's seed key: run seed, round, user)."""
-    return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(2, dtype=np.uint32).astype(np.uint64) @ np.array([1 << 31, 1], dtype=np.uint64))
+    state = np.random.SeedSequence([int(k) for k in keys]).generate_state(2, dtype=np.uint32)
+    return int(state.astype(np.uint64) @ np.array([1 << 31, 1], dtype=np.uint64))
 
 
-DROPOUT_STREAM = 1  # appended to a client's seed key: its dropout masks' stream, apart from its minibatch order's
+# appended to a client's seed key: its dropout masks' stream, apart from its minibatch order's
+DROPOUT_STREAM = 1
 
 
 def dropout_generator(key: tuple[int, ...], device: torch.device) -> torch.Generator:
@@ -381,8 +425,10 @@ def train_one(request: TrainRequest, k: int) -> ClientResult:
     torch.manual_seed(seed)  # any draw of an algorithm's local term on this path, per client
     idx = run.data.train_idx[user]
     state = request.states[k] if request.states is not None else None
-    masks = dropout_generator(request.seed_keys[k], run.device) if run.trainer.minibatches.sites else None
-    return run.trainer.train(request.w, run.data.x[idx], run.data.y[idx], torch.Generator().manual_seed(seed), request.loss_scales[k],
+    masks = (dropout_generator(request.seed_keys[k], run.device) if run.trainer.minibatches.sites
+             else None)
+    return run.trainer.train(request.w, run.data.x[idx], run.data.y[idx],
+                             torch.Generator().manual_seed(seed), request.loss_scales[k],
                              term=run.local_term, state=state, dropout_generator=masks)
 
 
@@ -409,14 +455,19 @@ def check_packable(runs: list[RunInputs]) -> None:
         model, lead_model = run.trainer.model, lead.trainer.model
         differ = [name for name, same in [
             ("device", run.device == lead.device),
-            ("model", type(model.module) is type(lead_model.module) and model.shapes == lead_model.shapes),
+            ("model", type(model.module) is type(lead_model.module)
+             and model.shapes == lead_model.shapes),
             ("conv", convolution(model.module) == convolution(lead_model.module)),
-            ("local training (epochs, batch size, local lr, momentum, proximal mu)", run.trainer.hparams == lead.trainer.hparams),
+            ("local training (epochs, batch size, local lr, momentum, proximal mu)",
+             run.trainer.hparams == lead.trainer.hparams),
             ("batched", run.batched == lead.batched),
-            ("pooled samples", run.data.x is lead.data.x or (run.data.x.shape == lead.data.x.shape and torch.equal(run.data.x, lead.data.x) and torch.equal(run.data.y, lead.data.y))),
+            ("pooled samples", run.data.x is lead.data.x or (
+                run.data.x.shape == lead.data.x.shape and torch.equal(run.data.x, lead.data.x)
+                and torch.equal(run.data.y, lead.data.y))),
         ] if not same]
         if differ:
-            raise ConfigError(f"runs {lead.name} and {run.name} cannot be packed: they differ in {'; '.join(differ)}")
+            raise ConfigError(f"runs {lead.name} and {run.name} cannot be packed: they differ in "
+                              f"{'; '.join(differ)}")
 
 
 class Progress:
@@ -436,7 +487,8 @@ class Progress:
         active = len(training)  # a diverged or failed run has left, its round no longer counts
         round_ = min((sim.rounds_done for sim in training), default=total)
         done = sum(sim.rounds_done - sim.rounds_started for sim in self.sims) / len(self.sims)
-        due = round_ != self.printed_round and (now - self.last >= self.every or round_ in (1, total))
+        due = round_ != self.printed_round and (now - self.last >= self.every
+                                                or round_ in (1, total))
         if not due or done <= 0:
             return
         self.last, self.printed_round = now, round_
@@ -446,5 +498,8 @@ class Progress:
         if len(self.sims) == 1:
             accuracy = f"mean user acc {acc[0]:.2f} %" if len(acc) else "mean user acc n/a"
         else:
-            accuracy = f"{active}/{len(self.sims)} runs active; mean user acc min {acc.min():.2f} / mean {acc.mean():.2f} / max {acc.max():.2f} %" if len(acc) else f"{active}/{len(self.sims)} runs active"
-        print(f"[progress] round {round_}/{total} | {per_round:.3f} s/round | ETA {eta / 60:.1f} min | {accuracy}", flush=True)
+            accuracy = (f"{active}/{len(self.sims)} runs active; mean user acc min "
+                        f"{acc.min():.2f} / mean {acc.mean():.2f} / max {acc.max():.2f} %"
+                        if len(acc) else f"{active}/{len(self.sims)} runs active")
+        print(f"[progress] round {round_}/{total} | {per_round:.3f} s/round | "
+              f"ETA {eta / 60:.1f} min | {accuracy}", flush=True)

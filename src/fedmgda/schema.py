@@ -57,7 +57,8 @@ def config_error(config: dict[str, Any]) -> str | None:
     import jsonschema
 
     schema = _schema()
-    error = jsonschema.exceptions.best_match(jsonschema.validators.validator_for(schema)(schema).iter_errors(config))
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(config))
     if error is None:
         return None
     where = ".".join(map(str, error.absolute_path)) or "top level"
@@ -94,7 +95,8 @@ def _bounded(name: str, s: dict[str, Any]) -> str:
     high = (f" ≤ {s['maximum']}" if "maximum" in s else f" < {s['exclusiveMaximum']}"
             if "exclusiveMaximum" in s else "")
     if low and not high:  # "integer ≥ 1" reads better than "1 ≤ integer"
-        return f"{name} {'≥' if 'minimum' in s else '>'} {s.get('minimum', s.get('exclusiveMinimum'))}"
+        return (f"{name} {'≥' if 'minimum' in s else '>'} "
+                f"{s.get('minimum', s.get('exclusiveMinimum'))}")
     return f"{low}{name}{high}"
 
 
@@ -175,7 +177,8 @@ def _range(h) -> str:
 
 
 def algorithm_docs() -> list[str]:
-    """The built-in algorithms of ``fedmgda.catalog`` (a plug-in declares its own: docs/plugins.md)."""
+    """The built-in algorithms of ``fedmgda.catalog`` (a plug-in declares its own:
+    docs/plugins.md)."""
     from fedmgda.catalog import BUILTIN_ALGORITHMS
 
     lines = ["### algorithms", "",

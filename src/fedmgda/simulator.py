@@ -1,24 +1,25 @@
 """The federated simulation: sampling, client updates, aggregation, evaluation.
 
 Randomness is derived, not carried: the model is initialised from ``seed``; round t's participants
-come from a generator seeded by (seed, t), and client i's minibatch order and dropout masks in
-round t from (seed, t, i), each from its own generator (``fedmgda.scheduler.dropout_generator``):
-the same whichever path trains the client and whichever runs share its pack. Hence every algorithm run with the same seed sees the same initial model
-and the same participants (paired comparisons, docs/protocol.md §6.1), and a run resumed from a
-checkpoint continues exactly as if it had never stopped, without saving any RNG state.
+come from a generator seeded by (seed, t), and client i's minibatch order and dropout masks in round
+t from (seed, t, i), each from its own generator (``fedmgda.scheduler.dropout_generator``): the same
+whichever path trains the client and whichever runs share its pack. Hence every algorithm run with
+the same seed sees the same initial model and the same participants (paired comparisons,
+docs/protocol.md §6.1), and a run resumed from a checkpoint continues exactly as if it had never
+stopped, without saving any RNG state.
 
 This module is one run's protocol, in one place: sampling, the round (the clients' requests, the
 algorithm's client-side hooks, aggregation), evaluation, divergence, and when to checkpoint and
-write the outputs (their files: ``fedmgda.checkpoints``, ``fedmgda.results``). A run is a
-generator (``Simulation.steps``; one round from a given model: ``Simulation.round``) that yields a
-typed request (``TrainRequest``, ``LossRequest``, ``EvalRequest``) whenever a round's clients must
-be trained, its participants' losses evaluated or its model evaluated; it computes nothing of that
-itself. The scheduler (``fedmgda.scheduler``: ``run``, ``run_packed``, ``run_round``) drives one
-or several runs and answers their requests, choosing the reference path (``fedmgda.client``) or a fast path (``fedmgda.fastpaths``).
-A request carries all its inputs: the run's ``RunInputs`` (built once: model and local training,
-samples, partition digest, local term) and, for training, each participant's seed key
-(seed, t, i), loss scale (an attack's, computed here only) and client state; the scheduler reads
-nothing else of the run.
+write the outputs (their files: ``fedmgda.checkpoints``, ``fedmgda.results``). A run is a generator
+(``Simulation.steps``; one round from a given model: ``Simulation.round``) that yields a typed
+request (``TrainRequest``, ``LossRequest``, ``EvalRequest``) whenever a round's clients must be
+trained, its participants' losses evaluated or its model evaluated; it computes nothing of that
+itself. The scheduler (``fedmgda.scheduler``: ``run``, ``run_packed``, ``run_round``) drives one or
+several runs and answers their requests, choosing the reference path (``fedmgda.client``) or a fast
+path (``fedmgda.fastpaths``). A request carries all its inputs: the run's ``RunInputs`` (built once:
+model and local training, samples, partition digest, local term) and, for training, each
+participant's seed key (seed, t, i), loss scale (an attack's, computed here only) and client state;
+the scheduler reads nothing else of the run.
 """
 
 from __future__ import annotations
@@ -48,11 +49,13 @@ from fedmgda.errors import ConfigError, PluginError, warn_deprecated
 from fedmgda.metrics import accuracy_stats, improved_fraction, participant_stats, per_owner_mean
 from fedmgda.models import build_model
 from fedmgda.results import per_user_table, run_result
+from fedmgda.screening import Screened, finite_mean, screen_reports
 
 # names this module used to hold, and where they live now: importing one from here still works,
 # with one deprecation warning per name, until fedmgda 0.2.0 (CHANGELOG.md, "Deprecated")
-MOVED = {"CHECKPOINT": "fedmgda.checkpoints", "RunResult": "fedmgda.results", "write_result": "fedmgda.results",
-         "protocol_stats": "fedmgda.results", "NONFINITE_COLUMNS": "fedmgda.results"}
+MOVED = {"CHECKPOINT": "fedmgda.checkpoints", "RunResult": "fedmgda.results",
+         "write_result": "fedmgda.results", "protocol_stats": "fedmgda.results",
+         "NONFINITE_COLUMNS": "fedmgda.results"}
 _warned: set[str] = set()
 
 
@@ -90,8 +93,10 @@ def load_dataset(cfg: RunConfig) -> tuple[FederatedDataset, str]:
     from fedmgda.data import DATASET_SPECS, load_federated
 
     if cfg.dataset not in DATASET_SPECS:
-        raise ConfigError(f"unknown dataset {cfg.dataset!r}; known: {', '.join(sorted(DATASET_SPECS))}")
-    data = load_federated(cfg.dataset, cfg.raw_dir, partition=cfg.partition, seed=cfg.seed, options=cfg.dataset_options, partition_file=cfg.partition_file)
+        raise ConfigError(f"unknown dataset {cfg.dataset!r}; "
+                          f"known: {', '.join(sorted(DATASET_SPECS))}")
+    data = load_federated(cfg.dataset, cfg.raw_dir, partition=cfg.partition, seed=cfg.seed,
+                          options=cfg.dataset_options, partition_file=cfg.partition_file)
     return data, cfg.model or DATASET_SPECS[cfg.dataset].model
 
 
@@ -117,26 +122,32 @@ class RunInputs:
     device: torch.device
     trainer: LocalTrainer  # the model and the local hyper-parameters
     data: FederatedDataset  # the pooled samples and the users' splits, on the device
-    train_idx_cpu: list[torch.Tensor]  # each user's train indices on the CPU (the batched path plans minibatches there)
+    # each user's train indices on the CPU (the batched path plans minibatches there)
+    train_idx_cpu: list[torch.Tensor]
     partition: str  # a digest of the train and test splits
     test_x: torch.Tensor  # every user's test samples, pooled, and the user owning each
     test_y: torch.Tensor
     test_owner: torch.Tensor
     batched: bool  # the config's ``batched`` and ``cuda_graphs``
     cuda_graphs: bool
-    local_term: Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor] | None  # term(w, w_start, state): the algorithm's (checked), or None
+    # term(w, w_start, state): the algorithm's (checked), or None
+    local_term: Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor] | None
     vmap_local_term: bool  # False: the algorithm declares that its term cannot be vmap-ed
-    fallback: TermFallback = field(default_factory=TermFallback, compare=False)  # set by its pack's scheduler
+    # set by its pack's scheduler
+    fallback: TermFallback = field(default_factory=TermFallback, compare=False)
 
     def participant_losses(self, w: torch.Tensor, users: list[int]) -> dict[str, torch.Tensor]:
         """Loss and accuracy of ``w`` on each participant's train split (eval mode), evaluated
         in one pass over the participants' pooled samples.
 
-        ``loss``: mean per-sample loss; ``total``: the sum of minibatch means (``participant_stats``)."""
+        ``loss``: mean per-sample loss; ``total``: the sum of minibatch means
+        (``participant_stats``)."""
         idx = [self.data.train_idx[user] for user in users]
         pooled = torch.cat(idx)
-        per_sample, correct = evaluate_samples(self.trainer.model, w, self.data.x[pooled], self.data.y[pooled])
-        return participant_stats(per_sample, correct, [len(i) for i in idx], self.trainer.hparams.batch_size)
+        per_sample, correct = evaluate_samples(self.trainer.model, w, self.data.x[pooled],
+                                               self.data.y[pooled])
+        return participant_stats(per_sample, correct, [len(i) for i in idx],
+                                 self.trainer.hparams.batch_size)
 
     def evaluate_users(self, w: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
         """Every user's test accuracy and mean test loss under ``w``."""
@@ -151,7 +162,8 @@ class RunInputs:
             out[f"test_acc_{name}"] = float(evaluate_samples(self.trainer.model, w, x, y)[1].mean())
         return out
 
-    def evaluate(self, w: torch.Tensor, with_global: bool) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+    def evaluate(self, w: torch.Tensor,
+                 with_global: bool) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
         """``evaluate_users`` and, with ``with_global``, ``evaluate_global`` (else {})."""
         acc, loss = self.evaluate_users(w)
         return acc, loss, self.evaluate_global(w) if with_global else {}
@@ -163,7 +175,8 @@ class TrainRequest:
     (updates, reported mean local losses). Per participant, in ``users`` order: ``seed_keys``,
     what its minibatch order and dropout masks derive from (run seed, round, user);
     ``loss_scales``, the factor on its objective (``fedmgda.attacks.loss_scale``); ``states``, its
-    state (``client_state``) when the run's algorithm has a local term (``run.local_term``), else None."""
+    state (``client_state``) when the run's algorithm has a local term (``run.local_term``), else
+    None."""
 
     run: RunInputs
     w: torch.Tensor
@@ -194,10 +207,10 @@ class EvalRequest:
 
 @dataclass(frozen=True)
 class RoundRecord:
-    """One round (``Simulation.round``): round ``t``, its metrics.csv ``row``, the participants whose
-    updates were aggregated (``users``; ``updates``, a row each, in that order), the global model the
-    run goes on from (``w_next``: the round's start model when it diverged), why it diverged
-    (``diverged``, else None) and its per-user table when it stored one (``per_user``)."""
+    """One round (``Simulation.round``): round ``t``, its metrics.csv ``row``, the participants
+    whose updates were aggregated (``users``; ``updates``, a row each, in that order), the global
+    model the run goes on from (``w_next``: the round's start model when it diverged), why it
+    diverged (``diverged``, else None) and its per-user table when it stored one (``per_user``)."""
 
     t: int
     row: dict[str, Any]
@@ -216,8 +229,9 @@ class Simulation:
     dropout (``LocalTrainer(dropout=False)``: in eval mode). Both are for checks, not for runs of
     the protocol (scripts/lockstep_authors_fmnist.py)."""
 
-    def __init__(self, cfg: RunConfig, data: FederatedDataset | None = None, model_name: str | None = None,
-                 *, dtype: torch.dtype | None = None, dropout: bool = True):
+    def __init__(self, cfg: RunConfig, data: FederatedDataset | None = None,
+                 model_name: str | None = None, *, dtype: torch.dtype | None = None,
+                 dropout: bool = True):
         self.cfg = cfg
         self.device = resolve_device(cfg.device, cfg.dataset, model_name or cfg.model)
         if self.device.type == "cuda":
@@ -226,31 +240,43 @@ class Simulation:
             data, model_name = load_dataset(cfg)
         if model_name is None:
             raise ConfigError("model_name is required when a dataset is injected")
-        self.train_sizes, self.test_sizes = np.array(data.train_sizes()), np.array(data.test_sizes())
+        self.train_sizes = np.array(data.train_sizes())
+        self.test_sizes = np.array(data.test_sizes())
         self.data = cast_samples(data.to(self.device), dtype)
         self.num_users = data.num_users
         if cfg.attack.active and cfg.attack.user >= self.num_users:
-            raise ConfigError(f"attack.user = {cfg.attack.user} but the dataset has {self.num_users} users")
+            raise ConfigError(f"attack.user = {cfg.attack.user} but the dataset has "
+                              f"{self.num_users} users")
 
         torch.manual_seed(cfg.seed)  # the same initial model for every algorithm of a seed
-        module = build_model(model_name, tuple(data.x.shape[1:]), data.num_classes, cfg.init, cfg.conv).to(self.device)
+        module = build_model(model_name, tuple(data.x.shape[1:]), data.num_classes, cfg.init,
+                             cfg.conv).to(self.device)
         self.model = FlatModel(module.to(dtype) if dtype is not None else module)
-        self.algorithm_info = get_algorithm(cfg.algorithm, cfg.plugin)  # its declared facts (fedmgda.catalog)
+        # its declared facts (fedmgda.catalog)
+        self.algorithm_info = get_algorithm(cfg.algorithm, cfg.plugin)
         options = {name: getattr(cfg, name) for name in self.algorithm_info.run_options}
-        self.algorithm = make_algorithm(cfg.algorithm, cfg.hparams, cfg.rounds, self.num_users, cfg.plugin, **options)
+        self.algorithm = make_algorithm(cfg.algorithm, cfg.hparams, cfg.rounds, self.num_users,
+                                        cfg.plugin, **options)
         batch = None if cfg.batch_size == "full" else int(cfg.batch_size)
-        self.local = LocalHParams(cfg.local_epochs, batch, cfg.local_lr, cfg.momentum, self.algorithm.proximal_mu)
-        self.hooks = CheckedHooks(self.algorithm, cfg.algorithm, cfg.plugin, owner=self)  # what they return, checked
-        self.clients = ClientSide(self.algorithm, self.hooks, self.local, self.train_sizes, cfg.rounds)
+        self.local = LocalHParams(cfg.local_epochs, batch, cfg.local_lr, cfg.momentum,
+                                  self.algorithm.proximal_mu)
+        # what they return, checked
+        self.hooks = CheckedHooks(self.algorithm, cfg.algorithm, cfg.plugin, owner=self)
+        self.clients = ClientSide(self.algorithm, self.hooks, self.local, self.train_sizes,
+                                  cfg.rounds)
         self.trainer = LocalTrainer(self.model, self.local, dropout=dropout)
         if (cfg.clients_per_round or 0) > self.num_users:  # natural users: known from the data
             raise ConfigError(too_many_clients(cfg.clients_per_round, cfg.dataset, self.num_users))
-        self.per_round = cfg.clients_per_round or max(1, math.floor(cfg.participation * self.num_users + 1e-9))
-        self.needs_pre_round_loss = cfg.track_improvement or self.algorithm_info.needs_pre_round_losses
+        self.per_round = cfg.clients_per_round or max(
+            1, math.floor(cfg.participation * self.num_users + 1e-9))
+        self.needs_pre_round_loss = (cfg.track_improvement
+                                     or self.algorithm_info.needs_pre_round_losses)
         self.rounds_started = self.rounds_done = 0  # in this process (for progress lines)
         self.mean_acc = math.nan  # the latest evaluated mean user accuracy
-        self._last_losses: tuple | None = None  # (w, its version, users, losses): round t's post is round t+1's pre
-        self.inputs = run_inputs(cfg, self.device, self.trainer, self.data, self.hooks.local_term if self.algorithm.has_local_term() else None,
+        # (w, its version, users, losses): round t's post is round t+1's pre
+        self._last_losses: tuple | None = None
+        local_term = self.hooks.local_term if self.algorithm.has_local_term() else None
+        self.inputs = run_inputs(cfg, self.device, self.trainer, self.data, local_term,
                                  type(self.algorithm).vmap_local_term)
         self.environment = provenance.environment_stamp(self.device, data.partition_hash)
 
@@ -282,9 +308,11 @@ class Simulation:
 
     # ------------------------------------------------------------------ evaluation
     def model_stats(self, w: torch.Tensor) -> tuple[dict[str, float], pd.DataFrame]:
-        """The statistics of model ``w`` and its per-user vector (what per_user_final.csv stores)."""
+        """The statistics of model ``w`` and its per-user vector (what per_user_final.csv
+        stores)."""
         acc, loss = self.inputs.evaluate_users(w)
-        return {**accuracy_stats(acc, self.test_sizes), **self.inputs.evaluate_global(w)}, per_user_table(self.test_sizes, acc, loss)
+        return ({**accuracy_stats(acc, self.test_sizes), **self.inputs.evaluate_global(w)},
+                per_user_table(self.test_sizes, acc, loss))
 
     # ------------------------------------------------------------------ the run
     def steps(self, out_dir: str | Path | None = None, fresh_if_unreadable: bool = False):
@@ -298,7 +326,7 @@ class Simulation:
         the run starts from round 0, which it prints."""
         cfg = self.cfg
         out = Path(out_dir) if out_dir is not None else None
-        state = self._resume(out, fresh_if_unreadable) if out is not None else None
+        state = resume_state(self, out, fresh_if_unreadable) if out is not None else None
         if state is None:
             state = RunState(w=self.model.initial_vector().to(self.device))
             state.iterate_sum = torch.zeros_like(state.w)
@@ -308,7 +336,8 @@ class Simulation:
         for t in range(state.next_round, cfg.rounds):
             try:
                 row, w_next = yield from self._round(w, t, state)
-            except PluginError as error:  # a hook broke its contract: this run fails, its pack goes on
+            # a hook broke its contract: this run fails, its pack goes on
+            except PluginError as error:
                 state.failure = (t + 1, str(error))
                 print(f"[engine] {out or 'run'}: failed at round {t + 1}: {error}", flush=True)
                 break
@@ -321,25 +350,17 @@ class Simulation:
             w = w_next
             state.iterate_sum += w
             state.next_round, state.w = t + 1, w
-            if out is not None and cfg.checkpoint_every and (t + 1) % cfg.checkpoint_every == 0 and t + 1 < cfg.rounds:
+            if (out is not None and cfg.checkpoint_every and (t + 1) % cfg.checkpoint_every == 0
+                    and t + 1 < cfg.rounds):
                 state.elapsed = time.perf_counter() - started
-                checkpoints.save(out, state, cfg.to_dict(), self.algorithm.state_dict(), self.client_states, self.environment)
+                checkpoints.save(out, state, cfg.to_dict(), self.algorithm.state_dict(),
+                                 self.client_states, self.environment)
         state.elapsed = time.perf_counter() - started
-        result = self._finish(w, state)
+        result = final_result(self, w, state)
         if out is not None:
             results.write_result(result, out)
             (out / checkpoints.CHECKPOINT).unlink(missing_ok=True)
         return result
-
-    def _resume(self, out: Path, fresh_if_unreadable: bool) -> RunState | None:
-        """The progress of the checkpoint in ``out`` (``checkpoints.resume``), its algorithm's and
-        clients' states restored; None: none, or one set aside."""
-        resumed = checkpoints.resume(out, self.device, self.cfg.to_dict(), self.model.num_params, self.environment, fresh_if_unreadable)
-        if resumed is None:
-            return None
-        self.algorithm.load_state_dict(resumed.algorithm)
-        self.clients.states = resumed.client_states
-        return resumed.state
 
     def _round(self, w: torch.Tensor, t: int, state: RunState):
         """Round t of the run (``round``, a generator), kept in its progress ``state`` (why it
@@ -352,9 +373,10 @@ class Simulation:
         return record.row, record.w_next
 
     def round(self, w: torch.Tensor, t: int):
-        """Round t from the global model ``w`` (a generator: it yields for the clients' training and
-        the evaluations, as ``steps``, and returns the ``RoundRecord``; ``fedmgda.scheduler.run_round``
-        drives it alone). Participants whose reports are not finite are left out of the aggregation
+        """Round t from the global model ``w`` (a generator: it yields for the clients' training
+        and the evaluations, as ``steps``, and returns the ``RoundRecord``;
+        ``fedmgda.scheduler.run_round`` drives it alone). Participants whose reports are not finite
+        are left out of the aggregation
         (``screen_reports``); the round diverges only when the global model (its weights, or its
         evaluated test losses) is not finite, or when no participant could send a finite report
         from it. The algorithm's and the clients' states advance as in the run."""
@@ -362,17 +384,23 @@ class Simulation:
         users = self.participants(t)
         sizes = [int(self.train_sizes[u]) for u in users]
         pre = (yield from self._losses(w, users)) if self.needs_pre_round_loss else None
-        scales = [loss_scale(attack, u) for u in users]  # on the objective it trains and on the loss it reports
-        updates, train_losses = yield self._train_request(w, t, users, scales)
+        # on the objective it trains and on the loss it reports
+        scales = [loss_scale(attack, u) for u in users]
+        updates, train_losses = yield train_request(self.inputs, self.clients, self.cfg.seed, w,
+                                                    t, users, scales)
         biases = torch.tensor([loss_bias(attack, u) for u in users], device=self.device)
-        reported_total = self.algorithm.reported_loss(pre, sizes) * torch.tensor(scales, device=self.device) + biases if pre is not None else torch.full((len(users),), float("nan"), device=self.device)
+        reported_total = (self.algorithm.reported_loss(pre, sizes)
+                          * torch.tensor(scales, device=self.device) + biases if pre is not None
+                          else torch.full((len(users),), float("nan"), device=self.device))
         reported_losses = [train_losses + biases] + ([reported_total] if pre is not None else [])
         screened = screen_reports(users, updates, reported_losses, self.algorithm.uses_losses)
-        row: dict[str, Any] = {"round": t + 1, "train_loss": finite_mean(train_losses), **screened.columns()}
+        row: dict[str, Any] = {"round": t + 1, "train_loss": finite_mean(train_losses),
+                               **screened.columns()}
         if not screened.kept:  # no participant could report finitely from the global model
             row["eta"] = float("nan")
             return RoundRecord(t, row, [], updates[:0], w, "no participant sent a finite report")
-        updates, ctx = self.clients.context(w, t, screened, updates, train_losses, biases, reported_total, sizes)
+        updates, ctx = self.clients.context(w, t, screened, updates, train_losses, biases,
+                                            reported_total, sizes)
         try:
             w_next, info = self.hooks.aggregate(w, updates, ctx)
         except DIVERGENCE:  # not finite numbers only; any other error of a hook fails the run
@@ -384,36 +412,59 @@ class Simulation:
             post = yield from self._losses(w_next, users)
             row["improved_loss"] = improved_fraction(pre["loss"], post["loss"])
             row["improved_acc"] = improved_fraction(pre["acc"], post["acc"], higher_is_better=True)
-        per_user, diverged = yield from evaluate_round(self.inputs, self.cfg, self.test_sizes, w_next, t, row)
-        return RoundRecord(t, row, list(ctx.participants), updates, w if diverged else w_next, diverged, per_user)
+        per_user, diverged = yield from evaluate_round(self.inputs, self.cfg, self.test_sizes,
+                                                       w_next, t, row)
+        return RoundRecord(t, row, list(ctx.participants), updates, w if diverged else w_next,
+                           diverged, per_user)
 
-    def _train_request(self, w: torch.Tensor, t: int, users: list[int], loss_scales: list[float]) -> TrainRequest:
-        """Round t's training request, with each participant's state if the algorithm has a local term."""
-        states = [self.clients.state(u, w) for u in users] if self.inputs.local_term is not None else None
-        return TrainRequest(self.inputs, w, t, users, [(self.cfg.seed, t, u) for u in users], loss_scales, states)
 
-    def _finish(self, w: torch.Tensor, state: RunState) -> results.RunResult:
-        """The run's outputs (``results.run_result``); its final model: the average of the
-        iterates (``final_model``, or the algorithm's ``averages_iterates``), else the last one."""
-        cfg = self.cfg
-        average = cfg.final_model == "average" or (cfg.final_model == "auto" and self.algorithm_info.averages_iterates)
-        final_w = state.iterate_sum / cfg.rounds if average else w
-        final = None
-        if state.diverged_round is None and state.failure is None:
-            final = ("average of all iterates" if average else "last iterate", *self.model_stats(final_w))
-        device = str(self.device) if self.device.type == "cpu" else f"{self.device} ({torch.cuda.get_device_name(self.device)})"
-        return run_result(cfg.to_dict(), state, final_w, final, device=device, participants_per_round=self.per_round,
-                          environment=self.environment)
+def resume_state(sim: Simulation, out: Path, fresh_if_unreadable: bool) -> RunState | None:
+    """The progress of the checkpoint in ``out`` (``checkpoints.resume``), the algorithm's and
+    clients' states of the run ``sim`` restored; None: none, or one set aside."""
+    resumed = checkpoints.resume(out, sim.device, sim.cfg.to_dict(), sim.model.num_params,
+                                 sim.environment, fresh_if_unreadable)
+    if resumed is None:
+        return None
+    sim.algorithm.load_state_dict(resumed.algorithm)
+    sim.clients.states = resumed.client_states
+    return resumed.state
+
+
+def train_request(inputs: RunInputs, clients: ClientSide, seed: int, w: torch.Tensor, t: int,
+                  users: list[int], loss_scales: list[float]) -> TrainRequest:
+    """Round t's training request of a run, with each participant's state (``clients``) if the
+    algorithm has a local term."""
+    states = [clients.state(u, w) for u in users] if inputs.local_term is not None else None
+    return TrainRequest(inputs, w, t, users, [(seed, t, u) for u in users], loss_scales, states)
+
+
+def final_result(sim: Simulation, w: torch.Tensor, state: RunState) -> results.RunResult:
+    """The outputs of the run ``sim`` (``results.run_result``); its final model: the average of the
+    iterates (``final_model``, or the algorithm's ``averages_iterates``), else the last one."""
+    cfg = sim.cfg
+    average = cfg.final_model == "average" or (cfg.final_model == "auto"
+                                               and sim.algorithm_info.averages_iterates)
+    final_w = state.iterate_sum / cfg.rounds if average else w
+    final = None
+    if state.diverged_round is None and state.failure is None:
+        final = ("average of all iterates" if average else "last iterate",
+                 *sim.model_stats(final_w))
+    device = (str(sim.device) if sim.device.type == "cpu"
+              else f"{sim.device} ({torch.cuda.get_device_name(sim.device)})")
+    return run_result(cfg.to_dict(), state, final_w, final, device=device,
+                      participants_per_round=sim.per_round, environment=sim.environment)
 
 
 class ClientSide:
-    """A run's clients as its algorithm sees them: each client's state (``states``, kept in the run's
-    checkpoints; made by the ``client_state`` hook before the client's first round) and, after a
-    round's training, the ``after_training`` hook of each participant the aggregation uses: its new
-    state, and its report in the round's ``RoundContext``."""
+    """A run's clients as its algorithm sees them: each client's state (``states``, kept in the
+    run's checkpoints; made by the ``client_state`` hook before the client's first round) and, after
+    a round's training, the ``after_training`` hook of each participant the aggregation uses: its
+    new state, and its report in the round's ``RoundContext``."""
 
-    def __init__(self, algorithm: Algorithm, hooks: CheckedHooks, local: LocalHParams, train_sizes: np.ndarray, rounds: int):
-        self.algorithm, self.hooks, self.local, self.train_sizes, self.rounds = algorithm, hooks, local, train_sizes, rounds
+    def __init__(self, algorithm: Algorithm, hooks: CheckedHooks, local: LocalHParams,
+                 train_sizes: np.ndarray, rounds: int):
+        self.algorithm, self.hooks, self.local = algorithm, hooks, local
+        self.train_sizes, self.rounds = train_sizes, rounds
         self.states: dict[int, Any] = {}
 
     def state(self, user: int, w: torch.Tensor) -> Any:
@@ -421,24 +472,25 @@ class ClientSide:
             self.states[user] = self.hooks.client_state(user, w)
         return self.states[user]
 
-    def context(self, w: torch.Tensor, t: int, screened: Screened, updates: torch.Tensor, train_losses: torch.Tensor,
-                 biases: torch.Tensor, reported_total: torch.Tensor, sizes: list[int]) -> tuple[torch.Tensor, RoundContext]:
-        """The updates and the RoundContext of the participants the aggregation uses (``screened.kept``),
-        after their ``after_training``; a participant left out keeps its client state."""
+    def context(self, w: torch.Tensor, t: int, screened: Screened, updates: torch.Tensor,
+                train_losses: torch.Tensor, biases: torch.Tensor, reported_total: torch.Tensor,
+                sizes: list[int]) -> tuple[torch.Tensor, RoundContext]:
+        """The updates and the RoundContext of the participants the aggregation uses
+        (``screened.kept``), after their ``after_training``; a participant left out keeps its
+        client state."""
         users, kept = screened.users, screened.kept
-        if len(kept) < len(users):  # only then copies: with every report finite, the round is unchanged
+        # only then copies: with every report finite, the round is unchanged
+        if len(kept) < len(users):
             at = torch.tensor(kept, dtype=torch.long, device=updates.device)
-            users, sizes, updates, reported_total = [users[i] for i in kept], [sizes[i] for i in kept], updates[at], reported_total[at]
+            users, sizes = [users[i] for i in kept], [sizes[i] for i in kept]
+            updates, reported_total = updates[at], reported_total[at]
             train_losses, biases = train_losses[at], biases[at]
         reports = self.after_training(w, users, updates, train_losses)
-        return updates, RoundContext(t, self.rounds, users, reported_total, train_losses + biases, sizes, reports)
+        return updates, RoundContext(t, self.rounds, users, reported_total, train_losses + biases,
+                                     sizes, reports)
 
-    def _client_state(self, user: int, w: torch.Tensor) -> Any:
-        if user not in self.client_states:
-            self.client_states[user] = self.hooks.client_state(user, w)
-        return self.client_states[user]
-
-    def after_training(self, w: torch.Tensor, users: list[int], updates: torch.Tensor, train_losses: torch.Tensor) -> list[Any]:
+    def after_training(self, w: torch.Tensor, users: list[int], updates: torch.Tensor,
+                       train_losses: torch.Tensor) -> list[Any]:
         """Each participant's ``after_training``: its new state (kept) and its report (returned)."""
         if not self.algorithm.has_client_state():
             return [None] * len(users)
@@ -451,9 +503,8 @@ class ClientSide:
         return reports
 
 
-
-
-def sample_participants(cfg: RunConfig, train_sizes: np.ndarray, per_round: int, t: int) -> list[int]:
+def sample_participants(cfg: RunConfig, train_sizes: np.ndarray, per_round: int,
+                        t: int) -> list[int]:
     """Round t's participants: ``per_round`` (floor(p*m)) users without replacement, uniformly or,
     with ``sampling: size``, with probability proportional to their train sizes (successive draws,
     each among the users not drawn yet, as ``np.random.choice(m, k, replace=False, p=n_i / n)``
@@ -467,7 +518,8 @@ def sample_participants(cfg: RunConfig, train_sizes: np.ndarray, per_round: int,
     return chosen
 
 
-def evaluate_round(inputs: RunInputs, cfg: RunConfig, test_sizes: np.ndarray, w: torch.Tensor, t: int, row: dict[str, Any]):
+def evaluate_round(inputs: RunInputs, cfg: RunConfig, test_sizes: np.ndarray, w: torch.Tensor,
+                   t: int, row: dict[str, Any]):
     """Round t's evaluation of its new global model ``w`` (every ``eval_every`` rounds and where
     per-user vectors are stored; a generator that yields its EvalRequest), its statistics put in
     ``row``: the round's per-user table (None where none is stored) and why the run diverged (its
@@ -489,58 +541,30 @@ def cuda_settings(cfg: RunConfig) -> None:
     """A CUDA run's backend settings, explicit: PyTorch's default lets cuDNN use TF32."""
     torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
     torch.backends.cudnn.allow_tf32 = cfg.tf32
-    torch.backends.cudnn.deterministic = cfg.deterministic  # some conv backward algorithms use atomics
+    # some conv backward algorithms use atomics
+    torch.backends.cudnn.deterministic = cfg.deterministic
     torch.backends.cudnn.benchmark = False
 
 
 def cast_samples(data: FederatedDataset, dtype: torch.dtype | None) -> FederatedDataset:
-    """``data`` with its samples (and its global test sets' samples) in ``dtype``; None: as they are."""
+    """``data`` with its samples (and its global test sets' samples) in ``dtype``; None: as they
+    are."""
     if dtype is None:
         return data
-    return replace(data, x=data.x.to(dtype), global_test={name: (x.to(dtype), y) for name, (x, y) in data.global_test.items()})
+    return replace(data, x=data.x.to(dtype),
+                   global_test={name: (x.to(dtype), y)
+                                for name, (x, y) in data.global_test.items()})
 
 
 def run_inputs(cfg: RunConfig, device: torch.device, trainer: LocalTrainer, data: FederatedDataset,
                local_term: Callable | None, vmap_local_term: bool) -> RunInputs:
     """What a run's requests carry (``RunInputs``), built once."""
     train_idx_cpu = [i.cpu() for i in data.train_idx]
-    partition = hashlib.sha1(b"".join(i.numpy().tobytes() + b"|" for i in [*train_idx_cpu, *(i.cpu() for i in data.test_idx)])).hexdigest()
-    test_owner = torch.cat([torch.full((len(i),), u, device=device) for u, i in enumerate(data.test_idx)])
+    partition = hashlib.sha1(b"".join(i.numpy().tobytes() + b"|" for i in [
+        *train_idx_cpu, *(i.cpu() for i in data.test_idx)])).hexdigest()
+    test_owner = torch.cat([torch.full((len(i),), u, device=device)
+                            for u, i in enumerate(data.test_idx)])
     test_idx = torch.cat(data.test_idx)
-    return RunInputs(f"{cfg.dataset}/{cfg.algorithm}/seed{cfg.seed}", cfg.algorithm, device, trainer, data, train_idx_cpu,
-                     partition, data.x[test_idx], data.y[test_idx], test_owner, cfg.batched, cfg.cuda_graphs, local_term, vmap_local_term)
-
-
-@dataclass
-class Screened:
-    """A round's participants sorted by what they reported (``screen_reports``)."""
-
-    users: list[int]  # the round's participants
-    kept: list[int]  # positions (into ``users``) of those the aggregation uses
-    bad_updates: list[int]  # users whose update has a NaN or Inf entry
-    bad_losses: list[int]  # users who reported a non-finite loss
-
-    def columns(self) -> dict[str, Any]:
-        """The round's metrics.csv columns: how many updates and losses were not finite, whose
-        (space-separated user ids, "" when none), and how many participants were left out."""
-        flagged = sorted(set(self.bad_updates) | set(self.bad_losses))
-        return {"nonfinite_updates": len(self.bad_updates), "nonfinite_losses": len(self.bad_losses),
-                "nonfinite_users": " ".join(map(str, flagged)), "dropped": len(self.users) - len(self.kept)}
-
-
-def screen_reports(users: list[int], updates: torch.Tensor, losses: list[torch.Tensor], uses_losses: bool) -> Screened:
-    """The one rule for non-finite reports, the same for every algorithm (docs/protocol-choices.md):
-    a participant is left out of the round's aggregation when its update has a NaN or Inf entry,
-    or when one of its reported ``losses`` (one tensor per kind of loss, a value per participant)
-    is not finite and the algorithm reads losses (``uses_losses``). Nothing is replaced by zeros."""
-    update_ok = torch.isfinite(updates).all(dim=1).tolist()
-    loss_ok = torch.isfinite(torch.stack(losses)).all(dim=0).tolist()
-    kept = [i for i in range(len(users)) if update_ok[i] and (loss_ok[i] or not uses_losses)]
-    return Screened(list(users), kept, [u for u, ok in zip(users, update_ok) if not ok], [u for u, ok in zip(users, loss_ok) if not ok])
-
-
-def finite_mean(values: torch.Tensor) -> float:
-    """The mean of the finite values (NaN when none is): the round's reported training loss leaves
-    out a participant whose loss is not finite (counted in ``nonfinite_losses``)."""
-    finite = torch.isfinite(values)
-    return float(values.mean() if bool(finite.all()) else values[finite].mean())
+    return RunInputs(f"{cfg.dataset}/{cfg.algorithm}/seed{cfg.seed}", cfg.algorithm, device,
+                     trainer, data, train_idx_cpu, partition, data.x[test_idx], data.y[test_idx],
+                     test_owner, cfg.batched, cfg.cuda_graphs, local_term, vmap_local_term)

@@ -1,23 +1,24 @@
 """Tables 6-14: reproduced statistics over seeds beside the paper's published numbers.
 
-A table spec (:class:`fedmgda.specs.TableSpec`, from ``fedmgda.experiments.item_spec``) lists rows, each with the
-run folders of its seeds, and ``columns`` mapping a column name to a source of a run
-(``fedmgda.results.run_value``): ``final.<stat>`` (the final model) or ``protocol.<stat>`` (the
-last stored per-user vector at round <= T-9, docs/protocol.md §6.3), computed from the per-user
-vectors the run stored for every statistic of ``fedmgda.metrics.STATISTICS`` (so a statistic
-added there fills the tables of runs already trained), a global test set's accuracy
-(``final.test_acc_<set>``) from summary.json. Accuracies are fractions in the runs and
-percentages in the tables, var_acc is shown in %^2 (``fedmgda.metrics.display_scale``).
+A table spec (:class:`fedmgda.specs.TableSpec`, from ``fedmgda.experiments.item_spec``) lists rows,
+each with the run folders of its seeds, and ``columns`` mapping a column name to a source of a run
+(``fedmgda.results.run_value``): ``final.<stat>`` (the final model) or ``protocol.<stat>`` (the last
+stored per-user vector at round <= T-9, docs/protocol.md §6.3), computed from the per-user vectors
+the run stored for every statistic of ``fedmgda.metrics.STATISTICS`` (so a statistic added there
+fills the tables of runs already trained), a global test set's accuracy (``final.test_acc_<set>``)
+from summary.json. Accuracies are fractions in the runs and percentages in the tables, var_acc is
+shown in %^2 (``fedmgda.metrics.display_scale``).
 
-Per row and column: reproduced mean and population std (ddof 0) over seeds (docs/protocol.md §6.3), the
-paper's mean and std (from ``fedmgda/reference/paper_tables.csv``), the difference
-repro - paper, and a verdict: "within" when |difference| <= the band, else "outside". The band is
-the paper's std (its own seed spread), or the table's ``tolerance`` for that column when larger
-(e.g. Table 7's PhD column: one of its 181 test rows is 0.55 points). Paper and reproduced numbers live in separate columns; a row the
-paper has but the registry does not run is listed as "not run", a row without a paper value
-says so, and a row with a diverged seed shows "diverged (k/n seeds)" instead of a number (a seed
-whose algorithm broke a hook's contract, "failed (k/n seeds)"). The markdown ends with a footer
-saying where its runs were made (their environment stamps, ``fedmgda.provenance``).
+Per row and column: reproduced mean and population std (ddof 0) over seeds (docs/protocol.md §6.3),
+the paper's mean and std (from ``fedmgda/reference/paper_tables.csv``), the difference repro -
+paper, and a verdict: "within" when |difference| <= the band, else "outside". The band is the
+paper's std (its own seed spread), or the table's ``tolerance`` for that column when larger (e.g.
+Table 7's PhD column: one of its 181 test rows is 0.55 points). Paper and reproduced numbers live in
+separate columns; a row the paper has but the registry does not run is listed as "not run", a row
+without a paper value says so, and a row with a diverged seed shows "diverged (k/n seeds)" instead
+of a number (a seed whose algorithm broke a hook's contract, "failed (k/n seeds)"). The markdown
+ends with a footer saying where its runs were made (their environment stamps,
+``fedmgda.provenance``).
 
 A column may be bound to one experiment (``column_experiment``): a table spanning two datasets
 (q-FFL's Table 2) is built per experiment and its parts joined on the row key (:func:`join_parts`).
@@ -223,7 +224,8 @@ def join_parts(spec: TableSpec, runs_dir: str | Path | RunFolders,
             status = "; ".join([f"{exp}: {st}" for exp, st in statuses.items() if st != "ok"]
                                + [f"{exp}: not in its grid" for exp in missing])
         rec: dict[str, Any] = {"table": spec.name, "row": key,
-                               "label": " / ".join(dict.fromkeys(str(r["label"]) for r in present.values())),
+                               "label": " / ".join(dict.fromkeys(str(r["label"])
+                                                                 for r in present.values())),
                                "seeds": min(int(r["seeds"]) for r in present.values())
                                if not missing else 0,
                                "status": status}

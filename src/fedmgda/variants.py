@@ -1,10 +1,10 @@
 """Protocol variants: the choices the paper leaves open, as named readings of run-config fields.
 
-The catalog (``reference/protocol_variants.yaml``) names each ambiguity of docs/protocol.md §8 that can
-move a number, the run-config field it sets, the runs it concerns and its readings, each with
+The catalog (``reference/protocol_variants.yaml``) names each ambiguity of docs/protocol.md §8 that
+can move a number, the run-config field it sets, the runs it concerns and its readings, each with
 its source. An experiment picks one reading per variant (``variants: {afl_gamma_w: local_lr}``);
-:func:`apply_readings` writes the chosen values into a run config, leaving runs a variant does
-not concern untouched (so they stay one run). Nothing here imports torch.
+:func:`apply_readings` writes the chosen values into a run config, leaving runs a variant does not
+concern untouched (so they stay one run). Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ class Variant:
         return value
 
     def apply(self, cfg: dict[str, Any], reading: str) -> dict[str, Any]:
-        """A copy of ``cfg`` with this variant's field set to ``reading``'s value (when it concerns the run)."""
+        """A copy of ``cfg`` with this variant's field set to ``reading``'s value (when it concerns
+        the run)."""
         value = self.value_for(cfg, reading)
         if not self.concerns(cfg):
             return cfg

@@ -224,7 +224,8 @@ def run_handler(args: argparse.Namespace) -> int:
 
 
 def one_line(err: Exception) -> str:
-    """An error's message on one line (a message quoting another program's output may hold several)."""
+    """An error's message on one line (a message quoting another program's output may hold
+    several)."""
     return "; ".join(line.strip() for line in str(err).splitlines() if line.strip())
 
 

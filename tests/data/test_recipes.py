@@ -154,7 +154,8 @@ from fedmgda import catalog
 from fedmgda.cli import main
 from fedmgda.config import ConfigError, RunConfig
 from fedmgda.data import DATASET_SPECS, load_federated, make_partition
-from fedmgda.experiments import RegistryError, expand, validate_runs
+from fedmgda.errors import RegistryError
+from fedmgda.experiments import expand, validate_runs
 from fedmgda.schema import SCHEMA_PATH, config_error
 
 raw, registry, out = map(Path, sys.argv[1:4])

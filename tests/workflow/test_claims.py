@@ -15,17 +15,16 @@ import pandas as pd
 import pytest
 import yaml
 
+from fedmgda.claim_parsing import claim_runs, parse_claims
 from fedmgda.claims import (
-    ClaimError,
-    claim_runs,
     decide,
     evaluate,
     judge_differences,
-    parse_claims,
     settle_tie,
     to_markdown,
     write_claims,
 )
+from fedmgda.errors import ClaimError
 from fedmgda.experiments import expand
 from fedmgda.schema import SCHEMA_PATH
 
@@ -480,7 +479,7 @@ def test_gap_series_errors(bad, needle):
     ({"select": ["fed*", "fedavg"]}, "matches 2 rows of e0"),
 ])
 def test_a_gaps_figure_is_checked_before_any_job(figure, needle):
-    from fedmgda.experiments import RegistryError
+    from fedmgda.errors import RegistryError
 
     valid = {"kind": "gaps", "experiments": ["e0", "e1", "e2"], "xlabels": ["a", "b", "c"],
              "select": ["fedmgda_plus *", "fedavg"], "columns": {"std": "protocol.std_acc"}}

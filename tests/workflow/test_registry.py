@@ -7,7 +7,9 @@ import copy
 import pytest
 import yaml
 
-from fedmgda.experiments import RegistryError, expand, fmt_display, row_key, run_key, validate_runs
+from fedmgda.errors import RegistryError
+from fedmgda.experiments import expand, validate_runs
+from fedmgda.runkeys import fmt_display, row_key, run_key
 
 from .conftest import REPO
 
@@ -253,7 +255,8 @@ def test_improvement_is_recorded_where_a_figure_or_claim_reads_it(paper):
     """The paper profile records the improved fraction (track_improvement) only in the experiments
     whose figures and claims read it; a figure or a claim that reads it from runs that do not
     record it stops the registry before any job, naming the figure or claim and the experiment."""
-    from fedmgda.claims import ClaimError, parse_claims
+    from fedmgda.claim_parsing import parse_claims
+    from fedmgda.errors import ClaimError
 
     reg = expand(paper)
     validate_runs(reg)

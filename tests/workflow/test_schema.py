@@ -13,9 +13,10 @@ import pytest
 import yaml
 
 from fedmgda.catalog import BUILTIN_ALGORITHMS
-from fedmgda.claims import parse_claims
+from fedmgda.claim_parsing import parse_claims
 from fedmgda.config import RunConfig
-from fedmgda.experiments import RegistryError, expand, normalise_attack, validate_runs
+from fedmgda.errors import RegistryError
+from fedmgda.experiments import expand, normalise_attack, validate_runs
 from fedmgda.packs import pack_resources, pack_size
 from fedmgda.schema import SCHEMA_PATH, def_defaults, render_readme, with_defaults
 from fedmgda.schema import main as schema_cli

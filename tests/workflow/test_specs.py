@@ -9,8 +9,9 @@ import dataclasses
 
 import pytest
 
-from fedmgda.claims import parse_claims
-from fedmgda.experiments import RegistryError, expand, item_spec, load_config
+from fedmgda.claim_parsing import parse_claims
+from fedmgda.errors import RegistryError
+from fedmgda.experiments import expand, item_spec, load_config
 from fedmgda.specs import (
     ClaimSpec,
     FigureSpec,

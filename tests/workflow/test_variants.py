@@ -9,7 +9,9 @@ import re
 import pytest
 
 from fedmgda.config import RunConfig
-from fedmgda.experiments import RUN_FIELDS, RegistryError, expand, item_spec, load_config
+from fedmgda.errors import RegistryError
+from fedmgda.experiments import expand, item_spec, load_config
+from fedmgda.runkeys import RUN_FIELDS
 from fedmgda.specs import Row, TableSpec
 from fedmgda.tables import environment_footer, variants_markdown, write_table
 from fedmgda.variants import VariantError, apply_readings, catalog, get_variant

@@ -2,7 +2,7 @@
 claims.md, from exactly the runs the claims read, so `snakemake results/<profile>/claims.md`
 builds only those."""
 
-from fedmgda.claims import claim_runs
+from fedmgda.claim_parsing import claim_runs
 
 if CLAIMS:
 

@@ -7,10 +7,11 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from fedmgda.claims import parse_claims
 from fedmgda.catalog import DATASETS, OFFLINE_DATASETS, RAW_FOLDERS
+from fedmgda.claim_parsing import parse_claims
 from fedmgda.devices import job_gpu
-from fedmgda.experiments import RegistryError, item_spec, validate_runs
+from fedmgda.errors import RegistryError
+from fedmgda.experiments import item_spec, validate_runs
 from fedmgda.experiments import expand as expand_registry
 from fedmgda.packs import RUN_FILES, assign_packs, exact_keys_regex, pack_resources, pack_rule_name
 from fedmgda.packs import run_yaml_text, trained_runs

@@ -7,6 +7,7 @@ facts (name, hyper-parameters, flags) and whose methods are its server rule and 
                ``PLUGIN_INTERFACE``, the plug-in interface's version (docs/plugins.md)
     averaging  the rule the first six share (w + eta_t sum_i lambda_i u_i), the decay schedule
     linalg     overflow-proof norms and Gram matrices (torch)
+    qp         the one min-norm QP of the MGDA rules (cvxopt)
 
 ``fedmgda.catalog`` lists the built-ins (``BUILTIN_CLASSES``) and reads their facts; a new
 built-in is one module here plus its line there.

@@ -71,7 +71,7 @@ class AFL(Algorithm):
             self.load_state_dict({"lam": [1.0 / self.num_users] * self.num_users})
 
     def aggregate(self, w, updates, ctx):
-        from fedmgda.qp import project_to_simplex
+        from fedmgda.algorithms.qp import project_to_simplex
 
         if self.step_weights == "uniform":
             new_w = w + self.gamma_w * updates.mean(dim=0)

@@ -3,8 +3,8 @@
 
     w <- w + eta_t * sum_i lambda_i u_i,    eta_t = eta * beta^floor(t/100)
 
-with lambda = argmin ||sum lambda_i u_i||^2 over the simplex within epsilon of the a-priori
-weights lambda0 (epsilon = 0: lambda0, no QP; ``fedmgda.qp``), u_i the returned updates, each
+with lambda = argmin ||sum lambda_i u_i||^2 over the simplex within epsilon of the a-priori weights
+lambda0 (epsilon = 0: lambda0, no QP; ``fedmgda.algorithms.qp``), u_i the returned updates, each
 divided by its full-model L2 norm when the algorithm declares ``normalised_updates``. Each of the
 six is a subclass in its own module that declares its facts (name, hyper-parameters, flags).
 
@@ -65,7 +65,8 @@ class WeightedUpdates(Algorithm):
 
     uses_losses: ClassVar[bool] = False
     # lambda0
-    own_options: ClassVar[dict[str, tuple[str, ...]]] = {"aggregation_weights": ("uniform", "samples")}
+    own_options: ClassVar[dict[str, tuple[str, ...]]] = {
+        "aggregation_weights": ("uniform", "samples")}
     epsilon: float = 0.0
     eta: float = 1.0
     beta: float = 1.0
@@ -92,7 +93,7 @@ class WeightedUpdates(Algorithm):
 
     def aggregate(self, w, updates, ctx):
         from fedmgda.algorithms.linalg import gram_matrix, normalise_rows
-        from fedmgda.qp import min_norm_weights
+        from fedmgda.algorithms.qp import min_norm_weights
 
         directions = normalise_rows(updates) if self.normalised_updates else updates
         lambda0 = self.prior_weights(ctx)

@@ -28,7 +28,8 @@ INTERFACE_1_REMOVED_IN = "0.2.0"
 
 @dataclass(frozen=True)
 class HParam:
-    """A server hyper-parameter: its default (None: unset), its range and how the paper writes it."""
+    """A server hyper-parameter: its default (None: unset), its range and how the paper writes
+    it."""
 
     default: float | None
     low: float
@@ -39,7 +40,8 @@ class HParam:
     def check(self, algorithm: str, name: str, value: Any) -> float:
         if (isinstance(value, bool) or not isinstance(value, (int, float))
             or not math.isfinite(value)):
-            raise ConfigError(f"{algorithm}: hyper-parameter {name} must be a number, got {value!r}")
+            raise ConfigError(f"{algorithm}: hyper-parameter {name} must be a number, "
+                              f"got {value!r}")
         too_low = value <= self.low if self.low_open else value < self.low
         if too_low or value > self.high:
             bracket = "(" if self.low_open else "["

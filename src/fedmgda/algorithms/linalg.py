@@ -41,10 +41,11 @@ def unit_rows(rows: torch.Tensor) -> torch.Tensor:
 
 
 def gram_matrix(directions: torch.Tensor) -> np.ndarray:
-    """K_ij = <d_i, d_j> of finite rows as a float64 array, for the min-norm QP. Computed in the rows'
-    dtype; when an entry overflows it (raw updates of a scaling attacker) or the largest one is
-    below the dtype's normal range, in float64 from the rows divided by their largest |entry|:
-    the QP's minimiser does not change when K is scaled (``fedmgda.qp.min_norm_weights``)."""
+    """K_ij = <d_i, d_j> of finite rows as a float64 array, for the min-norm QP. Computed in the
+    rows' dtype; when an entry overflows it (raw updates of a scaling attacker) or the largest one
+    is below the dtype's normal range, in float64 from the rows divided by their largest |entry|:
+    the QP's minimiser does not change when K is scaled
+    (``fedmgda.algorithms.qp.min_norm_weights``)."""
     gram = (directions @ directions.T).double().cpu().numpy()
     if (np.isfinite(gram).all()
         and not (np.max(np.diag(gram)) < torch.finfo(directions.dtype).tiny

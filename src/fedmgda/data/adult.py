@@ -1,4 +1,5 @@
-"""UCI Adult, pre-processed as in q-FFL (fair_flearn ``data/adult/create_dataset.py``; docs/protocol.md §1.5).
+"""UCI Adult, pre-processed as in q-FFL (fair_flearn ``data/adult/create_dataset.py``;
+docs/protocol.md §1.5).
 
 Rows of ``adult.data`` (train) and ``adult.test`` (its first line "|1x3 Cross validator" dropped),
 comma separated, whitespace stripped, blank lines skipped. The 6 continuous columns are dropped;

@@ -59,7 +59,8 @@ class RawFile:
                 raise ValueError(f"{self.filename}: a content checksum needs a .gz file")
             if (not self.content_checksum.startswith("sha256:")
                 or len(self.content_checksum) != 7 + 64):
-                raise ValueError(f"bad content checksum {self.content_checksum!r}: use sha256:<hex>")
+                raise ValueError(f"bad content checksum {self.content_checksum!r}: "
+                                 f"use sha256:<hex>")
         if self.checksum == UNPINNED:
             return
         algo, _, digest = self.checksum.partition(":")
@@ -182,7 +183,8 @@ def _download(rf: RawFile, raw_dir: str | Path) -> Path:
 
 def ensure_files(raw_files: Iterable[RawFile], raw_dir: str | Path,
                  allow_download: bool = True) -> list[Path]:
-    """Check (and if allowed, fetch) each raw file; return their paths (registry.ensure_raw_files looks them up by dataset)."""
+    """Check (and if allowed, fetch) each raw file; return their paths (registry.ensure_raw_files
+    looks them up by dataset)."""
     if os.environ.get(OFFLINE_ENV, "").strip() not in ("", "0"):
         allow_download = False
     paths = []

@@ -39,7 +39,8 @@ def _h5py():
     try:
         import h5py
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise DataError("FEMNIST needs the h5py package to read TFF's h5 files: pip install h5py") from exc
+        raise DataError("FEMNIST needs the h5py package to read TFF's h5 files: "
+                        "pip install h5py") from exc
     return h5py
 
 

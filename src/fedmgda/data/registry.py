@@ -6,8 +6,8 @@ files, classes and input shape; its name, model, partitions and options are its 
 Adding a dataset touches these files (docs/datasets.md §6 says what goes in each;
 tests/data/test_recipes.py follows the steps with a toy dataset):
 
-1. ``src/fedmgda/data/<name>.py``: ``RAW_FILES`` (``RawFile``s with their published checksums; ``()``
-   for generated data) and ``load(raw_dir, options) -> RawData``.
+1. ``src/fedmgda/data/<name>.py``: ``RAW_FILES`` (``RawFile``s with their published checksums;
+   ``()`` for generated data) and ``load(raw_dir, options) -> RawData``.
 2. ``src/fedmgda/catalog.py``: a ``Dataset`` in ``DATASETS`` (model, partitions among
    ``fedmgda.partitioners.PARTITIONERS``, options and their defaults, option values, presets,
    samples, offline).

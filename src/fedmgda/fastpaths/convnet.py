@@ -15,8 +15,9 @@ from fedmgda.minibatches import ClientsPlan
 
 
 class ConvNetSteps:
-    """The batched client update (``ClientSteps``) of a small convolutional network on the CPU, its forward and backward written out (no autograd, no ``torch.func``): F-MNIST's
-    ``CNNFashion`` and FEMNIST's ``CNNFemnist``, each described by its ``layer_ops``.
+    """The batched client update (``ClientSteps``) of a small convolutional network on the CPU, its
+    forward and backward written out (no autograd, no ``torch.func``): F-MNIST's ``CNNFashion`` and
+    FEMNIST's ``CNNFemnist``, each described by its ``layer_ops``.
 
     Why: the paper's F-MNIST setting (100 users, 10 per round, 48 local steps of 10 images) is
     thousands of tiny steps per round; on a CPU thread, the vmap-ed autograd step spends its time
@@ -190,7 +191,8 @@ class ConvNetSteps:
         return _client_major(w - start, self.sizes, clients), loss_sum
 
     def _views(self, buffer: torch.Tensor, clients: int, k: int) -> list[torch.Tensor]:
-        """The parameters of the first k clients in a layer-major buffer of ``clients``: (k, *shape) each."""
+        """The parameters of the first k clients in a layer-major buffer of ``clients``: (k, *shape)
+        each."""
         views, offset = [], 0
         for size, shape in zip(self.sizes, self.shapes):
             views.append(buffer[offset : offset + clients * size].view(clients, *shape)[:k])
@@ -205,12 +207,14 @@ class ConvNetSteps:
 
 
 def _layer_major(flat: torch.Tensor, sizes: list[int]) -> torch.Tensor:
-    """Clients' flat weights (clients, P) as one layer-major buffer: each parameter of all clients, in turn."""
+    """Clients' flat weights (clients, P) as one layer-major buffer: each parameter of all clients,
+    in turn."""
     return torch.cat([part.reshape(-1) for part in flat.split(sizes, dim=1)])
 
 
 def _client_major(buffer: torch.Tensor, sizes: list[int], clients: int) -> torch.Tensor:
-    """A layer-major buffer back as (clients, P), each row in the order of the model's parameters."""
+    """A layer-major buffer back as (clients, P), each row in the order of the model's
+    parameters."""
     return torch.cat([part.view(clients, -1)
                       for part in buffer.split([clients * size for size in sizes])], dim=1)
 
@@ -246,7 +250,9 @@ class _Conv:
         self.out_shape = (out_channels, height - k + 1, width_ - k + 1)
         self.input_gradient = input_gradient
         self.dtype = dtype
-        self.bytes_per_client = 4 * width * (channels * k * k * self.out_shape[1] * self.out_shape[2] + (2 if input_gradient else 0) * channels * height * width_)
+        self.bytes_per_client = 4 * width * (
+            channels * k * k * self.out_shape[1] * self.out_shape[2]
+            + (2 if input_gradient else 0) * channels * height * width_)
         self._cols = self._input_grad = self._tap_grad = torch.empty(0)
 
     def forward(self, x, weights, factors):
@@ -292,7 +298,8 @@ class _Conv:
         for kh in range(k):
             for kw in range(k):
                 torch.bmm(taps[kh, kw], grad_out, out=tap_grad)
-                grad_in[:, :, kh : kh + oh, kw : kw + ow].add_(tap_grad.view(clients, channels, oh, ow, self.width))
+                grad_in[:, :, kh : kh + oh, kw : kw + ow].add_(
+                    tap_grad.view(clients, channels, oh, ow, self.width))
         return grad_in
 
 
@@ -318,8 +325,9 @@ class _MaxPool2:
         if self._grad_in.shape[0] < clients:
             self._grad_in = torch.empty(clients, *self.in_shape, self.width, dtype=grad_out.dtype)
         grad_in = self._grad_in[:clients]
-        torch.ops.aten.max_pool2d_with_indices_backward.grad_input(_as_images(grad_out.contiguous()), self.images, [2, 2], [2, 2], [0, 0], [1, 1],
-                                                                   False, self.indices, grad_input=_as_images(grad_in))
+        torch.ops.aten.max_pool2d_with_indices_backward.grad_input(
+            _as_images(grad_out.contiguous()), self.images, [2, 2], [2, 2], [0, 0], [1, 1],
+            False, self.indices, grad_input=_as_images(grad_in))
         return grad_in
 
 
@@ -357,7 +365,8 @@ class _Dropout:
 
 
 class _Linear:
-    """A linear layer on (clients, features, width) (images flattened channel-major, as ``flatten(1)``)."""
+    """A linear layer on (clients, features, width) (images flattened channel-major, as
+    ``flatten(1)``)."""
 
     def __init__(self, in_shape, weight_shape, width: int, input_gradient: bool):
         self.in_shape, self.width = tuple(in_shape), width

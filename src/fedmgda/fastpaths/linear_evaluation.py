@@ -24,8 +24,8 @@ def evaluate_linear(model: FlatModel, ws: torch.Tensor, x: torch.Tensor,
     ``torch.argmax``'s (written out: torch.argmax over a leading dimension is slow on the CPU)."""
     classes, features = model.shapes[0]
     models = len(ws)
-    weight = ws[:, : classes * features].reshape(models, classes,
-                                                 features).transpose(0, 1).reshape(classes * models, features)
+    weight = ws[:, : classes * features].reshape(models, classes, features).transpose(
+        0, 1).reshape(classes * models, features)
     bias = ws[:, classes * features :].T.reshape(-1, 1)
     with threads_for_product(classes * models * features * len(y)):
         logits = torch.addmm(bias, weight,
@@ -131,7 +131,8 @@ class LinearSoftmaxEvaluation:
         return kept[1]
 
     def test_pairs(self, run) -> DistinctSamples:
-        """The users' test samples (``test_x``), then each global test set, as ``DistinctSamples``."""
+        """The users' test samples (``test_x``), then each global test set, as
+        ``DistinctSamples``."""
         if run.partition not in self._test:
             global_sets = list(run.data.global_test.values())
             x = torch.cat([run.test_x.flatten(1), *(gx.flatten(1) for gx, _ in global_sets)])

@@ -68,9 +68,10 @@ def min_norm_weights(gram: np.ndarray, epsilon: float = 1.0,
 
 def two_weights(quadratic: np.ndarray, lower: np.ndarray, upper: np.ndarray,
                 lambda0: np.ndarray) -> np.ndarray:
-    """The minimiser for two updates in closed form (docs/protocol.md §4.3): with lambda = (l, 1 - l),
-    ||l u_1 + (1 - l) u_2||^2 is a parabola in l with curvature ||u_1 - u_2||^2 and its minimum at
-    l* = <u_2 - u_1, u_2> / ||u_1 - u_2||^2, clipped to l's interval [lower_1, upper_1] (the box of
+    """The minimiser for two updates in closed form (docs/protocol.md §4.3): with
+    lambda = (l, 1 - l), ||l u_1 + (1 - l) u_2||^2 is a parabola in l with curvature
+    ||u_1 - u_2||^2 and its minimum at l* = <u_2 - u_1, u_2> / ||u_1 - u_2||^2, clipped to l's
+    interval [lower_1, upper_1] (the box of
     lambda_2 = 1 - l is the same interval: lambda0 is on the simplex). ``quadratic`` is symmetric.
     Equal updates (no curvature, up to rounding) give the same direction for every l: lambda0."""
     curvature = quadratic[0, 0] - 2 * quadratic[0, 1] + quadratic[1, 1]
@@ -82,8 +83,9 @@ def two_weights(quadratic: np.ndarray, lower: np.ndarray, upper: np.ndarray,
 
 def interior_point_weights(quadratic: np.ndarray, lower: np.ndarray,
                            upper: np.ndarray) -> np.ndarray:
-    """The minimiser of lambda^T Q lambda over {sum = 1, lower <= lambda <= upper} by cvxopt (any m),
-    polished onto the feasible set. ``quadratic``: symmetric, scaled to a largest diagonal of 1."""
+    """The minimiser of lambda^T Q lambda over {sum = 1, lower <= lambda <= upper} by cvxopt (any
+    m), polished onto the feasible set. ``quadratic``: symmetric, scaled to a largest diagonal of
+    1."""
     m = len(quadratic)
     identity = np.eye(m)
     solution = solvers.qp(
@@ -199,7 +201,8 @@ def project_to_box_simplex(weights: np.ndarray, lower: np.ndarray, upper: np.nda
 
 
 def project_to_simplex(v: np.ndarray) -> np.ndarray:
-    """Euclidean projection onto the probability simplex (sort-based; Wang & Carreira-Perpinan 2013).
+    """Euclidean projection onto the probability simplex (sort-based; Wang & Carreira-Perpinan
+    2013).
 
     AFL's lambda ascent step projects with this, as the authors' Adult code does. ``v`` must be
     finite. When its entries are so large that the sums lose the 1 of the simplex (a loss of 1e20
