@@ -1,6 +1,6 @@
 """One claim id, one meaning: a claim judged on other runs than its registry entry names
-carries what differs in its id (fedmgda.claim_parsing.evaluation_tag), no two committed claims files give
-one id two meanings, and no two profiles define one id differently."""
+carries what differs in its id (fedmgda.claim_parsing.evaluation_tag), no two committed claims
+files give one id two meanings, and no two profiles define one id differently."""
 
 from __future__ import annotations
 
