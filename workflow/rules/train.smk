@@ -25,12 +25,12 @@ rule train:
     log:
         f"{RUNS_DIR}/{{run}}/train.log",
     benchmark:
-        f"{R}/benchmarks/train/{{run}}.tsv"
-    threads: lambda w: REG.runs[w.run].resources["threads"]
+        f"{RESULTS}/benchmarks/train/{{run}}.tsv"
+    threads: lambda w: REGISTRY.runs[w.run].resources["threads"]
     resources:
-        gpu=lambda w: job_gpu(REG.runs[w.run].config, REG.runs[w.run].resources),
-        mem_mb=lambda w: REG.runs[w.run].resources["mem_mb"],
-        runtime=lambda w: REG.runs[w.run].resources["runtime"],
+        gpu=lambda w: job_gpu(REGISTRY.runs[w.run].config, REGISTRY.runs[w.run].resources),
+        mem_mb=lambda w: REGISTRY.runs[w.run].resources["mem_mb"],
+        runtime=lambda w: REGISTRY.runs[w.run].resources["runtime"],
     conda:
         CONDA_ENV
     shell:
@@ -40,7 +40,7 @@ rule train:
 
 
 for _pack, _keys in PACKS.items():
-    _res = pack_resources([REG.runs[k] for k in _keys])
+    _res = pack_resources([REGISTRY.runs[k] for k in _keys])
 
     rule:
         name:
@@ -57,7 +57,7 @@ for _pack, _keys in PACKS.items():
             pack=f"{LOGS}/packs/{_pack}.log",
             runs=[f"{RUNS_DIR}/{k}/train.log" for k in _keys],
         benchmark:
-            f"{R}/benchmarks/packs/{_pack}.tsv"
+            f"{RESULTS}/benchmarks/packs/{_pack}.tsv"
         threads: _res["threads"]
         resources:
             gpu=_res["gpu"],
