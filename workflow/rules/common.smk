@@ -12,7 +12,7 @@ from fedmgda.catalog import DATASETS, OFFLINE_DATASETS, RAW_FOLDERS
 from fedmgda.devices import job_gpu
 from fedmgda.experiments import RegistryError, item_spec, validate_runs
 from fedmgda.experiments import expand as expand_registry
-from fedmgda.packs import RUN_FILES, assign_packs, exact_keys_regex, pack_resources, pack_rule_name
+from fedmgda.packs import assign_packs, exact_keys_regex, pack_resources, pack_rule_name
 from fedmgda.packs import run_yaml_text, trained_runs
 from fedmgda.report import bare_experiments
 from fedmgda.specs import spec_to_json
