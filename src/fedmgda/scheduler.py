@@ -124,7 +124,7 @@ def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None], progre
                 continue
             for i, answer in zip(order, answers):
                 advance(i, answer)
-            if progress is not None:
+            if progress is not None and not stopped:  # a stopped pack reports no last round
                 progress([sims[i] for i in pending])
     if stopped:
         raise TrainingStopped(stopped)
