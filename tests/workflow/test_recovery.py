@@ -25,7 +25,7 @@ from .conftest import REPO, copy_workflow
 
 # over config/test.yaml: the two runs of seed 1 in one pack, with no checkpoints of their own (a
 # checkpoint in these tests is the one a signal makes)
-ROUNDS = 40
+ROUNDS = 12
 OVERLAY = {
     "seeds": [1],
     "rounds": ROUNDS,
@@ -212,7 +212,9 @@ def test_sigint_reaches_the_trainer_which_checkpoints_and_a_rerun_resumes(tmp_pa
         wait_for(lambda: "[progress] round 1/" in text(wd / PACK_LOG), "the pack's first round",
                  first)
         trainer = trainer_pid(wd)
+        os.kill(trainer, signal.SIGSTOP)  # held, so that the signal comes before its last round
         os.killpg(first.pid, signal.SIGINT)
+        os.kill(trainer, signal.SIGCONT)
         assert first.wait(timeout=TIMEOUT) != 0
         wait_for(lambda: not alive(trainer), "the trainer to stop")
     finally:
