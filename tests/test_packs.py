@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import copy
 import random
+import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -211,30 +213,36 @@ def test_pack_resources_gpu_only_for_runs_that_train_on_the_gpu():
         assert pack_resources(specs)["gpu"] == gpu, (dataset, device)
 
 
-def test_train_pack_gives_every_run_its_config_and_log(tmp_path):
-    members = [{"config": f"seed: {i}\n", "run_yaml": str(tmp_path / f"r{i}/run.yaml"),
-                "out": str(tmp_path / f"r{i}"),
+def test_train_pack_gives_the_trainer_every_config_and_appends_its_log(tmp_path):
+    """Each config reaches the trainer as a file of its own out of the run folders (the trainer
+    writes run.yaml); the pack's log is appended to every run's train.log, on failure too, but not
+    to a run whose summary.json the job left as it found it."""
+    members = [{"config": f"seed: {i}\n", "out": str(tmp_path / f"r{i}"),
                 "log": str(tmp_path / f"r{i}/train.log")} for i in (1, 2)]
-    script = "import sys; print('trained', *sys.argv[1:])"
+    script = ("import os, sys; a = sys.argv[1:]; i = a.index('--out'); "
+              "print('trained', *[open(c).read().strip() for c in a[1:i]], "
+              "'waits' if os.environ.get('FEDMGDA_WAIT_FOR_LOCK') == '1' else 'refuses')")
     train_pack(f"{sys.executable} -c {script!r}", members, tmp_path / "pack.log")
     for i in (1, 2):
-        assert (tmp_path / f"r{i}/run.yaml").read_text() == f"seed: {i}\n"
-        assert "trained --config" in (tmp_path / f"r{i}/train.log").read_text()
+        log = (tmp_path / f"r{i}/train.log").read_text()
+        assert "trained seed: 1 seed: 2 waits" in log, log
+        assert not (tmp_path / f"r{i}/run.yaml").exists()
+    (tmp_path / "r1/summary.json").write_text("{}")  # finished before: its log is left alone
     with pytest.raises(Exception, match="pack.log"):
         train_pack(f"{sys.executable} -c 'import sys; print(\"boom\"); sys.exit(3)'", members,
                    tmp_path / "pack.log")
-    # the log reaches the runs on failure too
-    assert "boom" in (tmp_path / "r2/train.log").read_text()
+    assert "boom" not in (tmp_path / "r1/train.log").read_text()
+    log = (tmp_path / "r2/train.log").read_text()  # the log reaches the runs on failure too
+    assert log.index("trained seed: 1") < log.index("boom"), log
 
 
-def test_train_pack_stops_at_its_timeout_and_can_keep_the_earlier_logs(tmp_path):
+def test_train_pack_stops_at_its_timeout_and_keeps_the_earlier_logs(tmp_path):
     """A pack stopped at a deadline (TimeoutExpired, the trainer's whole
     process group ended), a resumed run's train.log appended to."""
     import subprocess
     import time
 
-    members = [{"config": "seed: 1\n", "run_yaml": str(tmp_path / "r1/run.yaml"),
-                "out": str(tmp_path / "r1"),
+    members = [{"config": "seed: 1\n", "out": str(tmp_path / "r1"),
                 "log": str(tmp_path / "r1/train.log")}]
     (tmp_path / "r1").mkdir()
     (tmp_path / "r1/train.log").write_text("the earlier part\n")
@@ -243,11 +251,45 @@ def test_train_pack_stops_at_its_timeout_and_can_keep_the_earlier_logs(tmp_path)
               "time.sleep(60)")
     start = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired):
-        train_pack(f"{sys.executable} -c {script!r}", members, tmp_path / "pack.log", timeout=2,
-                   append_logs=True)
+        train_pack(f"{sys.executable} -c {script!r}", members, tmp_path / "pack.log", timeout=2)
     assert time.monotonic() - start < 30
     log = (tmp_path / "r1/train.log").read_text()
     assert log.startswith("the earlier part\npack of 1 runs: ") and "started" in log
+
+
+def test_train_pack_passes_sigterm_on_to_the_trainer_and_waits_for_it(tmp_path):
+    """The pack script's own SIGTERM (a cluster stopping the job) reaches the trainer, which is
+    waited for: what it writes as it stops is in the run's log."""
+    import subprocess
+    import textwrap
+
+    members = [{"config": "seed: 1\n", "out": str(tmp_path / "r1"),
+                "log": str(tmp_path / "r1/train.log")}]
+    trainer = tmp_path / "trainer.py"
+    trainer.write_text(textwrap.dedent("""\
+        import signal, sys, time
+        def stop(signum, frame):
+            time.sleep(1)  # the end of a round
+            print('checkpointed after', signal.Signals(signum).name, flush=True)
+            sys.exit(143)
+        signal.signal(signal.SIGTERM, stop)
+        print('training', flush=True)
+        time.sleep(60)
+        """))
+    wrapper = tmp_path / "wrapper.py"
+    wrapper.write_text(f"from fedmgda.packs import train_pack\n"
+                       f"train_pack({f'{sys.executable} {trainer}'!r}, {members!r}, "
+                       f"{str(tmp_path / 'pack.log')!r})\n")
+    job = subprocess.Popen([sys.executable, str(wrapper)], start_new_session=True,
+                           stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while "training" not in ((tmp_path / "pack.log").read_text()
+                             if (tmp_path / "pack.log").exists() else ""):
+        assert time.monotonic() < deadline and job.poll() is None
+        time.sleep(0.05)
+    job.send_signal(signal.SIGTERM)  # the script alone, not its process group
+    assert job.wait(timeout=60) != 0
+    assert "checkpointed after SIGTERM" in (tmp_path / "r1/train.log").read_text()
 
 
 def test_run_yaml_text_is_the_registry_config_with_its_partition_file():

@@ -44,3 +44,32 @@ def test_killed_run_resumes_to_identical_metrics(tmp_path):
     pd.testing.assert_frame_equal(resumed, uninterrupted)
     assert ((out / "per_user.csv").read_text()
             == (tmp_path / "reference" / "per_user.csv").read_text())
+
+
+def test_a_stop_request_checkpoints_at_the_round_end_and_the_rerun_matches(tmp_path):
+    """``should_stop`` (the trainer's SIGINT / SIGTERM): the run checkpoints at the end of the
+    round it was asked in and stops, even without checkpoint_every; resuming it gives the files
+    of an uninterrupted run, byte for byte."""
+    import pytest
+
+    from fedmgda.config import RunConfig
+    from fedmgda.errors import TrainingStopped
+    from fedmgda.scheduler import run_packed
+    from fedmgda.simulator import Simulation
+
+    cfg = RunConfig.from_dict(dict(CONFIG, rounds=6, checkpoint_every=0))
+    stopped, uninterrupted = tmp_path / "stopped", tmp_path / "uninterrupted"
+    asked = []
+
+    def at_the_second_round_end() -> bool:
+        asked.append(True)
+        return len(asked) == 2
+
+    with pytest.raises(TrainingStopped) as stop:
+        run_packed([Simulation(cfg)], [stopped], should_stop=at_the_second_round_end)
+    assert stop.value.runs == [(str(stopped), 2)]
+    assert (stopped / "checkpoint.pt").exists() and not (stopped / "summary.json").exists()
+    run_packed([Simulation(cfg)], [stopped])
+    run_packed([Simulation(cfg)], [uninterrupted])
+    for name in ("metrics.csv", "per_user.csv", "per_user_final.csv"):
+        assert (stopped / name).read_bytes() == (uninterrupted / name).read_bytes(), name

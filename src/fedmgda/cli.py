@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
+import sys
 from pathlib import Path
 
 import yaml
 
 from fedmgda.config import RunConfig
 from fedmgda.errors import ConfigError
-from fedmgda.runfolder import FRESH_ENV, FRESH_OPTION
+from fedmgda.runfolder import FRESH_ENV, FRESH_OPTION, WAIT_ENV, WAIT_OPTION
 
 
 def parse_override(text: str) -> tuple[str, object]:
@@ -23,21 +25,80 @@ def parse_override(text: str) -> tuple[str, object]:
 
 
 def read_run_config(path: str, overrides: list[str], device: str | None) -> RunConfig:
+    return read_run_config_text(path, overrides, device)[0]
+
+
+def read_run_config_text(path: str, overrides: list[str],
+                         device: str | None) -> tuple[RunConfig, str, dict]:
+    """The run config of ``path`` (``-``: standard input), the text its folder's run.yaml gets
+    (the file's own; with ``--set``, the mapping they changed) and that mapping."""
     try:
-        raw = yaml.safe_load(Path(path).read_text())
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+        raw = yaml.safe_load(text)
     except (OSError, yaml.YAMLError) as err:
         raise ConfigError(f"cannot read run config {path}: {err}") from err
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a run config must be a mapping")
-    for text in overrides:
-        key, value = parse_override(text)
+    for item in overrides:
+        key, value = parse_override(item)
         raw[key] = value
+    if overrides:
+        text = yaml.safe_dump(raw, sort_keys=True, allow_unicode=True)
     if device:
         raw["device"] = device
-    return RunConfig.from_dict(raw)
+    return RunConfig.from_dict(raw), text, raw
+
+
+class StopSignals:
+    """While entered, SIGINT and SIGTERM ask the runs to stop (``Simulation.steps``: each
+    checkpoints at the end of its round and leaves) instead of ending the process at once;
+    ``signal`` is the first one received (None: none). A signal repeated (a whole process group
+    signalled and a wrapper forwarding it too) changes nothing; SIGKILL still ends it at once."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> StopSignals:
+        for sig in self.SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._received)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _received(self, signum: int, frame) -> None:
+        if self.signal is None:
+            self.signal = signum
+            print(f"fedmgda: {signal.Signals(signum).name} received: every run stops at the end "
+                  "of its round, with a checkpoint", flush=True)
+
+    def requested(self) -> bool:
+        return self.signal is not None
+
+
+def already_trained(out: str, raw: dict) -> bool:
+    """Whether ``out`` holds a finished run of this config: a summary.json with its manifest, the
+    folder passes every reader's check (``fedmgda.results.open_run``) and holds no checkpoint
+    (which is resumed from)."""
+    from fedmgda.checkpoints import CHECKPOINT
+    from fedmgda.config import config_hash
+    from fedmgda.errors import RunFolderError
+    from fedmgda.results import MANIFEST, open_run
+
+    if not (Path(out) / "summary.json").is_file() or (Path(out) / CHECKPOINT).exists():
+        return False
+    try:
+        return MANIFEST in open_run(out, config_hash(raw)).summary
+    except RunFolderError:
+        return False
 
 
 def train(args: argparse.Namespace) -> int:
+    from fedmgda.errors import TrainingStopped
     from fedmgda.runfolder import holding
     from fedmgda.scheduler import run_packed
     from fedmgda.simulator import Simulation
@@ -49,14 +110,34 @@ def train(args: argparse.Namespace) -> int:
     if twice:
         raise ConfigError(f"--out names {', '.join(twice)} more than once; each run needs a folder "
                           "of its own")
-    configs = [read_run_config(path, args.set or [], args.device) for path in args.config]
-    # one trainer per run folder, before any data is loaded (fedmgda.runfolder)
-    with holding(args.out):
-        results = run_packed([Simulation(cfg) for cfg in configs], args.out,
-                             progress_every=args.progress_every,
-                             # one run, or several packed
-                             fresh_if_unreadable=args.fresh_if_unreadable)
-    for out, result in zip(args.out, results):
+    if args.config.count("-") > 1:
+        raise ConfigError("--config names standard input (-) more than once")
+    stop = StopSignals()
+    wait_while = (lambda: not stop.requested()) if args.wait_for_lock else None
+    # one trainer per run folder, before any config or data is read (fedmgda.runfolder)
+    with stop, holding(args.out, wait_while=wait_while):
+        todo = []
+        for path, out in zip(args.config, args.out):
+            cfg, text, raw = read_run_config_text(path, args.set or [], args.device)
+            if already_trained(out, raw):  # its files are left as they are
+                print(f"{out}: already trained with this config (summary.json); left as it is")
+                continue
+            todo.append((cfg, text, out))
+        sims = []
+        for cfg, text, _ in todo:
+            sims.append(Simulation(cfg))
+            sims[-1].config_text = text
+        try:
+            results = [] if not sims else run_packed(
+                sims, [out for _, _, out in todo], progress_every=args.progress_every,
+                fresh_if_unreadable=args.fresh_if_unreadable, should_stop=stop.requested)
+        except TrainingStopped as stopped:
+            name = signal.Signals(stop.signal).name
+            for out, done in stopped.runs:
+                print(f"{out}: stopped by {name} after round {done}; rerun the same command to "
+                      "resume from its checkpoint")
+            return 128 + stop.signal
+    for (_, _, out), result in zip(todo, results):
         summary = result.summary
         final = summary["final"] or {}
         if summary["status"] == "failed":
@@ -83,8 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
                             help="train a run and write metrics.csv, per_user.csv, summary.json; "
                             "several runs are packed")
     p.add_argument("--config", required=True, nargs="+",
-                   help="run config (YAML): see fedmgda.config.RunConfig; several: trained packed, "
-                   "in lockstep")
+                   help="run config (YAML; -: standard input): see fedmgda.config.RunConfig; "
+                   "several: trained packed, in lockstep; each folder gets it as run.yaml")
     p.add_argument("--out", required=True, nargs="+", help="output folder, one per config")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a config key (repeatable)")
@@ -98,6 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "renamed <file>.unreadable and the run restarts from round 0, said in its "
                         "log; without it, such a file stops the run (default: set by "
                    f"{FRESH_ENV}=1, e.g. for the training jobs of a Snakemake run)")
+    p.add_argument(WAIT_OPTION, action="store_true",
+                   default=os.environ.get(WAIT_ENV, "").strip() not in ("", "0"),
+                   help="a run folder another trainer writes is waited for (then a run it "
+                        "finished is left as it is, one it left is resumed) instead of refused "
+                        f"(default: set by {WAIT_ENV}=1, as the workflow's training jobs run it)")
     p.set_defaults(handler=train)
     from fedmgda.workflow_cli import add_commands  # the workflow's download, partition, table, ...
 

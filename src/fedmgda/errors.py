@@ -49,6 +49,16 @@ class RunFolderError(Exception):
     ConfigError."""
 
 
+class TrainingStopped(Exception):
+    """Runs that stopped at the end of a round because their trainer was asked to (SIGINT,
+    SIGTERM): ``runs`` lists each one's folder and rounds done, all kept in its checkpoint, which a
+    rerun resumes from."""
+
+    def __init__(self, runs: list[tuple[str, int]]):
+        super().__init__(", ".join(f"{out}: stopped after round {done}" for out, done in runs))
+        self.runs = runs
+
+
 def warn_deprecated(message: str, stacklevel: int = 2) -> None:
     """Announce a deprecated form that still works (docs/plugins.md, "Interface versions"): a
     ``DeprecationWarning`` (for tests and code that shows warnings) and the same message as one line

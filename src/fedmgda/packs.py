@@ -15,14 +15,15 @@ leaves them as they are. Nothing here imports torch, so the Snakefile parses fas
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from fedmgda.catalog import get_algorithm
 from fedmgda.config import config_hash
 from fedmgda.devices import job_gpu
 from fedmgda.experiments import RunSpec
+from fedmgda.runfolder import WAIT_ENV
 from fedmgda.runkeys import RUN_DEFAULTS, fmt_num, fmt_value
 from fedmgda.schema import def_defaults
 
@@ -140,7 +142,8 @@ def pack_size(spec: RunSpec) -> int:
     return int(size)
 
 
-# what a training job writes into a run's folder and the workflow declares (its train.log aside)
+# the files of a trained run (its train.log aside); of these a training job declares to Snakemake
+# only summary.json, which the trainer writes last (workflow/rules/train.smk)
 RUN_FILES = ("run.yaml", "metrics.csv", "per_user.csv", "summary.json")
 
 
@@ -251,60 +254,88 @@ def pack_resources(specs: list[RunSpec]) -> dict[str, int]:
 
 
 def train_pack(command: str | None, members: list[dict[str, str]], pack_log: str | Path,
-               threads: int = 1, timeout: float | None = None, append_logs: bool = False) -> None:
-    """Train one pack (the pack rules' script): write each run's ``run.yaml``, run
-    ``<command> --config <run.yaml ...> --out <dir ...>`` in one process with its output in
-    ``pack_log``, then copy that log to each run's ``train.log`` (also when training failed).
-    ``command`` None (the config's ``train_command: null``): ``<this Python> -m fedmgda train``.
+               threads: int = 1, timeout: float | None = None) -> None:
+    """Train one pack (the pack rules' script): run ``<command> --config <config ...> --out
+    <dir ...>`` in one process with its output in ``pack_log``, then append that log to each run's
+    ``train.log`` (also when training failed), except for a run whose summary.json this job left
+    as it found it (finished before, or by another trainer meanwhile, which the trainer waits
+    for: ``fedmgda.runfolder.WAIT_ENV``). Each run's config is given to the trainer as a file of
+    its own, out of the run folders: the trainer writes the run's ``run.yaml`` with its outputs,
+    holding the folder's lock, so nothing here writes into a run folder before the trainer
+    holds it. ``command`` None (the config's ``train_command: null``): ``<this Python> -m
+    fedmgda train``. SIGINT and SIGTERM are passed on to the trainer, which stops every run at
+    the end of its round with a checkpoint (``fedmgda.cli``), and waited for.
 
-    ``members``: one ``{"config": YAML text, "run_yaml": path, "out": folder, "log": path}`` per
-    run. ``timeout`` (seconds): the trainer, in a process group of its own, gets SIGTERM after it
-    (SIGKILL 10 s later), and ``subprocess.TimeoutExpired`` is raised; its runs keep their last
-    checkpoints. ``append_logs``: each run's train.log gets the pack log appended instead of
-    replaced by it (a run resumed from its checkpoint keeps its earlier log).
+    ``members``: one ``{"config": YAML text, "out": folder, "log": path}`` per run.
+    ``timeout`` (seconds): the trainer, in a process group of its own,
+    gets SIGTERM after it (SIGKILL 10 s later), and ``subprocess.TimeoutExpired`` is raised; its
+    runs keep their last checkpoints.
     """
-    for m in members:
-        Path(m["run_yaml"]).parent.mkdir(parents=True, exist_ok=True)
-        Path(m["run_yaml"]).write_text(m["config"])
     Path(pack_log).parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    env[WAIT_ENV] = "1"
     trainer = shlex.split(command) if command else [sys.executable, "-m", "fedmgda", "train"]
-    argv = trainer + ["--config", *[m["run_yaml"] for m in members],
-                                   "--out", *[m["out"] for m in members]]
-    try:
-        with open(pack_log, "w") as log:
+    before = {m["out"]: _summary_stamp(m["out"]) for m in members}
+    with tempfile.TemporaryDirectory(prefix="fedmgda-pack-") as staging:
+        configs = []
+        for i, m in enumerate(members):
+            configs.append(str(Path(staging) / f"run{i}.yaml"))
+            Path(configs[-1]).write_text(m["config"])
+        argv = trainer + ["--config", *configs, "--out", *[m["out"] for m in members]]
+        # read back through its own handle: a second Snakemake may have replaced the path's file
+        with open(pack_log, "w+") as log:
             log.write(f"pack of {len(members)} runs: {' '.join(shlex.quote(a) for a in argv)}\n")
             log.flush()
-            rc = _run_until(argv, log, env, timeout)
-    finally:
-        for m in members:
-            Path(m["log"]).parent.mkdir(parents=True, exist_ok=True)
-            if append_logs:
-                with open(m["log"], "a") as fh:
-                    fh.write(Path(pack_log).read_text())
-            else:
-                shutil.copyfile(pack_log, m["log"])
+            try:
+                rc = _run_until(argv, log, env, timeout)
+            finally:
+                log.seek(0)
+                text = log.read()
+                for m in members:
+                    found = before[m["out"]]
+                    if found is not None and _summary_stamp(m["out"]) == found:
+                        continue
+                    Path(m["log"]).parent.mkdir(parents=True, exist_ok=True)
+                    with open(m["log"], "a") as fh:
+                        fh.write(text)
     if rc is None:
         raise subprocess.TimeoutExpired(argv[:2] + ["...", f"(see {pack_log})"], timeout)
     if rc != 0:
         raise subprocess.CalledProcessError(rc, argv[:2] + ["...", f"(see {pack_log})"])
 
 
+def _summary_stamp(folder: str | Path) -> tuple[int, int] | None:
+    """(inode, mtime in ns) of a run folder's summary.json; None: it has none."""
+    try:
+        stat = (Path(folder) / "summary.json").stat()
+    except FileNotFoundError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns
+
+
 def _run_until(argv: list[str], log, env: dict[str, str], timeout: float | None) -> int | None:
     """``argv``'s exit status, its output in ``log``; None when ``timeout`` stopped it (its process
-    group: SIGTERM, then SIGKILL)."""
-    if timeout is None:
-        return subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+    group: SIGTERM, then SIGKILL). SIGINT and SIGTERM received meanwhile are passed on to it."""
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)
+                            start_new_session=timeout is not None)
+
+    def forward(signum: int, frame) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return proc.wait(timeout=max(1.0, timeout))
-    except subprocess.TimeoutExpired:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(proc.pid, sig)
-                proc.wait(timeout=10)
-                break
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                continue
-        return None
+        try:
+            return proc.wait(timeout=None if timeout is None else max(1.0, timeout))
+        except subprocess.TimeoutExpired:
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(proc.pid, sig)
+                    proc.wait(timeout=10)
+                    break
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    continue
+            return None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

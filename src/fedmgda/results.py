@@ -159,12 +159,18 @@ def protocol_stats(per_user: pd.DataFrame, metrics: pd.DataFrame,
     return stats
 
 
-def write_result(result: RunResult, out: Path) -> None:
-    """metrics.csv, per_user.csv, per_user_final.csv (the final model's per-user vector, from
-    which tables compute its statistics; a diverged run has none, and an older one is removed),
-    then summary.json with the manifest of those files (:func:`seal`; written last: its presence
-    marks completion); each written atomically (``fedmgda.runfolder.writing``)."""
+def write_result(result: RunResult, out: Path, run_yaml: str | None = None) -> None:
+    """run.yaml (``run_yaml``, the run config's text, where the folder's differs), metrics.csv,
+    per_user.csv, per_user_final.csv (the final model's per-user vector, from which tables compute
+    its statistics; a diverged run has none, and an older one is removed), then summary.json with
+    the manifest of those files (:func:`seal`; written last: its presence marks completion); each
+    written atomically (``fedmgda.runfolder.writing``)."""
     out.mkdir(parents=True, exist_ok=True)
+    config_file = out / "run.yaml"
+    if run_yaml is not None and not (config_file.is_file()
+                                     and config_file.read_text() == run_yaml):
+        with writing(config_file) as tmp:
+            tmp.write_text(run_yaml)
     tables = {METRICS: result.metrics, PER_USER: result.per_user,
               PER_USER_FINAL: result.final_users}
     for name, table in tables.items():

@@ -3,7 +3,9 @@
 ``fedmgda train`` holds an exclusive lock (``fcntl.flock`` on ``train.lock``, which holds its
 process id) on every run folder it writes, from before it loads any data to its end: a second
 trainer on the same folder (a Snakemake rerun while an orphaned trainer still runs) stops at once,
-naming the folder and the holder. The kernel drops the lock when its process dies, so a
+naming the folder and the holder (with ``wait_while``, as the workflow's jobs run it: it waits for
+the holder to end, and a job never fails because another trainer writes its folders). The kernel
+drops the lock when its process dies, so a
 ``train.lock`` left by a killed trainer is taken over, and the log says so. Taking the lock also
 checks that the folder can be written, before round 1.
 
@@ -20,7 +22,8 @@ import contextlib
 import errno
 import fcntl
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from fedmgda.errors import RunFolderError
@@ -31,25 +34,35 @@ LOCK = "train.lock"
 # its training jobs)
 FRESH_OPTION = "--fresh-if-unreadable"
 FRESH_ENV = "FEDMGDA_FRESH_IF_UNREADABLE"
+# the trainer's option that waits for another trainer's lock instead of refusing it, and its
+# environment variable (set by the workflow's training jobs)
+WAIT_OPTION = "--wait-for-lock"
+WAIT_ENV = "FEDMGDA_WAIT_FOR_LOCK"
+# how often a waiting trainer tries a held lock again (seconds)
+WAIT_POLL_S = 0.5
 
 
 @contextlib.contextmanager
-def holding(folders: list[str | Path]) -> Iterator[None]:
+def holding(folders: list[str | Path],
+            wait_while: Callable[[], bool] | None = None) -> Iterator[None]:
     """Hold the lock of each folder (created if missing) while the body runs; a folder this
-    created and that is still empty at the end is removed again (an invalid run writes nothing)."""
+    created and that is still empty at the end is removed again (an invalid run writes nothing).
+    A folder another trainer holds is refused (``RunFolderError``); with ``wait_while``, waited
+    for (said once), as long as ``wait_while()`` is True, then refused. The folders are locked in
+    sorted order, so two trainers waiting for each other's folders cannot both wait forever."""
     with contextlib.ExitStack() as stack:
-        for folder in folders:
-            stack.enter_context(_locked(Path(folder)))
+        for folder in sorted({str(f) for f in folders}):
+            stack.enter_context(_locked(Path(folder), wait_while))
         yield
 
 
 @contextlib.contextmanager
-def _locked(folder: Path) -> Iterator[None]:
+def _locked(folder: Path, wait_while: Callable[[], bool] | None) -> Iterator[None]:
     created = [p for p in (folder, *folder.parents) if not p.exists()]
     path = folder / LOCK
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd = _lock(folder, path)
+        fd = _lock(folder, path, wait_while)
     except OSError as err:
         raise RunFolderError(f"{folder}: cannot write the run folder ({err.strerror or err}); "
                              "give the trainer a folder it can write (--out)") from err
@@ -66,8 +79,9 @@ def _locked(folder: Path) -> Iterator[None]:
                 break
 
 
-def _lock(folder: Path, path: Path) -> int:
+def _lock(folder: Path, path: Path, wait_while: Callable[[], bool] | None) -> int:
     """The locked lock file's descriptor, with this process's id in it."""
+    said = False
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -76,6 +90,13 @@ def _lock(folder: Path, path: Path) -> int:
             holder = _pid(fd)
             os.close(fd)
             who = f"process {holder}" if holder else "another process"
+            if wait_while is not None and wait_while():
+                if not said:
+                    print(f"{folder} is being written by another trainer ({who}); waiting for it "
+                          "to end", flush=True)
+                    said = True
+                time.sleep(WAIT_POLL_S)
+                continue
             raise RunFolderError(f"{folder} is being written by another trainer ({who}); wait for "
                                  f"it to end or stop it{f' (kill {holder})' if holder else ''}, "
                                  "then rerun") from None

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +49,7 @@ from fedmgda.client import (
 )
 from fedmgda.config import RunConfig
 from fedmgda.data.base import FederatedDataset
-from fedmgda.errors import ConfigError, PluginError
+from fedmgda.errors import ConfigError, PluginError, TrainingStopped
 from fedmgda.fastpaths.convnet import ConvNetSteps
 from fedmgda.fastpaths.cuda_graphs import CudaGraphs
 from fedmgda.fastpaths.linear import LinearSoftmaxSteps
@@ -75,7 +76,8 @@ def run(cfg: RunConfig, out_dir: str | Path | None = None, data: FederatedDatase
 
 def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None],
                progress_every: float | None = None,
-               fresh_if_unreadable: bool = False) -> list[RunResult]:
+               fresh_if_unreadable: bool = False,
+               should_stop: Callable[[], bool] | None = None) -> list[RunResult]:
     """Train several runs in lockstep: every round, the participants of all of them are trained
     together (``Scheduler.train``); a finished, diverged or failed run leaves the pack (a run
     fails when its algorithm's hook breaks its contract, ``fedmgda.contract``: raised inside the
@@ -85,21 +87,28 @@ def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None],
     ``progress_every`` (seconds): print progress lines (``Progress``); None: none.
     ``fresh_if_unreadable``: a checkpoint a run cannot resume from is set aside and the run starts
     from round 0 (``Simulation.steps``); else it stops the pack
-    (``checkpoints.UnusableCheckpoint``)."""
+    (``checkpoints.UnusableCheckpoint``).
+    ``should_stop`` (asked at each run's round end, ``Simulation.steps``): once True, every run
+    still training checkpoints at the end of its round and leaves; then ``TrainingStopped``
+    names them all (the runs that finished before have written their outputs)."""
     if len(sims) != len(out_dirs):
         raise ValueError("run_packed needs one output folder (or None) per run")
     scheduler = Scheduler([sim.inputs for sim in sims])
     for sim in sims[1:]:
         sim.share_samples(sims[0])
-    runs = [sim.steps(out, fresh_if_unreadable) for sim, out in zip(sims, out_dirs)]
+    runs = [sim.steps(out, fresh_if_unreadable, should_stop) for sim, out in zip(sims, out_dirs)]
     results: list[RunResult | None] = [None] * len(sims)
     pending: dict[int, TrainRequest | LossRequest | EvalRequest] = {}
+    stopped: list[tuple[str, int]] = []
 
     def advance(i: int, answer, error: PluginError | None = None) -> None:
         try:
             pending[i] = runs[i].throw(error) if error is not None else runs[i].send(answer)
         except StopIteration as done:
             results[i] = done.value
+            pending.pop(i, None)
+        except TrainingStopped as stop:
+            stopped.extend(stop.runs)
             pending.pop(i, None)
 
     # a linear model's operations (training and evaluation) are too small to split across threads
@@ -120,8 +129,10 @@ def run_packed(sims: list[Simulation], out_dirs: list[str | Path | None],
                 continue
             for i, answer in zip(order, answers):
                 advance(i, answer)
-            if progress is not None:
+            if progress is not None and not stopped:  # a stopped pack reports no last round
                 progress([sims[i] for i in pending])
+    if stopped:
+        raise TrainingStopped(stopped)
     return results
 
 

@@ -45,7 +45,7 @@ from fedmgda.client import FlatModel, LocalHParams, LocalTrainer, evaluate_sampl
 from fedmgda.config import RunConfig, too_many_clients
 from fedmgda.contract import DIVERGENCE, CheckedHooks
 from fedmgda.data.base import FederatedDataset
-from fedmgda.errors import ConfigError, PluginError, warn_deprecated
+from fedmgda.errors import ConfigError, PluginError, TrainingStopped, warn_deprecated
 from fedmgda.metrics import accuracy_stats, improved_fraction, participant_stats, per_owner_mean
 from fedmgda.models import build_model
 from fedmgda.results import per_user_table, run_result
@@ -272,6 +272,8 @@ class Simulation:
         self.needs_pre_round_loss = (cfg.track_improvement
                                      or self.algorithm_info.needs_pre_round_losses)
         self.rounds_started = self.rounds_done = 0  # in this process (for progress lines)
+        # the text written as the folder's run.yaml with the outputs (None: none; fedmgda.cli)
+        self.config_text: str | None = None
         self.mean_acc = math.nan  # the latest evaluated mean user accuracy
         # (w, its version, users, losses): round t's post is round t+1's pre
         self._last_losses: tuple | None = None
@@ -315,7 +317,8 @@ class Simulation:
                 per_user_table(self.test_sizes, acc, loss))
 
     # ------------------------------------------------------------------ the run
-    def steps(self, out_dir: str | Path | None = None, fresh_if_unreadable: bool = False):
+    def steps(self, out_dir: str | Path | None = None, fresh_if_unreadable: bool = False,
+              should_stop: Callable[[], bool] | None = None):
         """The run as a generator: it yields a TrainRequest whenever a round's clients must be
         trained and is sent back their (updates, train losses), yields a LossRequest when its
         participants' losses are needed and is sent back ``participant_losses``, yields an
@@ -323,7 +326,9 @@ class Simulation:
         RunResult. Driving several runs' generators together is what ``run_packed`` does.
         A checkpoint in ``out_dir`` is resumed from; one it cannot resume from stops the run
         (``checkpoints.UnusableCheckpoint``), or with ``fresh_if_unreadable`` is set aside and
-        the run starts from round 0, which it prints."""
+        the run starts from round 0, which it prints. ``should_stop`` (a run with ``out_dir``):
+        asked at the end of each round but the last; True checkpoints the run and raises
+        ``TrainingStopped`` (a signal to the trainer, ``fedmgda.cli``)."""
         cfg = self.cfg
         out = Path(out_dir) if out_dir is not None else None
         state = resume_state(self, out, fresh_if_unreadable) if out is not None else None
@@ -350,15 +355,19 @@ class Simulation:
             w = w_next
             state.iterate_sum += w
             state.next_round, state.w = t + 1, w
-            if (out is not None and cfg.checkpoint_every and (t + 1) % cfg.checkpoint_every == 0
-                    and t + 1 < cfg.rounds):
+            if out is None or t + 1 == cfg.rounds:
+                continue
+            stopping = should_stop is not None and should_stop()
+            if stopping or (cfg.checkpoint_every and (t + 1) % cfg.checkpoint_every == 0):
                 state.elapsed = time.perf_counter() - started
                 checkpoints.save(out, state, cfg.to_dict(), self.algorithm.state_dict(),
                                  self.client_states, self.environment)
+            if stopping:
+                raise TrainingStopped([(str(out), t + 1)])
         state.elapsed = time.perf_counter() - started
         result = final_result(self, w, state)
         if out is not None:
-            results.write_result(result, out)
+            results.write_result(result, out, self.config_text)
             (out / checkpoints.CHECKPOINT).unlink(missing_ok=True)
         return result
 

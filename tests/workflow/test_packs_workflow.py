@@ -70,13 +70,13 @@ def test_a_killed_pack_job_resumes_every_run_to_the_results_of_runs_trained_alon
     assert all((r / "checkpoint.pt").exists() for r in runs[:2]), first.stdout.read()[-3000:]
     assert not any((r / "summary.json").exists()
                    for r in runs[:2]), "the pack finished before it could be killed"
-    configs = [(r / "run.yaml").read_text() for r in runs[:2]]
 
     assert snakemake(wd, "--unlock", env=env).wait(timeout=120) == 0
     second = snakemake(wd, "runs", "--rerun-incomplete", env=env)
     log = second.communicate(timeout=600)[0]
     assert second.returncode == 0, log[-5000:]
     assert not decoys_called.exists(), decoys_called.read_text()
+    configs = [(r / "run.yaml").read_text() for r in runs[:2]]  # written with the outputs
     for r in runs:
         for f in FILES:
             assert (r / f).is_file(), (r, f)

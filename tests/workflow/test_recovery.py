@@ -1,7 +1,11 @@
-"""docs/workflow.md's recovery recipe, run as written: Snakemake killed alone (without its process
-group) while a trainer runs leaves that trainer running and its own lock; the recipe's commands
-(stop the trainers `pgrep` lists, `--unlock`, `--rerun-incomplete`) end with outputs
-byte-identical to those of the same run trained without interruption."""
+"""Recovery never deletes finished work: Snakemake killed, interrupted or run twice while a
+pack's trainer writes its runs, then recovered as docs/workflow.md and docs/running.md say,
+ends with every run byte-identical to the same runs trained without interruption, and no file a
+job did not write itself is removed. Real Snakemake processes on config/test.yaml: one pack of two
+runs (FedAvg and FedMGDA+, seed 1), trained by one trainer process.
+
+An orphaned trainer is held with SIGSTOP while the recovering Snakemake starts, so that it is
+still running whatever the speed of the machine, and let go once the new job waits for it."""
 
 from __future__ import annotations
 
@@ -19,20 +23,220 @@ import yaml
 
 from .conftest import REPO, copy_workflow
 
-# over config/test.yaml: runs long enough to be killed between two checkpoints, of which one is
-# built
-OVERLAY = {"seeds": [1], "rounds": 100, "run_overrides": {"checkpoint_every": 2}}
-RUN = "results/test/runs/digits-shards_b10_lr0.05_p0.2_T100_pu2/fedavg/default/clean/seed1"
-SNAKEMAKE = [sys.executable, "-m", "snakemake", f"{RUN}/summary.json", "--cores", "1",
-             "--configfile", "config/test.yaml",
-             "recovery.yaml"]
+# over config/test.yaml: the two runs of seed 1 in one pack, with no checkpoints of their own (a
+# checkpoint in these tests is the one a signal makes)
+ROUNDS = 12
+OVERLAY = {
+    "seeds": [1],
+    "rounds": ROUNDS,
+    "resources": {"default": {"gpu": 0, "mem_mb": 1000, "runtime": 5, "threads": 1, "pack": 2}},
+}
+SETTING = f"results/test/runs/digits-shards_b10_lr0.05_p0.2_T{ROUNDS}_pu2"
+MEMBERS = (f"{SETTING}/fedavg/default/clean/seed1",
+           f"{SETTING}/fedmgda_plus/decay0.1_eta1/clean/seed1")
+PACK_LOG = "logs/test/packs/tiny/digits_k1_b10_lr0.05_m0.5_devicecpu/pack1.log"
+RESULT_FILES = ("run.yaml", "metrics.csv", "per_user.csv", "per_user_final.csv")
+TIMEOUT = 600
+
+
+def snakemake_argv(*flags: str) -> list[str]:
+    # the target goes before --configfile (which takes several values)
+    return [sys.executable, "-m", "snakemake", "runs", "--cores", "1", *flags,
+            "--configfile", "config/test.yaml", "recovery.yaml"]
+
+
+def start(wd: Path, *flags: str) -> subprocess.Popen:
+    """Snakemake in a process group of its own (as a shell starts it), its output in a file."""
+    path = wd / f"snakemake-{time.monotonic_ns()}.log"
+    with open(path, "w") as log:
+        process = subprocess.Popen(snakemake_argv(*flags), cwd=wd, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    process.log_path = path
+    return process
+
+
+def run(wd: Path, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run(snakemake_argv(*flags), cwd=wd, capture_output=True, text=True,
+                          timeout=TIMEOUT)
+
+
+def workflow(tmp: Path) -> Path:
+    wd = copy_workflow(tmp)
+    (wd / "recovery.yaml").write_text(yaml.safe_dump(OVERLAY))
+    return wd
+
+
+def wait_for(condition, what: str, process: subprocess.Popen | None = None) -> None:
+    deadline = time.time() + TIMEOUT
+    while not condition():
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        assert process is None or process.poll() is None, f"ended before {what}"
+        time.sleep(0.05)
+
+
+def text(path: Path) -> str:
+    return path.read_text() if path.is_file() else ""
+
+
+def trainer_pid(wd: Path) -> int:
+    """The process id in the first member's train.lock (the pack's trainer)."""
+    return int((wd / MEMBERS[0] / "train.lock").read_text().strip())
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def summary_without_timing(folder: Path) -> dict:
+    summary = json.loads((folder / "summary.json").read_text())
+    summary.pop("runtime_s")
+    # where it ran, not what it computed: a resumed job may get other cores
+    summary["environment"].pop("threads")
+    return summary
+
+
+def assert_as_uninterrupted(wd: Path, reference: Path) -> None:
+    for member in MEMBERS:
+        run_dir, ref = wd / member, reference / member
+        for name in RESULT_FILES:
+            assert (run_dir / name).read_bytes() == (ref / name).read_bytes(), (member, name)
+        assert summary_without_timing(run_dir) == summary_without_timing(ref), member
+        assert not (run_dir / "checkpoint.pt").exists() and not (run_dir / "train.lock").exists()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """The pack trained by one Snakemake run, uninterrupted."""
+    wd = workflow(tmp_path_factory.mktemp("uninterrupted"))
+    done = run(wd)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return wd
+
+
+def kill_snakemake_alone_mid_pack(wd: Path) -> int:
+    """Snakemake started, SIGKILL-ed alone once its pack trains; the orphaned trainer's pid, the
+    trainer held (SIGSTOP): SIGCONT lets it go on."""
+    first = start(wd)
+    try:
+        wait_for(lambda: "[progress] round 1/" in text(wd / PACK_LOG), "the pack's first round",
+                 first)
+        pid = trainer_pid(wd)
+        first.kill()  # Snakemake alone: its trainer goes on
+        os.kill(pid, signal.SIGSTOP)
+        first.wait(timeout=60)
+    except BaseException:
+        kill_group(first)
+        raise
+    return pid
+
+
+@pytest.mark.slow
+def test_unlock_and_rerun_incomplete_while_the_orphaned_trainer_runs(tmp_path, reference):
+    """The rerun's pack job waits for the orphan instead of deleting or replacing its files, then
+    finds the runs it finished and leaves them as they are."""
+    wd = workflow(tmp_path / "wf")
+    orphan = kill_snakemake_alone_mid_pack(wd)
+    try:
+        assert run(wd, "--unlock").returncode == 0
+        rerun = start(wd, "--rerun-incomplete")
+        wait_for(lambda: "is being written by another trainer" in text(wd / PACK_LOG),
+                 "the rerun's trainer to wait", rerun)
+        assert rerun.poll() is None
+    finally:
+        os.kill(orphan, signal.SIGCONT)
+    assert rerun.wait(timeout=TIMEOUT) == 0, text(rerun.log_path)[-3000:]
+    wait_for(lambda: not alive(orphan), "the orphan to end")  # it let go of its lock, then ends
+    log = text(wd / PACK_LOG)
+    for member in MEMBERS:
+        assert f"{member}: already trained with this config" in log, log
+    assert_as_uninterrupted(wd, reference)
+
+
+@pytest.mark.slow
+def test_unlock_and_rerun_incomplete_after_the_orphaned_trainer_ended(tmp_path, reference):
+    wd = workflow(tmp_path / "wf")
+    orphan = kill_snakemake_alone_mid_pack(wd)
+    os.kill(orphan, signal.SIGCONT)
+    wait_for(lambda: not alive(orphan), "the orphaned trainer to end")
+    assert run(wd, "--unlock").returncode == 0
+    done = run(wd, "--rerun-incomplete")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert_as_uninterrupted(wd, reference)
+
+
+@pytest.mark.slow
+def test_a_second_snakemake_with_nolock_beside_a_running_one(tmp_path, reference):
+    """Both plan the same pack; the second one's job waits for the first one's trainer and then
+    leaves its finished runs as they are: both succeed, nothing of the first is deleted."""
+    wd = workflow(tmp_path / "wf")
+    first = start(wd)
+    second = None
+    try:
+        wait_for(lambda: "[progress] round 1/" in text(wd / PACK_LOG), "the pack's first round",
+                 first)
+        trainer = trainer_pid(wd)
+        os.kill(trainer, signal.SIGSTOP)  # still training when the second job starts
+        try:
+            second = start(wd, "--nolock")
+            wait_for(lambda: "is being written by another trainer" in text(wd / PACK_LOG),
+                     "the second trainer to wait", second)
+        finally:
+            os.kill(trainer, signal.SIGCONT)
+        assert first.wait(timeout=TIMEOUT) == 0, text(first.log_path)[-3000:]
+        assert second.wait(timeout=TIMEOUT) == 0, text(second.log_path)[-3000:]
+    finally:
+        for process in (first, second):
+            if process is not None:
+                kill_group(process)
+    assert_as_uninterrupted(wd, reference)
+
+
+@pytest.mark.slow
+def test_sigint_reaches_the_trainer_which_checkpoints_and_a_rerun_resumes(tmp_path, reference):
+    """Ctrl-C (SIGINT to Snakemake's process group): the trainer stops both runs at the end of
+    their round with a checkpoint; Snakemake exits with an error; the rerun resumes them."""
+    wd = workflow(tmp_path / "wf")
+    first = start(wd)
+    try:
+        wait_for(lambda: "[progress] round 1/" in text(wd / PACK_LOG), "the pack's first round",
+                 first)
+        trainer = trainer_pid(wd)
+        os.kill(trainer, signal.SIGSTOP)  # held, so that the signal comes before its last round
+        os.killpg(first.pid, signal.SIGINT)
+        os.kill(trainer, signal.SIGCONT)
+        assert first.wait(timeout=TIMEOUT) != 0
+        wait_for(lambda: not alive(trainer), "the trainer to stop")
+    finally:
+        kill_group(first)
+    log = text(wd / PACK_LOG)
+    assert "SIGINT received: every run stops at the end of its round" in log, log
+    for member in MEMBERS:
+        folder = wd / member
+        assert f"{member}: stopped by SIGINT after round " in log, log
+        assert (folder / "checkpoint.pt").is_file() and not (folder / "summary.json").exists()
+    done = run(wd, "--rerun-incomplete")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for member in MEMBERS:
+        assert f"{member}: resuming from its checkpoint" in text(wd / member / "train.log")
+    assert_as_uninterrupted(wd, reference)
 
 
 def recipe() -> list[str]:
     """The commands of the recipe's code block in docs/workflow.md."""
-    text = (REPO / "docs/workflow.md").read_text()
-    block = text.split("When Snakemake itself was killed",
-                       1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    block = (REPO / "docs/workflow.md").read_text().split("When Snakemake itself was killed",
+                                                         1)[1]
+    block = block.split("```sh\n", 1)[1].split("```", 1)[0]
     return [line.strip() for line in block.splitlines() if line.strip()]
 
 
@@ -50,80 +254,32 @@ def trainers_in(wd: Path, listing: str) -> list[int]:
     return pids
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-
-
 @pytest.mark.slow
-def test_the_recovery_recipe_as_written_ends_with_the_outputs_of_an_uninterrupted_run(tmp_path):
+def test_the_recovery_recipe_as_written_ends_with_the_outputs_of_an_uninterrupted_run(
+        tmp_path, reference):
+    """docs/workflow.md's recipe, run as written: stop the trainers `pgrep` lists (SIGTERM: each
+    run checkpoints at the end of its round), `--unlock`, `--rerun-incomplete`."""
     commands = recipe()
     assert [c.split()[:2] for c in commands] == [["pgrep", "-af"], ["snakemake", "…"],
                                                  ["snakemake", "…"]], commands
-    wd = copy_workflow(tmp_path / "wf")
-    (wd / "recovery.yaml").write_text(yaml.safe_dump(OVERLAY))
-    run = wd / RUN
-
-    first = subprocess.Popen(SNAKEMAKE, cwd=wd, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.time() + 300
-        while (time.time() < deadline and first.poll() is None
-               and not (run / "checkpoint.pt").exists()):
-            time.sleep(0.05)
-        assert (run / "checkpoint.pt").exists(), "no checkpoint was written"
-        first.kill()  # Snakemake alone: its trainer goes on
-        first.wait(timeout=60)
-
-        # the same run without interruption, meanwhile (in a folder of its own, out of the recipe's
-        # way)
-        (tmp_path / "run.yaml").write_bytes((run / "run.yaml").read_bytes())
-        reference = subprocess.Popen([sys.executable, "-m", "fedmgda", "train", "--config",
-                                      "run.yaml", "--out", "uninterrupted"],
-                                     cwd=tmp_path, stdout=subprocess.DEVNULL)
-        orphans = []
-        for command in commands:
-            if command.startswith("pgrep"):
-                listing = subprocess.run(shlex.split(command), capture_output=True,
-                                         text=True).stdout
-                orphans = trainers_in(wd, listing)
-                assert orphans, f"no trainer of the killed Snakemake still runs: {listing}"
-                for pid in orphans:  # "stop each trainer pgrep lists (kill <pid>)"
-                    os.kill(pid, signal.SIGTERM)
-                while any(alive(pid) for pid in orphans):
-                    time.sleep(0.05)
-                assert not (run / "summary.json").exists()  # stopped between two checkpoints
-            else:
-                flag = command.removeprefix("snakemake …").split()
-                done = subprocess.run(SNAKEMAKE + flag, cwd=wd, capture_output=True, text=True,
-                                      timeout=600)
-                assert done.returncode == 0, (command, done.stdout[-3000:], done.stderr[-3000:])
-        assert reference.wait(timeout=600) == 0
-    finally:  # whatever of the first Snakemake's process group is left (a failed test)
-        try:
-            os.killpg(first.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-    log = (run / "train.log").read_text()
-    # (pgrep also lists the job's shell, whose command line holds the trainer's)
-    assert any(f"took over the lock left by process {pid}, " in log
-               for pid in orphans), (orphans, log)
-    assert "resuming from its checkpoint (round " in log, log
-    for name in ("metrics.csv", "per_user.csv", "per_user_final.csv"):
-        assert (run / name).read_bytes() == (tmp_path / "uninterrupted" / name).read_bytes(), name
-    resumed, uninterrupted = (json.loads((folder / "summary.json").read_text())
-                              for folder in (run, tmp_path / "uninterrupted"))
-    assert {k: v for k, v in resumed.items() if k not in ("runtime_s", "environment")} == {
-        k: v for k, v in uninterrupted.items() if k not in ("runtime_s", "environment")}
-    differ = {k: (resumed["environment"][k], uninterrupted["environment"][k])
-              for k in resumed["environment"]
-              if resumed["environment"][k] != uninterrupted["environment"][k]}
-    # where it ran, not what it computed: the recipe's job may get other cores
-    assert set(differ) <= {"threads"}, differ
-    assert sorted(p.name for p in run.iterdir()) == ["metrics.csv", "per_user.csv",
-                                                     "per_user_final.csv", "run.yaml",
-                                                     "summary.json", "train.log"]
+    wd = workflow(tmp_path / "wf")
+    kill_snakemake_alone_mid_pack(wd)
+    for command in commands:
+        if command.startswith("pgrep"):
+            listing = subprocess.run(shlex.split(command), capture_output=True,
+                                     text=True).stdout
+            orphans = trainers_in(wd, listing)
+            assert orphans, f"no trainer of the killed Snakemake still runs: {listing}"
+            for pid in orphans:  # "stop each trainer pgrep lists (kill <pid>)"
+                os.kill(pid, signal.SIGTERM)
+                os.kill(pid, signal.SIGCONT)
+            wait_for(lambda stopped=orphans: not any(alive(pid) for pid in stopped),
+                     "the trainers to stop")
+        else:
+            done = run(wd, *command.removeprefix("snakemake …").split())
+            assert done.returncode == 0, (command, done.stdout[-3000:], done.stderr[-3000:])
+    for member in MEMBERS:
+        log = text(wd / member / "train.log")
+        assert f"{member}: stopped by SIGTERM after round " in log, log
+        assert f"{member}: resuming from its checkpoint" in log, log
+    assert_as_uninterrupted(wd, reference)

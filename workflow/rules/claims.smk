@@ -10,19 +10,19 @@ if CLAIMS:
         input:
             run_summaries(claim_runs(CLAIMS)),
         output:
-            csv=report(f"{R}/claims.csv", caption=CAPTIONS["claims"], category="Claims",
+            csv=report(f"{RESULTS}/claims.csv", caption=CAPTIONS["claims"], category="Claims",
                        labels={"file": "csv"}),
-            md=report(f"{R}/claims.md", caption=CAPTIONS["claims"], category="Claims",
+            md=report(f"{RESULTS}/claims.md", caption=CAPTIONS["claims"], category="Claims",
                       labels={"file": "markdown"}),
         params:
             spec=spec_to_json(CLAIMS),
             runs_dir=lambda w: RUNS_DIR,
             profile=PROFILE,
-            wf=WF,
+            wf=WORKFLOW_CLI,
         log:
             f"{LOGS}/claims.log",
         benchmark:
-            f"{R}/benchmarks/claims.tsv"
+            f"{RESULTS}/benchmarks/claims.tsv"
         resources:
             mem_mb=2000,
             runtime=15,

@@ -13,15 +13,15 @@ from fedmgda.devices import job_gpu
 from fedmgda.errors import RegistryError
 from fedmgda.experiments import item_spec, validate_runs
 from fedmgda.experiments import expand as expand_registry
-from fedmgda.packs import RUN_FILES, assign_packs, exact_keys_regex, pack_resources, pack_rule_name
+from fedmgda.packs import assign_packs, exact_keys_regex, pack_resources, pack_rule_name
 from fedmgda.packs import run_yaml_text, trained_runs
 from fedmgda.report import bare_experiments
 from fedmgda.specs import spec_to_json
 
 try:
-    REG = expand_registry(config)
-    validate_runs(REG)
-    CLAIMS = parse_claims(config, REG)  # claims checked before any job starts
+    REGISTRY = expand_registry(config)
+    validate_runs(REGISTRY)
+    CLAIMS = parse_claims(config, REGISTRY)  # claims checked before any job starts
 except (RegistryError, ValueError) as err:
     raise WorkflowError(f"invalid experiment registry: {err}") from None
 
@@ -31,24 +31,24 @@ except (RegistryError, ValueError) as err:
 MAX_PLANNED_RUNS = 50_000
 PLANNING_NOTICE_RUNS = 2_000
 
-if len(REG.runs) > MAX_PLANNED_RUNS:
+if len(REGISTRY.runs) > MAX_PLANNED_RUNS:
     raise WorkflowError(
-        f"the registry asks for {len(REG.runs)} runs, more than the {MAX_PLANNED_RUNS} one "
+        f"the registry asks for {len(REGISTRY.runs)} runs, more than the {MAX_PLANNED_RUNS} one "
         "Snakemake call plans: split the grid, e.g. `--config only=[<experiment>]` per experiment "
         "or `--config seeds=[...]` in batches of seeds")
-if len(REG.runs) >= PLANNING_NOTICE_RUNS:
-    print(f"planning {len(REG.runs)} runs ...", file=sys.stderr, flush=True)
+if len(REGISTRY.runs) >= PLANNING_NOTICE_RUNS:
+    print(f"planning {len(REGISTRY.runs)} runs ...", file=sys.stderr, flush=True)
 
-PROFILE = REG.profile
-R = f"results/{PROFILE}"
-RUNS_DIR = f"{R}/runs"
+PROFILE = REGISTRY.profile
+RESULTS = f"results/{PROFILE}"
+RUNS_DIR = f"{RESULTS}/runs"
 LOGS = f"logs/{PROFILE}"
 RAW_DIR = config["raw_dir"]
 # Jobs run the package with PYTHON (workflow/rules/interpreter.smk), which their shell commands
 # name as "$FEDMGDA_PYTHON", set by the shell prefix: not a param, since params are a rerun trigger
 # and starting Snakemake from another interpreter (venv, conda, a SLURM job) must not retrain
 # anything. `train_command: null` (the default): the package's trainer under that Python.
-WF = '"$FEDMGDA_PYTHON" -m fedmgda.workflow_cli'
+WORKFLOW_CLI = '"$FEDMGDA_PYTHON" -m fedmgda.workflow_cli'
 TRAIN = config["train_command"] or '"$FEDMGDA_PYTHON" -m fedmgda train'
 
 CONDA_ENV = "../envs/fedmgda.yaml"  # relative to workflow/rules/
@@ -57,11 +57,11 @@ _prefix_python = PYTHON.replace("{", "{{").replace("}", "}}")  # Snakemake forma
 shell.prefix("set -euo pipefail; export PYTHONPATH=src${{PYTHONPATH:+:$PYTHONPATH}}; "
              f"FEDMGDA_PYTHON={_prefix_python}; ")
 
-ALL_RUNS = [f"{RUNS_DIR}/{k}/summary.json" for k in REG.runs]
-TABLE_FILES = [f"{R}/tables/{t}.{ext}" for t in REG.tables for ext in ("csv", "md")]
-FIGURE_FILES = [f"{R}/figures/{f}.{ext}" for f in REG.figures for ext in ("pdf", "png")]
-CLAIM_FILES = [f"{R}/claims.csv", f"{R}/claims.md"] if CLAIMS else []
-REPORT_FILES = [f"{R}/report/report.ipynb", f"{R}/report/report.html"]
+ALL_RUNS = [f"{RUNS_DIR}/{k}/summary.json" for k in REGISTRY.runs]
+TABLE_FILES = [f"{RESULTS}/tables/{t}.{ext}" for t in REGISTRY.tables for ext in ("csv", "md")]
+FIGURE_FILES = [f"{RESULTS}/figures/{f}.{ext}" for f in REGISTRY.figures for ext in ("pdf", "png")]
+CLAIM_FILES = [f"{RESULTS}/claims.csv", f"{RESULTS}/claims.md"] if CLAIMS else []
+REPORT_FILES = [f"{RESULTS}/report/report.ipynb", f"{RESULTS}/report/report.html"]
 
 
 # `snakemake --report`: captions (workflow/report/*.rst, relative to workflow/rules/) are Jinja
@@ -101,16 +101,16 @@ def write_json(path, data):
 
 
 def partition_input(wildcards):
-    info = REG.partitions[wildcards.part]
+    info = REGISTRY.partitions[wildcards.part]
     if info["dataset"] in OFFLINE_DATASETS:
         return []
     return [raw_files_marker(info["dataset"])]
 
 
 def run_inputs(key):
-    spec = REG.runs[key]
+    spec = REGISTRY.runs[key]
     if spec.partition is not None:
-        return [f"{R}/partitions/{spec.partition}.npz"]
+        return [f"{RESULTS}/partitions/{spec.partition}.npz"]
     if spec.dataset not in OFFLINE_DATASETS:
         return [raw_files_marker(spec.dataset)]
     return []
@@ -121,7 +121,8 @@ def train_inputs(wildcards):
 
 
 # each run's run.yaml text, made once: the trained-run check, the pack rules and the train jobs
-RUN_CONFIG_TEXTS = {k: run_yaml_text(spec, f"{R}/partitions") for k, spec in REG.runs.items()}
+RUN_CONFIG_TEXTS = {k: run_yaml_text(spec, f"{RESULTS}/partitions")
+                    for k, spec in REGISTRY.runs.items()}
 
 
 def run_config_text(key):
@@ -133,11 +134,11 @@ def run_config_text(key):
 TRAINED = trained_runs(RUNS_DIR, RUN_CONFIG_TEXTS)
 try:
     # runs trained together, one job per pack (resources.<dataset>.pack; fedmgda.packs)
-    PACKS = assign_packs(REG.runs, trained=TRAINED)
+    PACKS = assign_packs(REGISTRY.runs, trained=TRAINED)
 except ValueError as err:
     raise WorkflowError(f"invalid experiment registry: {err}") from None
 # the runs that `train` (one job per run) may make: neither trained nor in a pack
-SINGLE_RUNS = sorted(set(REG.runs) - TRAINED - {k for keys in PACKS.values() for k in keys})
+SINGLE_RUNS = sorted(set(REGISTRY.runs) - TRAINED - {k for keys in PACKS.values() for k in keys})
 
 
 def run_yaml(wildcards):

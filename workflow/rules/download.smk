@@ -13,7 +13,7 @@ rule download:
     params:
         raw_dir=lambda w: RAW_DIR,
         no_download="" if config["allow_download"] else "--no-download",
-        wf=WF,
+        wf=WORKFLOW_CLI,
     log:
         f"{LOGS}/download/{{dataset}}.log",
     conda:

@@ -6,14 +6,14 @@ rule partition:
     input:
         partition_input,
     output:
-        f"{R}/partitions/{{part}}.npz",
+        f"{RESULTS}/partitions/{{part}}.npz",
     params:
-        dataset=lambda w: REG.partitions[w.part]["dataset"],
-        scheme=lambda w: REG.partitions[w.part]["partition"] or "",
-        seed=lambda w: REG.partitions[w.part]["seed"],
-        options=lambda w: json.dumps(REG.partitions[w.part]["options"], sort_keys=True),
+        dataset=lambda w: REGISTRY.partitions[w.part]["dataset"],
+        scheme=lambda w: REGISTRY.partitions[w.part]["partition"] or "",
+        seed=lambda w: REGISTRY.partitions[w.part]["seed"],
+        options=lambda w: json.dumps(REGISTRY.partitions[w.part]["options"], sort_keys=True),
         raw_dir=lambda w: RAW_DIR,
-        wf=WF,
+        wf=WORKFLOW_CLI,
     log:
         f"{LOGS}/partitions/{{part}}.log",
     threads: 1

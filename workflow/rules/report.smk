@@ -11,11 +11,11 @@ localrules:
 
 rule registry_json:
     output:
-        f"{R}/registry.json",
+        f"{RESULTS}/registry.json",
     params:
         runs={k: {"experiments": v.experiments, "dataset": v.dataset, "algorithm": v.config["algorithm"],
                   "seed": v.config["seed"], "config_hash": config_hash(v.config)}
-              for k, v in REG.runs.items()},
+              for k, v in REGISTRY.runs.items()},
     log:
         f"{LOGS}/registry.log",
     run:
@@ -24,13 +24,13 @@ rule registry_json:
 
 rule runs_index:
     input:
-        registry=f"{R}/registry.json",
+        registry=f"{RESULTS}/registry.json",
         summaries=ALL_RUNS,
     output:
-        f"{R}/runs_index.csv",
+        f"{RESULTS}/runs_index.csv",
     params:
         runs_dir=lambda w: RUNS_DIR,
-        wf=WF,
+        wf=WORKFLOW_CLI,
     log:
         f"{LOGS}/runs_index.log",
     conda:
@@ -43,23 +43,24 @@ rule runs_index:
 rule report_notebook:
     input:
         notebook=config["report"]["notebook"],
-        index=f"{R}/runs_index.csv",
+        index=f"{RESULTS}/runs_index.csv",
         tables=TABLE_FILES,
         figures=FIGURE_FILES,
         claims=CLAIM_FILES,
     output:
-        f"{R}/report/report.ipynb",
+        f"{RESULTS}/report/report.ipynb",
     params:
-        results_dir=lambda w: R,
+        results_dir=lambda w: RESULTS,
         profile=PROFILE,
-        tables=" ".join(REG.tables),
-        figures=" ".join(REG.figures),
-        bare=" ".join(bare_experiments({e for spec in REG.runs.values() for e in spec.experiments},
-                                       [*REG.tables.values(), *REG.figures.values()])),
+        tables=" ".join(REGISTRY.tables),
+        figures=" ".join(REGISTRY.figures),
+        bare=" ".join(bare_experiments(
+            {e for spec in REGISTRY.runs.values() for e in spec.experiments},
+            [*REGISTRY.tables.values(), *REGISTRY.figures.values()])),
     log:
         f"{LOGS}/report/papermill.log",
     benchmark:
-        f"{R}/benchmarks/report/papermill.tsv"
+        f"{RESULTS}/benchmarks/report/papermill.tsv"
     conda:
         CONDA_ENV
     shell:
@@ -71,13 +72,13 @@ rule report_notebook:
 
 rule report_html:
     input:
-        f"{R}/report/report.ipynb",
+        f"{RESULTS}/report/report.ipynb",
     output:
-        report(f"{R}/report/report.html", caption=CAPTIONS["notebook"], category="Report"),
+        report(f"{RESULTS}/report/report.html", caption=CAPTIONS["notebook"], category="Report"),
     log:
         f"{LOGS}/report/nbconvert.log",
     benchmark:
-        f"{R}/benchmarks/report/nbconvert.tsv"
+        f"{RESULTS}/benchmarks/report/nbconvert.tsv"
     conda:
         CONDA_ENV
     shell:

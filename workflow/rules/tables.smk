@@ -1,27 +1,28 @@
 """One rule per table (table_<name>): results/<profile>/tables/<name>.csv and .md, from exactly
 the runs of the table's rows (fedmgda.tables)."""
 
-for _name, _spec in REG.tables.items():
+for _name, _spec in REGISTRY.tables.items():
 
     rule:
         name:
             f"table_{_name}"
         input:
-            run_summaries(REG.runs_of(_spec.experiments)),
+            run_summaries(REGISTRY.runs_of(_spec.experiments)),
         output:
-            csv=report(f"{R}/tables/{_name}.csv", caption=CAPTIONS["table"], category="Tables",
-                       subcategory=_name, labels={"table": _name, "file": "csv"}),
-            md=report(f"{R}/tables/{_name}.md", caption=CAPTIONS["table"], category="Tables",
+            csv=report(f"{RESULTS}/tables/{_name}.csv", caption=CAPTIONS["table"],
+                       category="Tables", subcategory=_name,
+                       labels={"table": _name, "file": "csv"}),
+            md=report(f"{RESULTS}/tables/{_name}.md", caption=CAPTIONS["table"], category="Tables",
                       subcategory=_name, labels={"table": _name, "file": "markdown"}),
         params:
             title=caption_title(_spec, _name),
-            spec=spec_to_json(item_spec(REG, _spec)),
+            spec=spec_to_json(item_spec(REGISTRY, _spec)),
             runs_dir=lambda w: RUNS_DIR,
-            wf=WF,
+            wf=WORKFLOW_CLI,
         log:
             f"{LOGS}/tables/{_name}.log",
         benchmark:
-            f"{R}/benchmarks/tables/{_name}.tsv"
+            f"{RESULTS}/benchmarks/tables/{_name}.tsv"
         resources:
             mem_mb=2000,
             runtime=15,

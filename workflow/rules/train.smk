@@ -3,10 +3,20 @@ run.yaml (the exact run config), metrics.csv, per_user.csv, summary.json and tra
 requested by several experiments is trained once.
 
 Runs that share the samples, model and local training are trained in packs of at most
-resources.<dataset>.pack runs, one job per pack (rule train_pack_<experiment>_<group>_pack<k>, fedmgda.packs):
-the pack rules name their runs' files explicitly, and `train` only trains the runs outside packs
-(one job per run). A run already trained with today's config (fedmgda.packs.trained_runs) is made
-by no rule, so adding seeds or changing `pack` trains only what is missing."""
+resources.<dataset>.pack runs, one job per pack
+(rule train_pack_<experiment>_<group>_pack<k>, fedmgda.packs): the pack rules name their runs
+explicitly, and `train` only trains the runs outside packs (one job per run). A run already
+trained with today's config (fedmgda.packs.trained_runs) is made by no rule, so adding seeds or
+changing `pack` trains only what is missing.
+
+Recovery never deletes finished work (docs/running.md, "Runs that survive the real world"): a job
+declares of each run only summary.json, which the trainer writes last, marked update() so that
+Snakemake neither removes one before the job nor, after a failed job, one the job found; the
+trainer writes run.yaml with the outputs, and train.log is appended to, not a Snakemake log. The
+trainer waits for a folder another trainer writes (FEDMGDA_WAIT_FOR_LOCK) and leaves a run it
+finds finished as it is, so a job does not fail because of an orphaned or concurrent trainer.
+SIGINT / SIGTERM reach the trainer (exec; the pack script passes them on): every run stops at the
+end of its round with a checkpoint."""
 
 rule train:
     wildcard_constraints:
@@ -14,33 +24,28 @@ rule train:
     input:
         train_inputs,
     output:
-        cfg=f"{RUNS_DIR}/{{run}}/run.yaml",
-        metrics=f"{RUNS_DIR}/{{run}}/metrics.csv",
-        per_user=f"{RUNS_DIR}/{{run}}/per_user.csv",
-        summary=f"{RUNS_DIR}/{{run}}/summary.json",
+        summary=update(f"{RUNS_DIR}/{{run}}/summary.json"),
     params:
         config=run_yaml,
         outdir=lambda w, output: str(Path(output.summary).parent),
         train=TRAIN,
-    log:
-        f"{RUNS_DIR}/{{run}}/train.log",
     benchmark:
-        f"{R}/benchmarks/train/{{run}}.tsv"
-    threads: lambda w: REG.runs[w.run].resources["threads"]
+        f"{RESULTS}/benchmarks/train/{{run}}.tsv"
+    threads: lambda w: REGISTRY.runs[w.run].resources["threads"]
     resources:
-        gpu=lambda w: job_gpu(REG.runs[w.run].config, REG.runs[w.run].resources),
-        mem_mb=lambda w: REG.runs[w.run].resources["mem_mb"],
-        runtime=lambda w: REG.runs[w.run].resources["runtime"],
+        gpu=lambda w: job_gpu(REGISTRY.runs[w.run].config, REGISTRY.runs[w.run].resources),
+        mem_mb=lambda w: REGISTRY.runs[w.run].resources["mem_mb"],
+        runtime=lambda w: REGISTRY.runs[w.run].resources["runtime"],
     conda:
         CONDA_ENV
     shell:
-        "export OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads}; "
-        "printf '%s' {params.config:q} > {output.cfg:q} && "
-        "{params.train} --config {output.cfg:q} --out {params.outdir:q} > {log:q} 2>&1"
+        "export OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads} FEDMGDA_WAIT_FOR_LOCK=1; "
+        "exec {params.train} --config - --out {params.outdir:q} "
+        "< <(printf '%s' {params.config:q}) >> {params.outdir:q}/train.log 2>&1"
 
 
 for _pack, _keys in PACKS.items():
-    _res = pack_resources([REG.runs[k] for k in _keys])
+    _res = pack_resources([REGISTRY.runs[k] for k in _keys])
 
     rule:
         name:
@@ -48,16 +53,15 @@ for _pack, _keys in PACKS.items():
         input:
             sorted({f for k in _keys for f in run_inputs(k)}),
         output:
-            [f"{RUNS_DIR}/{k}/{f}" for k in _keys for f in RUN_FILES],
+            [update(f"{RUNS_DIR}/{k}/summary.json") for k in _keys],
         params:
-            members=[{"config": run_config_text(k), "run_yaml": f"{RUNS_DIR}/{k}/run.yaml", "out": f"{RUNS_DIR}/{k}",
+            members=[{"config": run_config_text(k), "out": f"{RUNS_DIR}/{k}",
                       "log": f"{RUNS_DIR}/{k}/train.log"} for k in _keys],
             train=config["train_command"],  # null: the script's own Python (PYTHON)
         log:
             pack=f"{LOGS}/packs/{_pack}.log",
-            runs=[f"{RUNS_DIR}/{k}/train.log" for k in _keys],
         benchmark:
-            f"{R}/benchmarks/packs/{_pack}.tsv"
+            f"{RESULTS}/benchmarks/packs/{_pack}.tsv"
         threads: _res["threads"]
         resources:
             gpu=_res["gpu"],

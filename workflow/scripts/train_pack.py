@@ -1,5 +1,5 @@
 """Script of the pack rules (workflow/rules/train.smk): trains a pack's runs in one process and
-gives every run its run.yaml and train.log (fedmgda.packs.train_pack)."""
+appends the pack's log to every run's train.log (fedmgda.packs.train_pack)."""
 
 from fedmgda.packs import train_pack
 
