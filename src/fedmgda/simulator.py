@@ -355,15 +355,8 @@ class Simulation:
             w = w_next
             state.iterate_sum += w
             state.next_round, state.w = t + 1, w
-            if out is None or t + 1 == cfg.rounds:
-                continue
-            stopping = should_stop is not None and should_stop()
-            if stopping or (cfg.checkpoint_every and (t + 1) % cfg.checkpoint_every == 0):
-                state.elapsed = time.perf_counter() - started
-                checkpoints.save(out, state, cfg.to_dict(), self.algorithm.state_dict(),
-                                 self.client_states, self.environment)
-            if stopping:
-                raise TrainingStopped([(str(out), t + 1)])
+            if out is not None and t + 1 < cfg.rounds:
+                checkpoint_or_stop(self, out, state, started, should_stop)
         state.elapsed = time.perf_counter() - started
         result = final_result(self, w, state)
         if out is not None:
@@ -437,6 +430,20 @@ def resume_state(sim: Simulation, out: Path, fresh_if_unreadable: bool) -> RunSt
     sim.algorithm.load_state_dict(resumed.algorithm)
     sim.clients.states = resumed.client_states
     return resumed.state
+
+
+def checkpoint_or_stop(sim: Simulation, out: Path, state: RunState, started: float,
+                       should_stop: Callable[[], bool] | None) -> None:
+    """After a round but the last: the run's checkpoint when ``checkpoint_every`` says so or a
+    stop is asked for (``should_stop``), then ``TrainingStopped`` for the latter."""
+    stopping = should_stop is not None and should_stop()
+    every = sim.cfg.checkpoint_every
+    if stopping or (every and state.next_round % every == 0):
+        state.elapsed = time.perf_counter() - started
+        checkpoints.save(out, state, sim.cfg.to_dict(), sim.algorithm.state_dict(),
+                         sim.client_states, sim.environment)
+    if stopping:
+        raise TrainingStopped([(str(out), state.next_round)])
 
 
 def train_request(inputs: RunInputs, clients: ClientSide, seed: int, w: torch.Tensor, t: int,

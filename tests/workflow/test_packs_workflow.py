@@ -117,8 +117,13 @@ def test_a_killed_pack_job_resumes_every_run_to_the_results_of_runs_trained_alon
                 and "/runs/" in line]
         assert len(made) == jobs and all("/seed2/" in line and "/seed1/" not in line
                                          for line in made), out[-3000:]
-    edited = runs[0] / "run.yaml"  # a finished run whose config changed is trained again
-    edited.write_text(edited.read_text() + "# edited\n")
+    # a finished run whose config changed is trained again (a comment alone changes nothing)
+    edited = runs[0] / "run.yaml"
+    text = edited.read_text()
+    changed = "\n".join("local_lr: 0.123" if line.startswith("local_lr:") else line
+                        for line in text.splitlines()) + "\n"
+    assert changed != text
+    edited.write_text(changed)
     out = snakemake(wd, "runs", "-n", env=env).communicate(timeout=120)[0]
     assert any(f"{members[0]}/summary.json" in line for line in out.splitlines()
                if line.strip().startswith("output:")), out[-3000:]
