@@ -221,5 +221,5 @@ def test_the_footer_says_which_qp_the_runs_that_solve_one_used(monkeypatch):
     assert text.endswith(f"The min-norm QP of its 4 runs that solve one: 1 run exact (cvxopt's "
                          f"answer finished on its active set: trained at {exact} or later); 2 runs "
                          f"cvxopt's answer as it stopped (trained before {exact}, which made it "
-                         "exact); 1 run unknown (no stamp names it, and the run's commit is not in "
-                         "this checkout).")
+                         "exact); 1 run unknown (the stamp names neither the QP nor a commit this "
+                         "checkout holds).")

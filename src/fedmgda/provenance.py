@@ -112,7 +112,7 @@ QP_TEXT = {
              "or later)",
     "pre-exact": f"cvxopt's answer as it stopped (trained before {EXACT_QP_COMMIT[:7]}, which made "
                  "it exact)",
-    "unknown": "unknown (no stamp names it, and the run's commit is not in this checkout)",
+    "unknown": "unknown (the stamp names neither the QP nor a commit this checkout holds)",
 }
 
 
