@@ -21,7 +21,7 @@ from fedmgda.packs import trained_runs
 CONFIG = dict(dataset="synthetic", algorithm="fedavg", rounds=4, device="cpu", checkpoint_every=1)
 STAMP_KEYS = {"fedmgda", "commit", "dirty", "python", "torch", "numpy", "cvxopt", "device", "cuda",
               "gpu", "cpu",
-              "isa", "torch_isa", "threads", "partition_hash"}
+              "isa", "torch_isa", "threads", "partition_hash", "qp"}
 
 
 def train(out, config=CONFIG) -> list[str]:
@@ -46,6 +46,7 @@ def test_a_run_folder_carries_the_environment_stamp(tmp_path):
             and stamp["gpu"] is None)
     assert stamp["threads"] == torch.get_num_threads() and stamp["cpu"] and stamp["isa"]
     assert stamp["commit"] is None or len(stamp["commit"]) == 40
+    assert stamp["qp"] == provenance.QP == "exact"
 
 
 def test_the_stamp_is_no_part_of_a_runs_identity(tmp_path):
@@ -160,3 +161,65 @@ def test_a_run_trained_elsewhere_is_trained_and_a_changed_config_is_not(tmp_path
     assert trained_runs(tmp_path / "runs", {"key": yaml.safe_dump(changed)}) == set()
     (out / "run.yaml").write_text("[not, a, mapping]")
     assert trained_runs(tmp_path / "runs", {"key": yaml.safe_dump(wanted)}) == set()
+
+
+# ---- which min-norm QP a run used
+def _history(*commits: str) -> None:
+    """Skip unless this package is a git checkout holding ``commits`` (not a wheel, a shallow
+    clone or an archive)."""
+    if not provenance._in_checkout():
+        pytest.skip("the package is not in a git checkout")
+    for commit in commits:
+        found = provenance._git(provenance.PACKAGE_DIR, "cat-file", "-e", f"{commit}^{{commit}}")
+        if found is None:
+            pytest.skip(f"{commit[:7]} is not in this checkout's history")
+
+
+def test_the_exact_qp_commit_is_the_one_that_finished_cvxopts_answer():
+    _history(provenance.EXACT_QP_COMMIT, provenance.EXACT_QP_COMMIT + "^")
+    where = provenance.PACKAGE_DIR
+    diff = provenance._git(where, "show", "--format=", provenance.EXACT_QP_COMMIT, "--",
+                           ":(top)src/fedmgda/qp.py")
+    before = provenance._git(where, "show", f"{provenance.EXACT_QP_COMMIT}^:src/fedmgda/qp.py")
+    added = "\n".join(line for line in diff.splitlines() if line.startswith("+"))
+    assert "active set" in added and "active set" not in before
+
+
+def test_a_runs_qp_comes_from_its_stamp_else_from_its_commit():
+    exact = provenance.EXACT_QP_COMMIT
+    _history(exact, exact + "^")
+    assert provenance.min_norm_qp({**STAMP, "qp": "exact", "commit": None}) == "exact"
+    assert provenance.min_norm_qp({**STAMP, "commit": exact}) == "exact"
+    head = provenance._git(provenance.PACKAGE_DIR, "rev-parse", "HEAD")
+    assert provenance.min_norm_qp({**STAMP, "commit": head}) == "exact"
+    parent = provenance._git(provenance.PACKAGE_DIR, "rev-parse", exact + "^")
+    assert provenance.min_norm_qp({**STAMP, "commit": parent}) == "pre-exact"
+    assert provenance.min_norm_qp({**STAMP, "commit": "0" * 40}) == "unknown"  # not in this history
+    assert provenance.min_norm_qp({**STAMP, "commit": None}) == "unknown"
+    assert provenance.min_norm_qp(None) == "pre-exact"  # trained before stamping
+
+
+def test_outside_a_checkout_a_stamp_without_qp_is_unknown(tmp_path, monkeypatch):
+    copy = tmp_path / "site-packages" / "fedmgda"
+    copy.mkdir(parents=True)
+    monkeypatch.setattr(provenance, "PACKAGE_DIR", copy)
+    assert provenance._qp_at_commit.__wrapped__(provenance.EXACT_QP_COMMIT) == "unknown"
+    assert provenance.min_norm_qp({**STAMP, "qp": "exact"}) == "exact"
+
+
+def test_the_footer_says_which_qp_the_runs_that_solve_one_used(monkeypatch):
+    monkeypatch.setattr(provenance, "_qp_at_commit",
+                        lambda commit: {"new": "exact", "old": "pre-exact"}.get(commit, "unknown"))
+    new, old = {**STAMP, "commit": "new"}, {**STAMP, "commit": "old"}
+    exact = provenance.EXACT_QP_COMMIT[:7]
+    assert "min-norm QP" not in provenance.footer([new, old])
+    text = provenance.footer([new, new, {**STAMP, "commit": "fedavg"}], [new, new])
+    assert text.endswith("\n\nThe min-norm QP of its 2 runs that solve one: exact (cvxopt's answer "
+                         f"finished on its active set: trained at {exact} or later).")
+    text = provenance.footer([new, old, None, {**STAMP, "commit": None}],
+                             [new, old, None, {**STAMP, "commit": None}])
+    assert text.endswith(f"The min-norm QP of its 4 runs that solve one: 1 run exact (cvxopt's "
+                         f"answer finished on its active set: trained at {exact} or later); 2 runs "
+                         f"cvxopt's answer as it stopped (trained before {exact}, which made it "
+                         "exact); 1 run unknown (the stamp names neither the QP nor a commit this "
+                         "checkout holds).")

@@ -13,7 +13,11 @@
   ``torch_isa``: torch's CPU capability (``AVX512``, ``AVX2``, ``DEFAULT``);
 - ``threads``: ``torch.get_num_threads()``;
 - ``partition_hash``: the sha256 of the run's partition (``Partition.content_hash``), None for a
-  dataset given in memory.
+  dataset given in memory;
+- ``qp``: the min-norm QP the package solves (``QP``: ``exact``).
+
+Which QP a run used (:func:`min_norm_qp`): its stamp's ``qp``; for a stamp without it, whether its
+commit contains ``EXACT_QP_COMMIT``; a run without a stamp predates it.
 
 The host name is left out on purpose: a stamp describes the software and the hardware, not whose
 machine it was. Nothing here imports torch until a stamp is made, so tables can read stamps.
@@ -33,6 +37,12 @@ from typing import Any
 PACKAGE_DIR = Path(__file__).resolve().parent
 # fields that may change a run's numbers: a checkpoint resumed under other values of these says so
 NUMERIC_FIELDS = ("python", "torch", "numpy", "cvxopt", "device", "cpu", "isa")
+# The commit that made the min-norm QP exact (fedmgda.algorithms.qp: cvxopt's answer finished on
+# its active set, docs/protocol.md §4.3). Runs trained at it or after it use the exact QP; runs
+# trained before it used cvxopt's answer as it stopped (weights about 1e-8 off). Environment
+# stamps came earlier, so a run without a stamp was trained before it.
+EXACT_QP_COMMIT = "b3469b2f5da5f9435a82cd1284bb7d4b90e36657"
+QP = "exact"  # what fedmgda.algorithms.qp solves now: the stamp's ``qp`` (change it with the QP)
 
 
 def environment_stamp(device: Any, partition_hash: str | None = None) -> dict[str, Any]:
@@ -58,6 +68,7 @@ def environment_stamp(device: Any, partition_hash: str | None = None) -> dict[st
         "torch_isa": torch.backends.cpu.get_cpu_capability(),
         "threads": torch.get_num_threads(),
         "partition_hash": partition_hash,
+        "qp": QP,
     }
 
 
@@ -66,9 +77,7 @@ def source_commit() -> dict[str, Any]:
     """``{"commit", "dirty"}`` of the git checkout holding this package's source (once per
     process); both None when the package does not sit in a checkout's ``src/fedmgda``."""
     unknown = {"commit": None, "dirty": None}
-    top = _git(PACKAGE_DIR, "rev-parse", "--show-toplevel")
-    # a wheel installed in a virtual environment inside some checkout must not take its commit
-    if top is None or (Path(top) / "src" / "fedmgda").resolve() != PACKAGE_DIR:
+    if not _in_checkout():
         return unknown
     commit = _git(PACKAGE_DIR, "rev-parse", "HEAD")
     changes = _git(PACKAGE_DIR, "status", "--porcelain", "--untracked-files=no")
@@ -77,13 +86,58 @@ def source_commit() -> dict[str, Any]:
     return {"commit": commit, "dirty": bool(changes)}
 
 
-def _git(where: Path, *args: str) -> str | None:
+def _in_checkout() -> bool:
+    """Whether this package's source is the ``src/fedmgda`` of a git checkout."""
+    top = _git(PACKAGE_DIR, "rev-parse", "--show-toplevel")
+    # a wheel installed in a virtual environment inside some checkout must not take its commit
+    return top is not None and (Path(top) / "src" / "fedmgda").resolve() == PACKAGE_DIR
+
+
+def _run_git(where: Path, *args: str) -> subprocess.CompletedProcess | None:
     try:
-        done = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True,
+        return subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True,
                               timeout=20)
     except (OSError, subprocess.SubprocessError):
         return None
-    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _git(where: Path, *args: str) -> str | None:
+    done = _run_git(where, *args)
+    return done.stdout.strip() if done is not None and done.returncode == 0 else None
+
+
+# --------------------------------------------------------------------------- the min-norm QP
+QP_TEXT = {
+    "exact": f"exact (cvxopt's answer finished on its active set: trained at {EXACT_QP_COMMIT[:7]} "
+             "or later)",
+    "pre-exact": f"cvxopt's answer as it stopped (trained before {EXACT_QP_COMMIT[:7]}, which made "
+                 "it exact)",
+    "unknown": "unknown (the stamp names neither the QP nor a commit this checkout holds)",
+}
+
+
+def min_norm_qp(stamp: dict[str, Any] | None) -> str:
+    """Which min-norm QP a run trained with: ``exact``, ``pre-exact`` or ``unknown``. Its stamp's
+    ``qp`` when it has one; else whether its commit contains ``EXACT_QP_COMMIT`` (``git
+    merge-base --is-ancestor`` in this package's checkout; a modified checkout is taken at its
+    commit); ``unknown`` without a commit, git, or that commit here. A run without a stamp was
+    trained before stamping, which came before the exact QP."""
+    if not stamp:
+        return "pre-exact"
+    if stamp.get("qp"):
+        return str(stamp["qp"])
+    commit = stamp.get("commit")
+    return _qp_at_commit(commit) if commit else "unknown"
+
+
+@functools.cache
+def _qp_at_commit(commit: str) -> str:
+    if not _in_checkout():
+        return "unknown"
+    done = _run_git(PACKAGE_DIR, "merge-base", "--is-ancestor", EXACT_QP_COMMIT, commit)
+    # 0: it contains the exact QP; 1: it does not; other (128): a commit this checkout lacks
+    answer = None if done is None else {0: "exact", 1: "pre-exact"}.get(done.returncode)
+    return answer or "unknown"
 
 
 def _installed_version(name: str) -> str | None:
@@ -140,10 +194,13 @@ def describe(stamp: dict[str, Any]) -> str:
             f"thread{'' if stamp.get('threads') == 1 else 's'}")
 
 
-def footer(stamps: list[dict[str, Any] | None]) -> str:
+def footer(stamps: list[dict[str, Any] | None],
+           qp_stamps: list[dict[str, Any] | None] | None = None) -> str:
     """What a table or the report says of where its runs were made (one stamp per run, None for a
     run trained before stamping): each distinct environment with its number of runs, the
-    partitions, and how many runs carry no stamp."""
+    partitions, and how many runs carry no stamp; then, given the stamps of the runs whose rule
+    solves the min-norm QP (``qp_stamps``, none: no line), which QP they used
+    (:func:`qp_line`)."""
     stamped = [s for s in stamps if s]
     lines = []
     environments = Counter(describe(s) for s in stamped)
@@ -160,7 +217,21 @@ def footer(stamps: list[dict[str, Any] | None]) -> str:
         n = len(stamps) - len(stamped)
         lines.append(f"{runs(n)} {'carries' if n == 1 else 'carry'} no environment stamp (trained "
                      "before stamping).")
+    if qp_stamps:
+        lines.append(qp_line(qp_stamps))
     return "\n\n".join(lines)
+
+
+def qp_line(qp_stamps: list[dict[str, Any] | None]) -> str:
+    """"The min-norm QP of its 12 runs that solve one: exact (...)." or, where the runs differ,
+    each kind with its number of runs (exact, pre-exact, unknown)."""
+    kinds = Counter(min_norm_qp(s) for s in qp_stamps)
+    head = f"The min-norm QP of its {runs(len(qp_stamps))} that solve one:"
+    if len(kinds) == 1:
+        return f"{head} {QP_TEXT.get(next(iter(kinds)), next(iter(kinds)))}."
+    order = [*QP_TEXT, *sorted(set(kinds) - set(QP_TEXT))]  # exact, pre-exact, unknown
+    return f"{head} " + "; ".join(f"{runs(kinds[kind])} {QP_TEXT.get(kind, kind)}"
+                                  for kind in order if kind in kinds) + "."
 
 
 def runs(n: int) -> str:

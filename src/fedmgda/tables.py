@@ -18,7 +18,7 @@ separate columns; a row the paper has but the registry does not run is listed as
 without a paper value says so, and a row with a diverged seed shows "diverged (k/n seeds)" instead
 of a number (a seed whose algorithm broke a hook's contract, "failed (k/n seeds)"). The markdown
 ends with a footer saying where its runs were made (their environment stamps,
-``fedmgda.provenance``).
+``fedmgda.provenance``) and, for its runs whose rule solves the min-norm QP, which QP they used.
 
 A column may be bound to one experiment (``column_experiment``): a table spanning two datasets
 (q-FFL's Table 2) is built per experiment and its parts joined on the row key (:func:`join_parts`).
@@ -385,11 +385,27 @@ def write_table(spec: TableSpec, runs_dir: str | Path, out_csv: str | Path,
 
 
 def environment_footer(spec: TableSpec, runs_dir: str | Path | RunFolders) -> str:
-    """Where the table's runs were made (``fedmgda.provenance.footer``), after a rule."""
+    """Where the table's runs were made and, for its runs whose rule solves the min-norm QP, which
+    QP they used (``fedmgda.provenance.footer``), after a rule."""
     runs = folders_of(runs_dir)
     # a run in two rows counts once
     expected = {key: config for row in spec.rows for key, config in row_runs(row)}
-    stamps = [runs.summary(key, config).get("environment") for key, config in expected.items()
-              if runs.finished(key)]
-    text = footer(stamps)
+    summaries = [runs.summary(key, config) for key, config in expected.items()
+                 if runs.finished(key)]
+    text = footer([s.get("environment") for s in summaries],
+                  [s.get("environment") for s in summaries if solves_qp(s.get("config") or {})])
     return f"\n---\n\n{text}\n" if text else ""
+
+
+def solves_qp(config: dict[str, Any]) -> bool:
+    """Whether a run of ``config`` (summary.json's ``config``) solves the min-norm QP: its rule's
+    ``min_norm_qp`` with an epsilon above 0 (epsilon 0 keeps lambda0, no QP)."""
+    from fedmgda.catalog import get_algorithm
+    from fedmgda.errors import ConfigError
+
+    try:
+        info = get_algorithm(config.get("algorithm", ""), config.get("plugin"))
+        hparams = info.resolve(config.get("hparams"))
+    except (ConfigError, ImportError, OSError):
+        return False  # a rule this package cannot name says nothing of a QP
+    return info.min_norm_qp and hparams.get("epsilon") != 0

@@ -348,3 +348,35 @@ def test_a_tables_markdown_ends_with_where_its_runs_were_made(tmp_path):
     assert "Partitions (sha256): 1 distinct: c0ffeec0ffee." in footer
     assert "1 run carries no environment stamp (trained before stamping)." in footer
     assert "environment" not in (tmp_path / "t.csv").read_text()
+
+
+def test_a_tables_footer_says_which_qp_its_runs_with_one_used(tmp_path, monkeypatch):
+    """The QP line counts the runs whose rule solves the min-norm QP (FedMGDA+, FedMGDA with
+    epsilon above 0), not FedAvg's or FedMGDA's at epsilon 0 (lambda0 itself)."""
+    from fedmgda import provenance
+    from fedmgda.tables import solves_qp
+
+    monkeypatch.setattr(provenance, "_qp_at_commit",
+                        lambda commit: "pre-exact" if commit == "old" else "exact")
+    runs = tmp_path / "runs"
+    configs = {"avg/seed0": {"algorithm": "fedavg"},
+               "plus/seed0": {"algorithm": "fedmgda_plus", "hparams": {"eta": 1.5}},
+               "plus/seed1": {"algorithm": "fedmgda_plus", "hparams": {"eta": 1.5}},
+               "eps0/seed0": {"algorithm": "fedmgda", "hparams": {"epsilon": 0.0}}}
+    for key, config in configs.items():
+        folder = write_run(runs, key, [0.8, 0.7])
+        summary = json.loads((folder / "summary.json").read_text())
+        env = {"commit": "old" if key == "plus/seed1" else "new", "fedmgda": "0.1.0"}
+        (folder / "summary.json").write_text(json.dumps({**summary, "config": config,
+                                                         "environment": env}))
+    assert [solves_qp(c) for c in configs.values()] == [False, True, True, False]
+    rows = [_row(k.split("/")[0], k, c["algorithm"], [k]) for k, c in configs.items()]
+    write_table(_spec("t", rows, {"Average": "final.mean_acc"}), runs, tmp_path / "t.csv",
+                tmp_path / "t.md")
+    last = (tmp_path / "t.md").read_text().rstrip("\n").split("\n\n")[-1]
+    assert last.startswith("The min-norm QP of its 2 runs that solve one: 1 run exact (")
+    assert "; 1 run cvxopt's answer as it stopped (" in last
+    rows = [r for r in rows if r.algorithm == "fedavg"]
+    write_table(_spec("t", rows, {"Average": "final.mean_acc"}), runs, tmp_path / "t.csv",
+                tmp_path / "t.md")
+    assert "min-norm QP" not in (tmp_path / "t.md").read_text()
