@@ -213,11 +213,13 @@ SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=1000
 SchedulerType=sched/backfill
 # No slurmdbd: the executor must poll with squeue, which only sees a finished job for
-# MinJobAge seconds (the plugin wants >= 3 x its first status-check delay).
+# MinJobAge seconds (the plugin wants >= 3 x its first status-check delay). An hour, not the
+# default 5 minutes: the tests read each job with `scontrol show job` after the whole run,
+# which on a loaded 2-core machine takes longer than 5 minutes.
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
-MinJobAge=300
+MinJobAge=3600
 ReturnToService=2
 SlurmdParameters=config_overrides
 SlurmctldTimeout=30

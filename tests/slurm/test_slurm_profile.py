@@ -46,7 +46,7 @@ WORKFLOW_PARTS = ("Snakefile", "workflow", "config", "notebooks", "profiles", "s
 
 # Settings only this test cluster needs, given on the command line so the profile stays
 # portable: no slurmdbd here, so `sacct` knows no jobs and the plugin must poll `squeue`
-# (slurm.conf keeps finished jobs visible for MinJobAge=300 s); and a short first poll,
+# (slurm.conf keeps finished jobs visible for MinJobAge=3600 s); and a short first poll,
 # because our jobs take seconds, not hours.
 TEST_CLUSTER_ARGS = (
     "--slurm-status-command",
