@@ -214,7 +214,7 @@ DefMemPerCPU=1000
 SchedulerType=sched/backfill
 # No slurmdbd: the executor must poll with squeue, which only sees a finished job for
 # MinJobAge seconds (the plugin wants >= 3 x its first status-check delay). An hour, not the
-# default 5 minutes: the tests read each job with `scontrol show job` after the whole run,
+# default 5 minutes: the tests read each job with scontrol show job after the whole run,
 # which on a loaded 2-core machine takes longer than 5 minutes.
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
