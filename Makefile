@@ -91,8 +91,9 @@ dry-run: setup  ## what would run, job counts per rule
 	$(PY) -m snakemake -n --quiet rules $(SNAKEMAKE_ARGS)
 
 # Two pytest sessions: every test but the Slurm ones on TEST_WORKERS workers, then the Slurm ones.
-# They install Slurm's clients and stop their cluster, after which every Snakemake start waits
-# ~9 s on scontrol (tests/conftest.py); exit 5 = no test selected (PYTEST_ARGS named other tests).
+# While their cluster is up, Slurm's clients make every Snakemake start call scontrol
+# (tests/conftest.py); their teardown (tests/slurm/cluster.sh stop) removes what they installed.
+# Exit 5 = no test selected (PYTEST_ARGS named other tests).
 test: setup  ## the whole test suite (TEST_WORKERS=N, PYTEST_ARGS=...)
 	FEDMGDA_LOCK_CHECK=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --maxschedchunk 2 -m "not slurm" $(PYTEST_ARGS)
 	FEDMGDA_LOCK_CHECK=1 $(PY) -m pytest -q -m slurm $(PYTEST_ARGS) || test $$? -eq 5

@@ -1,11 +1,15 @@
 """Session-wide test order: the longest test first, the Slurm tests last.
 
-tests/slurm/cluster.sh installs Slurm's client tools and stops its one-node cluster afterwards.
-From then on, every Snakemake start imports the Slurm executor plugin, which runs
-``scontrol show config`` at import and waits for the stopped controller until its 10 s timeout
-(snakemake_executor_plugin_slurm.job_status_query.get_min_job_age): on a fresh CI machine,
-running the Slurm tests first made every later ``snakemake`` call in the suite about 9 s slower.
-``make test`` runs them in a pytest session of their own, after the others.
+tests/slurm/cluster.sh installs Slurm's client tools (where missing) and writes
+/etc/slurm/slurm.conf for its one-node cluster. While they are there, every Snakemake start
+imports the Slurm executor plugin, which runs ``scontrol show config`` at import and, once the
+controller is stopped, waits for it until its 10 s timeout
+(snakemake_executor_plugin_slurm.job_status_query.get_min_job_age): left installed, they made
+every later ``snakemake`` call in the suite about 9 s slower. ``cluster.sh stop`` (the Slurm
+tests' teardown) purges what ``start`` installed and removes what it wrote, and
+tests/slurm/test_cluster_cleanup.py checks that; the Slurm tests still run last, and
+``make test`` runs them in a pytest session of their own, after the others, so that no other
+test starts Snakemake while the cluster is up (nor where Slurm was installed before and stays).
 
 Under pytest-xdist (``make test``: one worker per core) a long test that starts late finishes
 alone on one worker; Table 7 on the real Adult files (several minutes) therefore starts first.

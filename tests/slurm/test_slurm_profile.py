@@ -1,9 +1,11 @@
 """The SLURM profile, run for real on a one-node Slurm cluster started on this machine.
 
-`tests/slurm/cluster.sh start` installs slurm-wlm + munge through apt (once) and starts
+`tests/slurm/cluster.sh start` installs slurm-wlm + munge through apt (where missing) and starts
 slurmctld + slurmd; the tests then run Snakemake with `--profile profiles/slurm` and check that
 every non-local job went through `sbatch`, finished as COMPLETED in Slurm with the resources the
-workflow asked for, and produced its outputs.
+workflow asked for, and produced its outputs. The module's teardown runs `cluster.sh stop`, also
+after a failed test, and fails where the machine is not back as it was before `start`
+(test_cluster_cleanup.py tests that cycle on its own).
 
 Skips (with the reason) only when the machine cannot host the cluster: no apt-get to install
 Slurm, not root, apt mirror unreachable, an existing non-test /etc/slurm/slurm.conf. Those are
@@ -22,11 +24,18 @@ import sys
 from pathlib import Path
 
 import pytest
+from cluster_state import (
+    CLUSTER_SCRIPT,
+    finish_earlier_cleanup,
+    installed_by_start,
+    machine_state,
+    restoration_problems,
+    run_cluster,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-CLUSTER_SCRIPT = REPO / "tests" / "slurm" / "cluster.sh"
 FIXTURE = REPO / "tests" / "slurm" / "fixture"
 SLURM_PROFILE = REPO / "profiles" / "slurm"
 ENVIRONMENT_SKIP = 77  # cluster.sh's exit status for "this machine cannot host a cluster"
@@ -37,7 +46,7 @@ WORKFLOW_PARTS = ("Snakefile", "workflow", "config", "notebooks", "profiles", "s
 
 # Settings only this test cluster needs, given on the command line so the profile stays
 # portable: no slurmdbd here, so `sacct` knows no jobs and the plugin must poll `squeue`
-# (slurm.conf keeps finished jobs visible for MinJobAge=300 s); and a short first poll,
+# (slurm.conf keeps finished jobs visible for MinJobAge=3600 s); and a short first poll,
 # because our jobs take seconds, not hours.
 TEST_CLUSTER_ARGS = (
     "--slurm-status-command",
@@ -55,25 +64,33 @@ def slurm_cluster():
         pytest.skip("the Slurm test cluster needs Linux")
     if shutil.which("sbatch") is None and shutil.which("apt-get") is None:
         pytest.skip("apt-get unavailable: cannot install slurm-wlm and munge for the Slurm test")
-    start = subprocess.run(
-        ["bash", str(CLUSTER_SCRIPT), "start"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if start.returncode == ENVIRONMENT_SKIP:
-        reason = [line for line in start.stderr.splitlines() if "ENVIRONMENT:" in line]
-        pytest.skip(f"cannot host a Slurm test cluster here: {' '.join(reason) or start.stderr}")
-    if start.returncode != 0:
-        subprocess.run(["bash", str(CLUSTER_SCRIPT), "stop"], capture_output=True)
-        pytest.fail(
-            f"tests/slurm/cluster.sh start failed (exit {start.returncode}):\n"
-            f"{start.stdout}\n{start.stderr}",
-            pytrace=False,
-        )
-    print(start.stderr)
-    yield {"gpus": cluster_has_gpus()}
-    subprocess.run(["bash", str(CLUSTER_SCRIPT), "stop"], capture_output=True, timeout=120)
+    error = finish_earlier_cleanup()
+    if error:
+        pytest.fail(error, pytrace=False)
+    before = machine_state()
+    start_log = ""
+    try:
+        start = run_cluster("start", timeout=900)
+        start_log = start.stderr
+        if start.returncode == ENVIRONMENT_SKIP:
+            reason = [line for line in start.stderr.splitlines() if "ENVIRONMENT:" in line]
+            pytest.skip(
+                f"cannot host a Slurm test cluster here: {' '.join(reason) or start.stderr}"
+            )
+        if start.returncode != 0:
+            pytest.fail(
+                f"tests/slurm/cluster.sh start failed (exit {start.returncode}):\n"
+                f"{start.stdout}\n{start.stderr}",
+                pytrace=False,
+            )
+        print(start.stderr)
+        yield {"gpus": cluster_has_gpus()}
+    finally:
+        # whatever happened above (a failed or skipped start, a failed test, an interrupt)
+        stop = run_cluster("stop", timeout=600)
+    assert stop.returncode == 0, f"cluster.sh stop failed:\n{stop.stderr}"
+    problems = restoration_problems(before, machine_state(), installed_by_start(start_log))
+    assert not problems, "cluster.sh stop left the machine changed:\n" + "\n".join(problems)
 
 
 def cluster_has_gpus() -> bool:
