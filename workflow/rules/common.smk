@@ -26,7 +26,7 @@ try:
 except (RegistryError, ValueError) as err:
     raise WorkflowError(f"invalid experiment registry: {err}") from None
 
-# a larger registry is refused: planning takes about 10 ms of CPU and 45 kB of memory a run
+# a larger registry is refused: planning takes about 4 ms of CPU and 45 kB of memory a run
 # (benchmarks/bench_planning.py), so 50 000 runs ask for minutes and GBs; split the grid.
 # From PLANNING_NOTICE_RUNS runs on, a line says planning has begun
 MAX_PLANNED_RUNS = 50_000
