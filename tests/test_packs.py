@@ -324,3 +324,36 @@ def test_the_slurm_profiles_pack_examples_are_the_paper_configs():
             row = next(cells for cells in rows if cells[0].startswith(f"`{resource}`"))
             assert re.findall(r"\d+", row[column])[-1] == str(want[resource]), \
                 (resource, row[column], want)
+
+
+@pytest.mark.parametrize("cfg", [
+    {"seed": 1, "algorithm": "fedavg", "hparams": {}, "attack": {"kind": "none"}},
+    {"b": -0.0, "a": 0.0, "c": 1e-300, "d": float("inf"), "e": [1, 1.0, True, None, "1"]},
+    {"title": "Ünïcode – “quotes”: yes", "long": "word " * 40, "multi": "a\nb", "empty": ""},
+    {"nested": {"z": [{"y": 1}, []], "a": {}}, "list": [[1, 2], {"k": "v"}], "n": None},
+    {"yes": "yes", "no": "no", "null": "null", "num": "1.5", "date": "2026-12-02"},
+], ids=["run", "numbers", "strings", "nested", "look-alikes"])
+def test_yaml_text_is_that_of_safe_dump(cfg):
+    """The run.yaml text made of remembered per-key fragments is safe_dump's, byte for byte, also
+    for a value that only looks like another (0.0 and -0.0, '1.5', 'yes'), twice in a row."""
+    from fedmgda.packs import yaml_text
+
+    expected = yaml.safe_dump(cfg, sort_keys=True, allow_unicode=True)
+    assert yaml_text(cfg) == expected
+    assert yaml_text(copy.deepcopy(cfg)) == expected
+
+
+def test_yaml_text_dumps_whole_what_fragments_would_write_otherwise():
+    """A container met twice is written with an anchor and an alias, a mapping with a key that is
+    no string and a tuple as safe_dump writes them."""
+    from fedmgda.packs import yaml_text
+
+    shared = {"eta": 1.0}
+    cfg = {"a": shared, "b": shared, "c": [shared]}
+    text = yaml_text(cfg)
+    assert "&id001" in text and text == yaml.safe_dump(cfg, sort_keys=True, allow_unicode=True)
+    numbered = {1: "one", 2: "two"}
+    assert yaml_text(numbered) == yaml.safe_dump(numbered, sort_keys=True, allow_unicode=True)
+    assert yaml_text({}) == "{}\n"
+    pair = {"t": (1, 2), "u": 1}
+    assert yaml_text(pair) == yaml.safe_dump(pair, sort_keys=True, allow_unicode=True)

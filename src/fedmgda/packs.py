@@ -85,15 +85,69 @@ def run_yaml_text(spec: RunSpec, partitions_dir: str) -> str:
     """A run's run.yaml as the workflow writes it: the registry's run config and, for a run on a
     saved partition, its file ``<partitions_dir>/<partition>.npz`` (``fedmgda partition``'s
     output)."""
-    import yaml
-
     cfg = dict(spec.config)
     if spec.partition is not None:
         cfg["partition_file"] = f"{partitions_dir}/{spec.partition}.npz"
-    # libyaml's emitter where PyYAML has it: the same text as yaml.safe_dump (a trained run is
-    # recognised by its run.yaml text, trained_runs), several times faster on a large registry
+    return yaml_text(cfg)
+
+
+def _dump(data: Any) -> str:
+    """``data`` as yaml.safe_dump writes it (keys sorted, unicode as is), with libyaml's emitter
+    where PyYAML has it (the same text)."""
+    import yaml
+
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-    return yaml.dump(cfg, Dumper=dumper, sort_keys=True, allow_unicode=True)
+    return yaml.dump(data, Dumper=dumper, sort_keys=True, allow_unicode=True)
+
+
+class _NotPlain(Exception):
+    """A value :func:`_frozen` does not make a key of."""
+
+
+def _frozen(value: Any, containers: set[int]) -> Any:
+    """A hashable key of a plain YAML value (dicts, lists, str, int, float, bool, None; exactly
+    these types) that two values share only if they are written alike (a float by its repr: 0.0
+    and -0.0 differ). A container met twice (``containers``: the ids seen) would be written
+    with an anchor: :class:`_NotPlain`, as for any other type."""
+    kind = type(value)
+    if kind is dict or kind is list:
+        if id(value) in containers:
+            raise _NotPlain
+        containers.add(id(value))
+        if kind is list:
+            return (list, tuple(_frozen(v, containers) for v in value))
+        return (dict, tuple((_frozen(k, containers), _frozen(v, containers))
+                            for k, v in value.items()))
+    if kind is float:
+        return (float, repr(value))
+    if kind is str or kind is int or kind is bool or value is None:
+        return (kind, value)
+    raise _NotPlain
+
+
+_FRAGMENTS: dict[tuple[str, Any], str] = {}
+
+
+def yaml_text(cfg: Mapping[str, Any]) -> str:
+    """``cfg`` as yaml.safe_dump writes it (keys sorted, unicode as is: :func:`_dump`), made of
+    one remembered fragment per top-level key and value: a top-level block mapping is its
+    entries' texts one after the other, and a registry's runs share most of their fields, so a
+    large registry's run.yaml texts cost one dump per distinct field. A mapping with a key that
+    is no string, a value of another type or a container met twice (an anchor): dumped whole."""
+    if not cfg or type(cfg) is not dict or any(type(k) is not str for k in cfg):
+        return _dump(cfg)
+    containers: set[int] = set()
+    try:
+        keys = [(k, _frozen(cfg[k], containers)) for k in sorted(cfg)]
+    except _NotPlain:
+        return _dump(cfg)
+    parts = []
+    for key in keys:
+        text = _FRAGMENTS.get(key)
+        if text is None:
+            text = _FRAGMENTS[key] = _dump({key[0]: cfg[key[0]]})
+        parts.append(text)
+    return "".join(parts)
 
 
 def exact_keys_regex(keys: Collection[str]) -> str:

@@ -24,9 +24,12 @@ OLD_CONSTRAINT = 'run="|".join(re.escape(k) for k in SINGLE_RUNS) or "(?!)",'
 
 
 def dry_run(wd: Path, *configfiles: str) -> str:
+    """The dry run's output; an argument after the config files that starts with -- is an option."""
+    options = [a for a in configfiles if a.startswith("--")]
+    configfiles = tuple(a for a in configfiles if not a.startswith("--"))
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--forceall", "--cores", "1",
-                           "--configfile", *configfiles], cwd=wd, capture_output=True, text=True,
-                          timeout=600)
+                           *options, "--configfile", *configfiles], cwd=wd, capture_output=True,
+                          text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     return proc.stdout
 
@@ -67,6 +70,40 @@ def test_the_prefix_tree_constraint_plans_the_jobs_of_the_joined_keys(tmp_path, 
         assert bool(trains) == (overlay is not None)  # pack 12: every quick run is in a pack
     else:
         assert len(trains) == 4
+
+
+PRODUCERS = ("    SUMMARY_PRODUCERS.update(dict.fromkeys(_keys, "
+             "workflow.get_rule(pack_rule_name(_pack))))\n")
+SPEEDUPS = "cache_function_params()\ntune_gc()\n"
+
+
+@pytest.mark.parametrize("overlay", [None, {"resources": {"default": {"pack": 1}}}],
+                         ids=["quick", "quick-pack1"])
+def test_the_planning_levers_plan_the_same_jobs(tmp_path, overlay):
+    """Packed runs named with their pack rule as producer, the train rule's shared resources as
+    values, the cached function parameters and the tuned collector: the jobs, shell commands and
+    resources of the dry run are those of the workflow without them."""
+    new, old = copy_workflow(tmp_path / "new"), copy_workflow(tmp_path / "old")
+    for path, lever in (("workflow/rules/train.smk", PRODUCERS), ("workflow/Snakefile", SPEEDUPS)):
+        text = (old / path).read_text()
+        assert lever in text
+        (old / path).write_text(text.replace(lever, "\n" if "SUMMARY" in lever else ""))
+    configfiles = ["config/quick.yaml"]
+    if overlay:
+        for wd in (new, old):
+            (wd / "pack1.yaml").write_text(yaml.safe_dump(overlay))
+        configfiles.append("pack1.yaml")
+    outputs = [dry_run(wd, *configfiles, "--printshellcmds") for wd in (new, old)]
+    assert job_list(outputs[0]) == job_list(outputs[1])
+    # every line of the job listings, shell commands (with each run's config) and resources
+    # included, but the ones naming the folder, the time or the job ids and the reasons (sets)
+    details = [sorted(line for line in out.replace(str(wd), "WD").splitlines()
+                      if not line.startswith(("[", "    jobid:", "    reason:", "  Date:",
+                                              "  Workflow ID:")))
+               for wd, out in zip((new, old), outputs)]
+    assert details[0] == details[1]
+    assert any(line.startswith("Shell command:") for line in details[0])
+    assert any(line.startswith("    resources:") for line in details[0])
 
 
 def registries() -> list[Path]:

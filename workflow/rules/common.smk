@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
+from snakemake.io import IOFile
 
 from fedmgda.catalog import DATASETS, OFFLINE_DATASETS, RAW_FOLDERS
 from fedmgda.claim_parsing import parse_claims
@@ -25,7 +26,7 @@ try:
 except (RegistryError, ValueError) as err:
     raise WorkflowError(f"invalid experiment registry: {err}") from None
 
-# a larger registry is refused: planning takes about 10 ms of CPU and 45 kB of memory a run
+# a larger registry is refused: planning takes about 4 ms of CPU and 45 kB of memory a run
 # (benchmarks/bench_planning.py), so 50 000 runs ask for minutes and GBs; split the grid.
 # From PLANNING_NOTICE_RUNS runs on, a line says planning has begun
 MAX_PLANNED_RUNS = 50_000
@@ -75,8 +76,18 @@ def caption_title(spec, name):
     return re.sub(r"([\\`*_|])", r"\\\1", str(spec.title or name))
 
 
+# the pack rule of each packed run (workflow/rules/train.smk): a rule reading the run's
+# summary.json names its producer (Snakemake matches no other rule's outputs against the file)
+SUMMARY_PRODUCERS = {}
+
+
 def run_summaries(keys):
-    return [f"{RUNS_DIR}/{k}/summary.json" for k in keys]
+    files = []
+    for k in keys:
+        path = f"{RUNS_DIR}/{k}/summary.json"
+        producer = SUMMARY_PRODUCERS.get(k)
+        files.append(path if producer is None else IOFile(path, rule=producer))
+    return files
 
 
 def download_marker(folder):

@@ -2,7 +2,9 @@
 notebook is a tracked output) into results/<profile>/report/report.ipynb, then nbconvert -> HTML
 without the code cells (--no-input: the HTML shows results; the executed notebook keeps the code)."""
 
-from fedmgda.config import config_hash
+# each run's config hash (fedmgda.config.config_hash) as the registry's rows hold it: hashed once
+RUN_HASHES = {key: digest for rows in REGISTRY.rows.values() for row in rows
+              for key, digest in zip(row.runs, row.config_hashes)}
 
 
 localrules:
@@ -14,7 +16,7 @@ rule registry_json:
         f"{RESULTS}/registry.json",
     params:
         runs={k: {"experiments": v.experiments, "dataset": v.dataset, "algorithm": v.config["algorithm"],
-                  "seed": v.config["seed"], "config_hash": config_hash(v.config)}
+                  "seed": v.config["seed"], "config_hash": RUN_HASHES[k]}
               for k, v in REGISTRY.runs.items()},
     log:
         f"{LOGS}/registry.log",

@@ -18,6 +18,22 @@ finds finished as it is, so a job does not fail because of an orphaned or concur
 SIGINT / SIGTERM reach the trainer (exec; the pack script passes them on): every run stops at the
 end of its round with a checkpoint."""
 
+# (threads, gpu, mem_mb, runtime) of each run the train rule makes
+SINGLE_RESOURCES = {k: (REGISTRY.runs[k].resources["threads"],
+                        job_gpu(REGISTRY.runs[k].config, REGISTRY.runs[k].resources),
+                        REGISTRY.runs[k].resources["mem_mb"], REGISTRY.runs[k].resources["runtime"])
+                    for k in SINGLE_RUNS}
+
+
+def single_resource(index):
+    """The train rule's threads (index 0) or resource (1: gpu, 2: mem_mb, 3: runtime): the one
+    value every run shares, so that Snakemake calls no function per job, or a look-up by run."""
+    values = {res[index] for res in SINGLE_RESOURCES.values()}
+    if len(values) <= 1:
+        return values.pop() if values else 1
+    return lambda w: SINGLE_RESOURCES[w.run][index]
+
+
 rule train:
     wildcard_constraints:
         run=exact_keys_regex(SINGLE_RUNS),  # a prefix tree: matching does not grow with the runs
@@ -27,15 +43,15 @@ rule train:
         summary=update(f"{RUNS_DIR}/{{run}}/summary.json"),
     params:
         config=run_yaml,
-        outdir=lambda w, output: str(Path(output.summary).parent),
+        outdir=lambda w: str(Path(f"{RUNS_DIR}/{w.run}/summary.json").parent),
         train=TRAIN,
     benchmark:
         f"{RESULTS}/benchmarks/train/{{run}}.tsv"
-    threads: lambda w: REGISTRY.runs[w.run].resources["threads"]
+    threads: single_resource(0)
     resources:
-        gpu=lambda w: job_gpu(REGISTRY.runs[w.run].config, REGISTRY.runs[w.run].resources),
-        mem_mb=lambda w: REGISTRY.runs[w.run].resources["mem_mb"],
-        runtime=lambda w: REGISTRY.runs[w.run].resources["runtime"],
+        gpu=single_resource(1),
+        mem_mb=single_resource(2),
+        runtime=single_resource(3),
     conda:
         CONDA_ENV
     shell:
@@ -71,3 +87,7 @@ for _pack, _keys in PACKS.items():
             CONDA_ENV
         script:
             "../scripts/train_pack.py"
+
+    SUMMARY_PRODUCERS.update(dict.fromkeys(_keys, workflow.get_rule(pack_rule_name(_pack))))
+
+ALL_RUNS = run_summaries(REGISTRY.runs)

@@ -1,0 +1,87 @@
+"""What makes the workflow's planning (Snakemake's DAG of a large registry) fast, applied by
+``workflow/Snakefile`` before any rule is read.
+
+Snakemake asks ``inspect.signature`` which arguments an input function, a params or resources
+function and each resource's evaluator take, every time it calls one: several times per job and
+resource, which is a tenth of planning a large grid. :func:`cache_function_params` remembers the
+answer per function (a function's parameters do not change once it is made); bound methods are
+remembered by their function, every other callable is asked each time as before.
+:func:`tune_gc` makes the cyclic garbage collector run less often while the DAG's objects
+(millions, most of them alive until the end) are built.
+
+Nothing here imports torch, so the Snakefile parses fast.
+"""
+
+from __future__ import annotations
+
+import gc
+import inspect
+import types
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any
+
+# the modules that hold their own reference to snakemake.common.get_function_params
+_USERS = ("snakemake.common", "snakemake.rules", "snakemake.jobs")
+# the youngest generation's threshold while planning (CPython's default: 700)
+GC_THRESHOLD0 = 50_000
+
+
+def cached_function_params(original: Callable[[Callable], Mapping[str, Any]]):
+    """``original`` (Snakemake's ``get_function_params``: a callable's parameters, or the list a
+    function's ``_overwrite_params`` gives) with its answer remembered per plain function, and
+    per underlying function for a bound method (the method's own parameters, ``self`` left out);
+    a function Snakemake tagged with ``_overwrite_params`` and any other callable (a partial, an
+    object with ``__call__``) are passed to ``original`` every time."""
+    functions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+    methods: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def get_function_params(func: Callable) -> Mapping[str, Any]:
+        if isinstance(func, types.MethodType):
+            table, key = methods, func.__func__
+        elif isinstance(func, types.FunctionType):
+            table, key = functions, func
+        else:
+            return original(func)
+        if hasattr(key, "_overwrite_params") or hasattr(func, "_overwrite_params"):
+            return original(func)
+        try:
+            return table[key]
+        except KeyError:
+            params = table[key] = original(func)
+            return params
+
+    get_function_params.original = original
+    return get_function_params
+
+
+def cache_function_params() -> bool:
+    """Snakemake's ``get_function_params`` replaced by :func:`cached_function_params` in every
+    module that uses it; False (nothing changed) where this Snakemake has no such function."""
+    import importlib
+
+    try:
+        modules = [importlib.import_module(name) for name in _USERS]
+    except ImportError:
+        return False
+    current = getattr(modules[0], "get_function_params", None)
+    if current is None:
+        return False
+    if getattr(current, "original", None) is not None:  # already applied (an included workflow)
+        return True
+    if inspect.signature(current).parameters.keys() != {"func"}:
+        return False
+    cached = cached_function_params(current)
+    for module in modules:
+        if getattr(module, "get_function_params", None) is current:
+            module.get_function_params = cached
+    return True
+
+
+def tune_gc(threshold0: int = GC_THRESHOLD0) -> None:
+    """The collector's youngest generation collected every ``threshold0`` allocations instead of
+    CPython's 700, the older generations' thresholds as they are; what exists so far (the
+    interpreter, Snakemake, the registry) moved out of the collector's sight (``gc.freeze``)."""
+    _, older, oldest = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(max(threshold0, gc.get_threshold()[0]), older, oldest)

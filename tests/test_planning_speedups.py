@@ -1,0 +1,93 @@
+"""fedmgda.planning: Snakemake's function parameters remembered per function give the answer of
+the original every time (plain functions, bound methods, partials, tagged functions); the
+collector's threshold."""
+
+from __future__ import annotations
+
+import functools
+import gc
+import inspect
+
+from fedmgda.planning import cache_function_params, cached_function_params, tune_gc
+
+
+def counting(calls):
+    def original(func):
+        calls.append(func)
+        if hasattr(func, "_overwrite_params"):
+            return func._overwrite_params
+        return inspect.signature(func).parameters
+
+    return original
+
+
+class Evaluator:
+    def evaluate(self, wildcards, input=None, threads=None):
+        return threads
+
+
+def test_a_function_is_asked_once_and_answered_as_the_original_would():
+    calls = []
+    original = counting(calls)
+    cached = cached_function_params(original)
+    fns = [lambda w: 1, lambda w, output: 2, lambda w, **kwargs: 3, lambda: 4]
+    for _ in range(3):
+        for fn in fns:
+            assert cached(fn) == inspect.signature(fn).parameters
+    assert len(calls) == len(fns)
+
+
+def test_bound_methods_are_remembered_by_their_function_without_self():
+    calls = []
+    cached = cached_function_params(counting(calls))
+    first, second = Evaluator(), Evaluator()
+    for obj in (first, second, first):
+        assert list(cached(obj.evaluate)) == ["wildcards", "input", "threads"]
+    assert len(calls) == 1
+
+
+def test_partials_and_tagged_functions_are_asked_every_time():
+    calls = []
+    cached = cached_function_params(counting(calls))
+
+    def fn(a, b, c=1):
+        return a
+
+    partial = functools.partial(fn, 1)
+    assert list(cached(partial)) == ["b", "c"]
+    assert list(cached(partial)) == ["b", "c"]
+    assert list(cached(fn)) == ["a", "b", "c"]
+    fn._overwrite_params = ["wildcards"]  # snakemake.common.overwrite_function_params
+    assert cached(fn) == ["wildcards"]
+    assert len(calls) == 4
+
+
+def test_snakemake_uses_the_cached_lookup_and_its_answers_are_the_originals():
+    import snakemake.common
+    import snakemake.jobs
+    import snakemake.rules
+
+    assert cache_function_params()
+    cached = snakemake.common.get_function_params
+    assert cached.original is not None
+    assert snakemake.rules.get_function_params is cached
+    assert snakemake.jobs.get_function_params is cached
+    assert cache_function_params()  # applied once: the original is not wrapped twice
+    assert snakemake.common.get_function_params is cached
+
+    def fn(wildcards, input, threads=1):
+        return threads
+
+    assert cached(fn) == cached.original(fn) == inspect.signature(fn).parameters
+    aux = snakemake.common.get_input_function_aux_params(fn, {"input": 1, "output": 2})
+    assert aux == {"input": 1}
+
+
+def test_tune_gc_raises_the_youngest_threshold_only():
+    before = gc.get_threshold()
+    try:
+        tune_gc(123_456)
+        assert gc.get_threshold() == (max(123_456, before[0]), *before[1:])
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
