@@ -1,6 +1,6 @@
 """Time the workflow's planning (a dry run) on a synthetic grid of N runs.
 
-    python benchmarks/bench_planning.py                        # N = 2 000 and 20 000, both modes
+    python benchmarks/bench_planning.py                        # N = 2 000 and 20 000, all modes
     python benchmarks/bench_planning.py --runs 2000 --modes single
 
 The grid is config/test.yaml's experiment ``tiny`` (the digits setting, its two grid entries)
@@ -10,6 +10,11 @@ train job per run. Each case runs ``snakemake -n --quiet rules`` in a scratch co
 workflow (no results/ of the checkout is read or written) and prints its wall and CPU seconds,
 the load average before it, the jobs planned, and per mode the growth ratio of the largest N to
 the smallest (10 for N = 2 000 and 20 000 if planning is linear in the runs).
+
+``job``: the start of one cluster job of that grid (``pack: 1``), as Snakemake starts it on a node
+(``--mode remote --target-jobs train:run=<a run>``, here as a dry run): with the plan the main
+process writes before it submits jobs (fedmgda.jobplan; written here by the benchmark the same
+way) and without it (the whole registry read). With the plan the growth should be about 1.
 """
 
 from __future__ import annotations
@@ -76,16 +81,78 @@ def time_dry_run(runs: int, mode: str, timeout: float) -> tuple[float, float, st
     return wall, cpu, f"{totals[-1]} jobs" if totals else "no job count printed"
 
 
+def snakefile_config(configfile: Path) -> dict:
+    """The config as the Snakefile completes it (workflow/Snakefile), hence its plan's name."""
+    from fedmgda.experiments import coerce_overrides
+    from fedmgda.schema import with_defaults
+
+    config = yaml.safe_load(configfile.read_text())
+    coerce_overrides(config)
+    config.update(with_defaults(config))
+    return config
+
+
+def time_cluster_job(runs: int, timeout: float) -> tuple[float, float]:
+    """(CPU s with the plan, CPU s without) of one train job's start in a grid of ``runs`` runs."""
+    from fedmgda.experiments import expand
+    from fedmgda.jobplan import plan_path, write_plan
+    from fedmgda.packs import assign_packs
+
+    cpu = []
+    with tempfile.TemporaryDirectory(prefix="bench_planning_") as tmp:
+        wd = scratch_workflow(Path(tmp))
+        configfile = wd / "config" / "planning.yaml"
+        configfile.write_text(yaml.safe_dump(grid_config(runs, MODES["single"]), sort_keys=False))
+        config = snakefile_config(configfile)
+        registry = expand(config)
+        plan = wd / plan_path(config)
+        write_plan(plan, registry.runs, registry.partitions, assign_packs(registry.runs))
+        argv = [sys.executable, "-m", "snakemake", "-n", "--quiet", "rules", "--cores", "1",
+                "--mode", "remote", "--target-jobs", f"train:run={min(registry.runs)}",
+                "--force", "--nolock", "--configfiles", str(configfile)]
+        env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+        for with_plan in (True, False):
+            if not with_plan:
+                plan.unlink()
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            proc = subprocess.run(argv, cwd=wd, capture_output=True, text=True, env=env,
+                                  timeout=timeout)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if proc.returncode != 0 or ("jobs' plan" in proc.stderr) != with_plan:
+                tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
+                raise SystemExit(f"cluster job of {runs} runs (plan: {with_plan}): {tail[0]}")
+            cpu.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+    return cpu[0], cpu[1]
+
+
+def report_cluster_jobs(sizes: list[int], timeout: float) -> None:
+    print(f"{'job':<7} {'runs':>7} {'plan CPU s':>11} {'no plan CPU s':>14}")
+    by_size = {}
+    for runs in sizes:
+        by_size[runs] = time_cluster_job(runs, timeout)
+        print(f"{'job':<7} {runs:>7} {by_size[runs][0]:>11.2f} {by_size[runs][1]:>14.2f}",
+              flush=True)
+    if len(sizes) > 1:
+        small, large = sizes[0], sizes[-1]
+        print(f"job: CPU growth {large} / {small} runs: with the plan "
+              f"{by_size[large][0] / by_size[small][0]:.2f}, without "
+              f"{by_size[large][1] / by_size[small][1]:.1f}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, nargs="+", default=[2000, 20000])
-    parser.add_argument("--modes", nargs="+", choices=sorted(MODES), default=["packed", "single"])
+    parser.add_argument("--modes", nargs="+", choices=[*MODES, "job"],
+                        default=["packed", "single", "job"])
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per dry run")
     args = parser.parse_args(argv)
     sizes = sorted(args.runs)
     print(f"cores {os.cpu_count()}, python {sys.version.split()[0]}")
     print(f"{'mode':<7} {'runs':>7} {'wall s':>8} {'CPU s':>8} {'ms/run':>7} {'load (1 min)':>12}")
     for mode in args.modes:
+        if mode == "job":
+            report_cluster_jobs(sizes, args.timeout)
+            continue
         cpu_by_size = {}
         for runs in sizes:
             load = os.getloadavg()[0]

@@ -150,39 +150,6 @@ def yaml_text(cfg: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
-def exact_keys_regex(keys: Collection[str]) -> str:
-    """A regular expression matching exactly the strings of ``keys`` (with ``$`` or a literal after
-    it), in time that grows with the length of the string matched, not with the number of keys:
-    the keys as a prefix tree, each branch point an alternation of its next characters. The train
-    rule's wildcard constraint (workflow/rules/train.smk); ``"|".join`` of the keys is tried key
-    by key, which makes planning a large grid quadratic. No keys: a pattern matching nothing."""
-    if not keys:
-        return "(?!)"
-    tree: dict = {}
-    for key in keys:
-        node = tree
-        for char in key:
-            node = node.setdefault(char, {})
-        node[""] = {}  # a key ends here
-
-    def pattern(node: dict) -> str:
-        branches = []
-        for char in sorted(node):
-            if char == "":
-                branches.append("")
-                continue
-            text, child = re.escape(char), node[char]
-            while len(child) == 1 and "" not in child:  # a chain of single characters: a literal
-                (next_char, child), = child.items()
-                text += re.escape(next_char)
-            branches.append(text + pattern(child) if child.keys() != {""} else text)
-        if len(branches) == 1:
-            return branches[0]
-        return "(?:" + "|".join(branches) + ")"
-
-    return pattern(tree)
-
-
 def pack_size(spec: RunSpec) -> int:
     """``resources.<dataset>.pack`` (or ``resources.default.pack``; the schema's default 1);
     ``auto``: the size measured best for the run's dataset on the device it trains on where a GPU

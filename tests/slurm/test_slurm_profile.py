@@ -260,6 +260,7 @@ def test_real_workflow_test_config_runs_through_slurm_profile(slurm_cluster, tmp
         "--configfile",
         "config/test.yaml",
         str(gpu_overlay),
+        "--slurm-keep-successful-logs",  # read below: what each job read at its start
         "--",
         "tables",
         "figures",
@@ -277,6 +278,15 @@ def test_real_workflow_test_config_runs_through_slurm_profile(slurm_cluster, tmp
     tables = sorted(results.glob("tables/*.csv"))
     assert tables, f"no tables/*.csv under {results}"
     assert sorted(results.glob("figures/*.png")), f"no figures/*.png under {results}"
+
+    # Each training and partition job read its own runs from the plan the main process wrote
+    # before submitting (fedmgda.jobplan), not the whole registry.
+    assert sorted((workdir / ".snakemake" / "fedmgda-plans").glob("*.sqlite")), log
+    for rule in ("train", "partition"):
+        job_logs = sorted((workdir / ".snakemake" / "slurm_logs" / f"rule_{rule}").rglob("*.log"))
+        assert job_logs, f"no Slurm log of a {rule} job:\n{slurm_logs(workdir)}"
+        for path in job_logs:
+            assert " from the jobs' plan .snakemake/fedmgda-plans/" in path.read_text(), path
 
     # One Slurm job per run, each with the GPU, memory and time limit the config asked for.
     rule_of = dict(re.findall(r"Finished jobid: (\d+) \(Rule: (\w+)\)", log))

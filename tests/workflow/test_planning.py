@@ -1,5 +1,5 @@
-"""Planning a registry (the dry run): the train rule's wildcard constraint as a prefix tree plans
-the same jobs as the alternation of every run key it replaces (config/test.yaml, config/quick.yaml
+"""Planning a registry (the dry run): the train rule without a constraint naming its runs plans the
+same jobs as with the alternation of every run key it makes (config/test.yaml, config/quick.yaml
 packed and with `pack: 1`); run.yaml texts are those of yaml.safe_dump on every registry of
 config/; a registry above the planning limit is refused in one line, a large one announced."""
 
@@ -14,13 +14,15 @@ import pytest
 import yaml
 
 from fedmgda.experiments import coerce_overrides, expand
-from fedmgda.packs import exact_keys_regex, run_yaml_text
+from fedmgda.packs import run_yaml_text
 from fedmgda.schema import with_defaults
 
 from .conftest import REPO, copy_workflow
 
-NEW_CONSTRAINT = "run=exact_keys_regex(SINGLE_RUNS),"
-OLD_CONSTRAINT = 'run="|".join(re.escape(k) for k in SINGLE_RUNS) or "(?!)",'
+TRAIN_RULE = "rule train:\n    input:\n"
+KEYS_CONSTRAINT = ("rule train:\n    wildcard_constraints:\n"
+                   '        run="|".join(re.escape(k) for k in SINGLE_RUNS) or "(?!)",\n'
+                   "    input:\n")
 
 
 def dry_run(wd: Path, *configfiles: str) -> str:
@@ -53,13 +55,13 @@ def job_list(dry_run_output: str) -> list[tuple[str, str, str]]:
     (["config/quick.yaml"], None),
     (["config/quick.yaml", "pack1.yaml"], {"resources": {"default": {"pack": 1}}}),
 ], ids=["test", "quick", "quick-pack1"])
-def test_the_prefix_tree_constraint_plans_the_jobs_of_the_joined_keys(tmp_path, configfiles,
-                                                                     overlay):
+def test_the_train_rule_plans_the_jobs_of_a_constraint_on_its_runs(tmp_path, configfiles,
+                                                                    overlay):
     new, old = copy_workflow(tmp_path / "new"), copy_workflow(tmp_path / "old")
     train_smk = old / "workflow" / "rules" / "train.smk"
     text = train_smk.read_text()
-    assert NEW_CONSTRAINT in text
-    train_smk.write_text(text.replace(NEW_CONSTRAINT, OLD_CONSTRAINT))
+    assert TRAIN_RULE in text
+    train_smk.write_text(text.replace(TRAIN_RULE, KEYS_CONSTRAINT))
     for wd in (new, old):
         if overlay:
             (wd / "pack1.yaml").write_text(yaml.safe_dump(overlay))
@@ -73,18 +75,20 @@ def test_the_prefix_tree_constraint_plans_the_jobs_of_the_joined_keys(tmp_path, 
 
 
 PRODUCERS = ("    SUMMARY_PRODUCERS.update(dict.fromkeys(_keys, "
-             "workflow.get_rule(pack_rule_name(_pack))))\n")
+             "workflow.get_rule(pack_rule_name(_pack))))\n",
+             'SUMMARY_PRODUCERS.update(dict.fromkeys(SINGLE_RUNS, workflow.get_rule("train")))\n')
 SPEEDUPS = "cache_function_params()\ntune_gc()\n"
 
 
 @pytest.mark.parametrize("overlay", [None, {"resources": {"default": {"pack": 1}}}],
                          ids=["quick", "quick-pack1"])
 def test_the_planning_levers_plan_the_same_jobs(tmp_path, overlay):
-    """Packed runs named with their pack rule as producer, the train rule's shared resources as
+    """Runs named with their rule as producer, the train rule's shared resources as
     values, the cached function parameters and the tuned collector: the jobs, shell commands and
     resources of the dry run are those of the workflow without them."""
     new, old = copy_workflow(tmp_path / "new"), copy_workflow(tmp_path / "old")
-    for path, lever in (("workflow/rules/train.smk", PRODUCERS), ("workflow/Snakefile", SPEEDUPS)):
+    levers = [("workflow/rules/train.smk", lever) for lever in PRODUCERS]
+    for path, lever in [*levers, ("workflow/Snakefile", SPEEDUPS)]:
         text = (old / path).read_text()
         assert lever in text
         (old / path).write_text(text.replace(lever, "\n" if "SUMMARY" in lever else ""))
@@ -124,17 +128,6 @@ def test_run_yaml_text_is_that_of_safe_dump(path):
             cfg["partition_file"] = f"parts/{spec.partition}.npz"
         assert run_yaml_text(spec, "parts") == yaml.safe_dump(cfg, sort_keys=True,
                                                               allow_unicode=True), key
-
-
-def test_exact_keys_regex_matches_the_keys_only():
-    keys = ["a/b/seed1", "a/b/seed10", "a/b/seed2", "a/c.d/seed1", "a+b/x/seed3", "a"]
-    rx = re.compile(f"(?:{exact_keys_regex(keys)})/run\\.yaml$")
-    for key in keys:
-        assert rx.match(f"{key}/run.yaml"), key
-    for other in ["a/b/seed", "a/b/seed100", "a/b/seed3", "a/cxd/seed1", "aab/x/seed3", "a/b",
-                  "b", "a/b/seed1/x"]:
-        assert not rx.match(f"{other}/run.yaml"), other
-    assert not re.match(f"(?:{exact_keys_regex([])})", "anything")
 
 
 def test_above_the_planning_limit_the_workflow_refuses_in_one_line(tmp_path):

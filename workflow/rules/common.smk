@@ -2,6 +2,7 @@
 
 import json
 import re
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -12,19 +13,37 @@ from fedmgda.catalog import DATASETS, OFFLINE_DATASETS, RAW_FOLDERS
 from fedmgda.claim_parsing import parse_claims
 from fedmgda.devices import job_gpu
 from fedmgda.errors import RegistryError
-from fedmgda.experiments import item_spec, validate_runs
+from fedmgda.experiments import Registry, item_spec, validate_runs
 from fedmgda.experiments import expand as expand_registry
-from fedmgda.packs import assign_packs, exact_keys_regex, pack_resources, pack_rule_name
+from fedmgda.jobplan import job_scope, plan_path, target_jobs, write_plan
+from fedmgda.packs import assign_packs, pack_resources, pack_rule_name
 from fedmgda.packs import run_yaml_text, trained_runs
 from fedmgda.report import bare_experiments
 from fedmgda.specs import spec_to_json
 
-try:
-    REGISTRY = expand_registry(config)
-    validate_runs(REGISTRY)
-    CLAIMS = parse_claims(config, REGISTRY)  # claims checked before any job starts
-except (RegistryError, ValueError) as err:
-    raise WorkflowError(f"invalid experiment registry: {err}") from None
+# A cluster job (Snakemake started again for --target-jobs) of training, partition or download
+# jobs reads only its own runs from the plan its main process wrote (fedmgda.jobplan), so its start
+# does not grow with the grid; every other Snakemake (and a job without a plan) reads the registry
+PLAN_FILE = plan_path(config)
+JOB_SCOPE = None
+if not workflow.is_main_process:
+    JOB_SCOPE = job_scope(PLAN_FILE, target_jobs(sys.argv))
+
+if JOB_SCOPE is not None:
+    REGISTRY = Registry(str(config.get("profile", "paper")), JOB_SCOPE.runs, {}, {}, {},
+                        JOB_SCOPE.partitions, sorted({s.dataset for s in JOB_SCOPE.runs.values()}),
+                        {})
+    CLAIMS = []
+    _n_runs, _n_parts = len(REGISTRY.runs), len(REGISTRY.partitions)
+    print(f"this job reads {_n_runs} run{'s' * (_n_runs != 1)} and {_n_parts} "
+          f"partition{'s' * (_n_parts != 1)} from the jobs' plan {PLAN_FILE}", file=sys.stderr)
+else:
+    try:
+        REGISTRY = expand_registry(config)
+        validate_runs(REGISTRY)
+        CLAIMS = parse_claims(config, REGISTRY)  # claims checked before any job starts
+    except (RegistryError, ValueError) as err:
+        raise WorkflowError(f"invalid experiment registry: {err}") from None
 
 # a larger registry is refused: planning takes about 4 ms of CPU and 45 kB of memory a run
 # (benchmarks/bench_planning.py), so 50 000 runs ask for minutes and GBs; split the grid.
@@ -76,8 +95,9 @@ def caption_title(spec, name):
     return re.sub(r"([\\`*_|])", r"\\\1", str(spec.title or name))
 
 
-# the pack rule of each packed run (workflow/rules/train.smk): a rule reading the run's
-# summary.json names its producer (Snakemake matches no other rule's outputs against the file)
+# the rule that makes each run's summary.json (workflow/rules/train.smk: `train` or the run's pack
+# rule): a rule reading the file names its producer, so Snakemake matches no rule's outputs
+# against it. A trained run's summary.json is read as it is (before_update: no rule makes it)
 SUMMARY_PRODUCERS = {}
 
 
@@ -86,7 +106,12 @@ def run_summaries(keys):
     for k in keys:
         path = f"{RUNS_DIR}/{k}/summary.json"
         producer = SUMMARY_PRODUCERS.get(k)
-        files.append(path if producer is None else IOFile(path, rule=producer))
+        if producer is not None:
+            files.append(IOFile(path, rule=producer))
+        elif k in TRAINED:
+            files.append(before_update(path))
+        else:
+            files.append(path)
     return files
 
 
@@ -142,14 +167,28 @@ def run_config_text(key):
 
 # runs already trained with today's config: no job makes their files, since a pack job would
 # retrain its finished members (fedmgda.packs.trained_runs); delete a run's folder to retrain it
-TRAINED = trained_runs(RUNS_DIR, RUN_CONFIG_TEXTS)
-try:
-    # runs trained together, one job per pack (resources.<dataset>.pack; fedmgda.packs)
-    PACKS = assign_packs(REGISTRY.runs, trained=TRAINED)
-except ValueError as err:
-    raise WorkflowError(f"invalid experiment registry: {err}") from None
+if JOB_SCOPE is not None:
+    TRAINED = set()  # a job's trainer leaves a run another one finished as it is
+    PACKS = JOB_SCOPE.packs  # the main process's packs: its jobs' outputs
+else:
+    TRAINED = trained_runs(RUNS_DIR, RUN_CONFIG_TEXTS)
+    try:
+        # runs trained together, one job per pack (resources.<dataset>.pack; fedmgda.packs)
+        PACKS = assign_packs(REGISTRY.runs, trained=TRAINED)
+    except ValueError as err:
+        raise WorkflowError(f"invalid experiment registry: {err}") from None
 # the runs that `train` (one job per run) may make: neither trained nor in a pack
 SINGLE_RUNS = sorted(set(REGISTRY.runs) - TRAINED - {k for keys in PACKS.values() for k in keys})
+
+
+onstart:
+    # before the first job is submitted to a cluster: the plan its jobs read (fedmgda.jobplan)
+    if workflow.non_local_exec and JOB_SCOPE is None:
+        try:
+            write_plan(PLAN_FILE, REGISTRY.runs, REGISTRY.partitions, PACKS)
+        except (OSError, sqlite3.Error) as err:
+            print(f"the jobs' plan {PLAN_FILE} could not be written ({err}): each job reads the "
+                  "whole registry", file=sys.stderr)
 
 
 def run_yaml(wildcards):

@@ -15,9 +15,11 @@ rule registry_json:
     output:
         f"{RESULTS}/registry.json",
     params:
-        runs={k: {"experiments": v.experiments, "dataset": v.dataset, "algorithm": v.config["algorithm"],
-                  "seed": v.config["seed"], "config_hash": RUN_HASHES[k]}
-              for k, v in REGISTRY.runs.items()},
+        runs={} if JOB_SCOPE is not None else {  # a cluster job's scope has no rows
+            k: {"experiments": v.experiments, "dataset": v.dataset,
+                "algorithm": v.config["algorithm"], "seed": v.config["seed"],
+                "config_hash": RUN_HASHES[k]}
+            for k, v in REGISTRY.runs.items()},
     log:
         f"{LOGS}/registry.log",
     run:
@@ -26,8 +28,9 @@ rule registry_json:
 
 rule runs_index:
     input:
+        # the summaries unnamed: Snakemake hashes a named group once per file it holds
+        ALL_RUNS,
         registry=f"{RESULTS}/registry.json",
-        summaries=ALL_RUNS,
     output:
         f"{RESULTS}/runs_index.csv",
     params:

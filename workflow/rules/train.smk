@@ -34,9 +34,11 @@ def single_resource(index):
     return lambda w: SINGLE_RESOURCES[w.run][index]
 
 
+# No wildcard constraint names the runs `train` makes: the readers of a summary.json name its
+# producer (run_summaries), and a pack rule, which has no wildcards, is preferred to `train` for
+# a file both match. (A constraint is written into the output pattern, which Snakemake scans
+# again for every job: a list of the runs would make planning quadratic.)
 rule train:
-    wildcard_constraints:
-        run=exact_keys_regex(SINGLE_RUNS),  # a prefix tree: matching does not grow with the runs
     input:
         train_inputs,
     output:
@@ -89,5 +91,7 @@ for _pack, _keys in PACKS.items():
             "../scripts/train_pack.py"
 
     SUMMARY_PRODUCERS.update(dict.fromkeys(_keys, workflow.get_rule(pack_rule_name(_pack))))
+
+SUMMARY_PRODUCERS.update(dict.fromkeys(SINGLE_RUNS, workflow.get_rule("train")))
 
 ALL_RUNS = run_summaries(REGISTRY.runs)
