@@ -4,6 +4,7 @@ folders: the runs are trained packed)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -97,9 +98,19 @@ def already_trained(out: str, raw: dict) -> bool:
         return False
 
 
+def finished_elsewhere(args: argparse.Namespace) -> bool:
+    """Whether every folder of ``args.out`` holds a finished run of its config (each said)."""
+    raws = [read_run_config_text(path, args.set or [], args.device)[2] for path in args.config]
+    if not all(already_trained(out, raw) for out, raw in zip(args.out, raws)):
+        return False
+    for out in args.out:
+        print(f"{out}: already trained with this config (summary.json); left as it is")
+    return True
+
+
 def train(args: argparse.Namespace) -> int:
     from fedmgda.errors import TrainingStopped
-    from fedmgda.runfolder import holding
+    from fedmgda.runfolder import FolderHeld, holding
     from fedmgda.scheduler import run_packed
     from fedmgda.simulator import Simulation
 
@@ -115,7 +126,16 @@ def train(args: argparse.Namespace) -> int:
     stop = StopSignals()
     wait_while = (lambda: not stop.requested()) if args.wait_for_lock else None
     # one trainer per run folder, before any config or data is read (fedmgda.runfolder)
-    with stop, holding(args.out, wait_while=wait_while):
+    with stop, contextlib.ExitStack() as held:
+        try:
+            held.enter_context(holding(args.out, wait_while=wait_while))
+        except FolderHeld:
+            # stopped while waiting: runs the other trainer finished meanwhile are left as they
+            # are, and if that is all of them this ends well (a Snakemake job then succeeds, so
+            # its cleanup of a failed job removes none of their files)
+            if not (stop.requested() and finished_elsewhere(args)):
+                raise
+            return 0
         todo = []
         for path, out in zip(args.config, args.out):
             cfg, text, raw = read_run_config_text(path, args.set or [], args.device)

@@ -42,12 +42,16 @@ WAIT_ENV = "FEDMGDA_WAIT_FOR_LOCK"
 WAIT_POLL_S = 0.5
 
 
+class FolderHeld(RunFolderError):
+    """A run folder another trainer holds, refused (or no longer waited for)."""
+
+
 @contextlib.contextmanager
 def holding(folders: list[str | Path],
             wait_while: Callable[[], bool] | None = None) -> Iterator[None]:
     """Hold the lock of each folder (created if missing) while the body runs; a folder this
     created and that is still empty at the end is removed again (an invalid run writes nothing).
-    A folder another trainer holds is refused (``RunFolderError``); with ``wait_while``, waited
+    A folder another trainer holds is refused (``FolderHeld``); with ``wait_while``, waited
     for (said once), as long as ``wait_while()`` is True, then refused. The folders are locked in
     sorted order, so two trainers waiting for each other's folders cannot both wait forever."""
     with contextlib.ExitStack() as stack:
@@ -97,7 +101,7 @@ def _lock(folder: Path, path: Path, wait_while: Callable[[], bool] | None) -> in
                     said = True
                 time.sleep(WAIT_POLL_S)
                 continue
-            raise RunFolderError(f"{folder} is being written by another trainer ({who}); wait for "
+            raise FolderHeld(f"{folder} is being written by another trainer ({who}); wait for "
                                  f"it to end or stop it{f' (kill {holder})' if holder else ''}, "
                                  "then rerun") from None
         try:

@@ -39,25 +39,25 @@ RESULT_FILES = ("run.yaml", "metrics.csv", "per_user.csv", "per_user_final.csv")
 TIMEOUT = 600
 
 
-def snakemake_argv(*flags: str) -> list[str]:
+def snakemake_argv(*flags: str, target: str = "runs") -> list[str]:
     # the target goes before --configfile (which takes several values)
-    return [sys.executable, "-m", "snakemake", "runs", "--cores", "1", *flags,
+    return [sys.executable, "-m", "snakemake", target, "--cores", "1", *flags,
             "--configfile", "config/test.yaml", "recovery.yaml"]
 
 
-def start(wd: Path, *flags: str) -> subprocess.Popen:
+def start(wd: Path, *flags: str, target: str = "runs") -> subprocess.Popen:
     """Snakemake in a process group of its own (as a shell starts it), its output in a file."""
     path = wd / f"snakemake-{time.monotonic_ns()}.log"
     with open(path, "w") as log:
-        process = subprocess.Popen(snakemake_argv(*flags), cwd=wd, stdout=log,
+        process = subprocess.Popen(snakemake_argv(*flags, target=target), cwd=wd, stdout=log,
                                    stderr=subprocess.STDOUT, start_new_session=True)
     process.log_path = path
     return process
 
 
-def run(wd: Path, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run(snakemake_argv(*flags), cwd=wd, capture_output=True, text=True,
-                          timeout=TIMEOUT)
+def run(wd: Path, *flags: str, target: str = "runs") -> subprocess.CompletedProcess:
+    return subprocess.run(snakemake_argv(*flags, target=target), cwd=wd, capture_output=True,
+                          text=True, timeout=TIMEOUT)
 
 
 def workflow(tmp: Path) -> Path:
@@ -106,8 +106,8 @@ def summary_without_timing(folder: Path) -> dict:
     return summary
 
 
-def assert_as_uninterrupted(wd: Path, reference: Path) -> None:
-    for member in MEMBERS:
+def assert_as_uninterrupted(wd: Path, reference: Path, members=MEMBERS) -> None:
+    for member in members:
         run_dir, ref = wd / member, reference / member
         for name in RESULT_FILES:
             assert (run_dir / name).read_bytes() == (ref / name).read_bytes(), (member, name)
@@ -283,3 +283,86 @@ def test_the_recovery_recipe_as_written_ends_with_the_outputs_of_an_uninterrupte
         assert f"{member}: stopped by SIGTERM after round " in log, log
         assert f"{member}: resuming from its checkpoint" in log, log
     assert_as_uninterrupted(wd, reference)
+
+
+def waiting_trainer(process: subprocess.Popen, other: int) -> int:
+    """The process id of the trainer of ``process``'s job (in its process group, not ``other``)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == other:
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            pid = int(entry.name)
+            if b"fedmgda" in argv and b"train" in argv and os.getpgid(pid) == process.pid:
+                return pid
+        except OSError:  # ended meanwhile
+            pass
+    raise AssertionError("the job's trainer is not running")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("pack", "stop"), [(1, "SIGTERM to the job's trainer"),
+                                            (2, "SIGTERM to Snakemake's process group"),
+                                            (2, "SIGINT to Snakemake's process group")])
+def test_a_job_stopped_while_it_waits_keeps_the_runs_the_other_trainer_finished(
+        tmp_path, reference, pack, stop):
+    """Another trainer (``fedmgda train`` by hand, or an orphan) trains the runs of a job together
+    with a longer run: it finishes them, then holds their folders on. The job's trainer waits for
+    it; stopped then, it finds them finished and leaves them as they are: the job succeeds, and
+    Snakemake's cleanup of a failed job does not remove the summary.json the job did not have."""
+    wd = workflow(tmp_path / "wf")
+    (wd / "recovery.yaml").write_text(yaml.safe_dump(
+        {**OVERLAY, "resources": {"default": {**OVERLAY["resources"]["default"], "pack": pack}}}))
+    members = MEMBERS[:pack]
+    partition = yaml.safe_load(text(reference / members[0] / "run.yaml"))["partition_file"]
+    made = run(wd, target=partition)
+    assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
+    configs = [text(reference / m / "run.yaml") for m in members]
+    longer = {**yaml.safe_load(configs[0]), "rounds": 10_000}
+    (wd / "other").mkdir()
+    for i, config in enumerate([*configs, yaml.safe_dump(longer)]):
+        (wd / "other" / f"run{i}.yaml").write_text(config)
+    argv = [sys.executable, "-m", "fedmgda", "train", "--config",
+            *[f"other/run{i}.yaml" for i in range(len(members) + 1)],
+            "--out", *members, "other/longer"]
+    env = dict(os.environ, PYTHONPATH=f"src{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    with open(wd / "other" / "train.log", "w") as log:
+        other = subprocess.Popen(argv, cwd=wd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                 start_new_session=True)
+    job = None
+    try:
+        wait_for(lambda: "[progress] round 1/" in text(wd / "other" / "train.log"),
+                 "the other trainer's first round", other)
+        os.kill(other.pid, signal.SIGSTOP)  # the job finds the runs unfinished
+        target = f"{members[0]}/summary.json" if pack == 1 else "runs"
+        job = start(wd, target=target)
+        job_log = wd / (f"{members[0]}/train.log" if pack == 1 else PACK_LOG)
+        wait_for(lambda: "is being written by another trainer" in text(job_log),
+                 "the job's trainer to wait", job)
+        trainer = waiting_trainer(job, other.pid)
+        os.kill(other.pid, signal.SIGCONT)
+        wait_for(lambda: all((wd / m / "summary.json").is_file() for m in members),
+                 "the other trainer to finish the job's runs", other)
+        os.kill(other.pid, signal.SIGSTOP)  # finished them, and holds their folders on
+        assert all(f"{other.pid}" in text(wd / m / "train.lock") for m in members)
+        if stop == "SIGTERM to the job's trainer":
+            os.kill(trainer, signal.SIGTERM)
+        else:
+            os.killpg(job.pid, signal.SIGTERM if stop.startswith("SIGTERM") else signal.SIGINT)
+        rc = job.wait(timeout=TIMEOUT)
+        log = text(job.log_path)
+        assert "Removing output files" not in log, log[-3000:]
+        if pack == 1:
+            assert rc == 0, log[-3000:]  # the job succeeded
+        for m in members:
+            assert f"{m}: already trained with this config (summary.json); left as it is" in text(
+                job_log), text(job_log)
+        # the other trainer stops its longer run with a checkpoint and lets go of the folders
+        os.kill(other.pid, signal.SIGTERM)
+        os.kill(other.pid, signal.SIGCONT)
+        assert other.wait(timeout=TIMEOUT) == 128 + signal.SIGTERM, text(wd / "other/train.log")
+    finally:
+        for process in (other, job):
+            if process is not None:
+                kill_group(process)
+    assert_as_uninterrupted(wd, reference, members)
