@@ -108,12 +108,8 @@ def finished_elsewhere(args: argparse.Namespace) -> bool:
     return True
 
 
-def train(args: argparse.Namespace) -> int:
-    from fedmgda.errors import TrainingStopped
-    from fedmgda.runfolder import FolderHeld, holding
-    from fedmgda.scheduler import run_packed
-    from fedmgda.simulator import Simulation
-
+def check_train_arguments(args: argparse.Namespace) -> None:
+    """One folder of its own per run config, standard input named at most once."""
     if len(args.config) != len(args.out):
         raise ConfigError(f"--config names {len(args.config)} run(s) but --out {len(args.out)} "
                           "folder(s)")
@@ -123,6 +119,15 @@ def train(args: argparse.Namespace) -> int:
                           "of its own")
     if args.config.count("-") > 1:
         raise ConfigError("--config names standard input (-) more than once")
+
+
+def train(args: argparse.Namespace) -> int:
+    from fedmgda.errors import TrainingStopped
+    from fedmgda.runfolder import FolderHeld, holding
+    from fedmgda.scheduler import run_packed
+    from fedmgda.simulator import Simulation
+
+    check_train_arguments(args)
     stop = StopSignals()
     wait_while = (lambda: not stop.requested()) if args.wait_for_lock else None
     # one trainer per run folder, before any config or data is read (fedmgda.runfolder)
