@@ -95,8 +95,7 @@ def snakefile_config(configfile: Path) -> dict:
 def time_cluster_job(runs: int, timeout: float) -> tuple[float, float]:
     """(CPU s with the plan, CPU s without) of one train job's start in a grid of ``runs`` runs."""
     from fedmgda.experiments import expand
-    from fedmgda.jobplan import plan_path, write_plan
-    from fedmgda.packs import assign_packs
+    from fedmgda.jobplan import plan_path, write_registry_plan
 
     cpu = []
     with tempfile.TemporaryDirectory(prefix="bench_planning_") as tmp:
@@ -106,7 +105,7 @@ def time_cluster_job(runs: int, timeout: float) -> tuple[float, float]:
         config = snakefile_config(configfile)
         registry = expand(config)
         plan = wd / plan_path(config)
-        write_plan(plan, registry.runs, registry.partitions, assign_packs(registry.runs))
+        write_registry_plan(plan, registry)
         argv = [sys.executable, "-m", "snakemake", "-n", "--quiet", "rules", "--cores", "1",
                 "--mode", "remote", "--target-jobs", f"train:run={min(registry.runs)}",
                 "--force", "--nolock", "--configfiles", str(configfile)]

@@ -21,14 +21,14 @@ import hashlib
 import json
 import os
 import sqlite3
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from fedmgda.experiments import RunSpec
-from fedmgda.packs import pack_rule_name
+from fedmgda.experiments import Registry, RunSpec
+from fedmgda.packs import assign_packs, pack_rule_name
+from fedmgda.runfolder import temporary_file
 
 # beside Snakemake's own metadata, in the working directory every job shares
 PLAN_DIR = ".snakemake/fedmgda-plans"
@@ -55,8 +55,7 @@ def write_plan(path: str | Path, runs: Mapping[str, RunSpec],
     beside ``path`` and renamed onto it, so a job reads the old plan or the new one, not a part."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    tmp = temporary_file(path.parent, prefix=f".{path.stem}.", suffix=".tmp")
     try:
         with sqlite3.connect(tmp) as db:
             db.execute("CREATE TABLE runs (key TEXT PRIMARY KEY, spec TEXT NOT NULL)")
@@ -71,17 +70,20 @@ def write_plan(path: str | Path, runs: Mapping[str, RunSpec],
                            ((pack_rule_name(pack), pack, json.dumps(list(keys)))
                             for pack, keys in packs.items()))
         db.close()
-        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def write_registry_plan(path: str | Path, registry: Registry,
+                        packs: Mapping[str, list[str]] | None = None) -> dict[str, list[str]]:
+    """The plan of ``registry``'s runs and partitions with ``packs`` (by default
+    ``assign_packs(registry.runs)``: no run trained yet), written to ``path`` (:func:`write_plan`);
+    returns the packs."""
+    packs = assign_packs(registry.runs) if packs is None else dict(packs)
+    write_plan(path, registry.runs, registry.partitions, packs)
+    return packs
 
 
 def target_jobs(argv: list[str]) -> list[tuple[str, dict[str, str]]]:

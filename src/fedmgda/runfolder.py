@@ -10,7 +10,9 @@ drops the lock when its process dies, so a
 checks that the folder can be written, before round 1.
 
 ``writing`` writes a file through ``<file>.tmp`` renamed into place: a full disk or a read-only
-folder becomes one line naming the file, and leaves no ``.tmp`` behind.
+folder becomes one line naming the file, and leaves no ``.tmp`` behind. ``temporary_file`` makes
+a uniquely named file to write and rename over another (a download, a partition file, the jobs'
+plan), with the permissions the umask gives.
 
 This is how a run folder is written, not what it holds: its files' format is ``fedmgda.results``'s
 (the outputs, written and read) and ``fedmgda.checkpoints``'s (the checkpoint).
@@ -22,6 +24,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -141,3 +144,17 @@ def writing(path: Path) -> Iterator[Path]:
             raise RunFolderError(f"{path}: no space left on device; free some space and rerun the "
                                  "same command (a run resumes from its last checkpoint)") from err
         raise RunFolderError(f"{path}: cannot write it ({err.strerror or err})") from err
+
+
+def temporary_file(folder: str | Path, prefix: str, suffix: str) -> Path:
+    """A new empty file in ``folder`` with a unique name, to be renamed over the real one, with the
+    permissions ``open`` gives a file under the umask (mkstemp's are 0600: a renamed file would
+    keep them, unreadable to the group)."""
+    fd, name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=folder)
+    try:
+        umask = os.umask(0o077)  # read it back at once: Python has no os.getumask
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+    finally:
+        os.close(fd)
+    return Path(name)

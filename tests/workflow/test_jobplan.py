@@ -12,8 +12,8 @@ from pathlib import Path
 import yaml
 
 from fedmgda.experiments import coerce_overrides, expand
-from fedmgda.jobplan import job_scope, plan_path, target_jobs, write_plan
-from fedmgda.packs import assign_packs, pack_rule_name
+from fedmgda.jobplan import job_scope, plan_path, target_jobs, write_registry_plan
+from fedmgda.packs import pack_rule_name
 from fedmgda.schema import with_defaults
 
 from .conftest import REPO, copy_workflow
@@ -34,9 +34,7 @@ def main_plan(config: dict, workdir: Path) -> tuple:
     """The plan the main process writes before it submits jobs (workflow/rules/common.smk,
     onstart), in ``workdir``: (registry, packs)."""
     registry = expand(config)
-    packs = assign_packs(registry.runs)
-    write_plan(workdir / plan_path(config), registry.runs, registry.partitions, packs)
-    return registry, packs
+    return registry, write_registry_plan(workdir / plan_path(config), registry)
 
 
 def test_the_plan_gives_each_job_its_own_registry_entries(tmp_path):

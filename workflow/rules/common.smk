@@ -15,7 +15,7 @@ from fedmgda.devices import job_gpu
 from fedmgda.errors import RegistryError
 from fedmgda.experiments import Registry, item_spec, validate_runs
 from fedmgda.experiments import expand as expand_registry
-from fedmgda.jobplan import job_scope, plan_path, target_jobs, write_plan
+from fedmgda.jobplan import job_scope, plan_path, target_jobs, write_registry_plan
 from fedmgda.packs import assign_packs, pack_resources, pack_rule_name
 from fedmgda.packs import run_yaml_text, trained_runs
 from fedmgda.report import bare_experiments
@@ -45,8 +45,10 @@ else:
     except (RegistryError, ValueError) as err:
         raise WorkflowError(f"invalid experiment registry: {err}") from None
 
-# a larger registry is refused: planning takes about 4 ms of CPU and 45 kB of memory a run
-# (benchmarks/bench_planning.py), so 50 000 runs ask for minutes and GBs; split the grid.
+# a larger registry is refused: planning takes about 2.3-2.5 ms of CPU a run at 20 000 runs on
+# an idle 2-core CPU (benchmarks/measurements/cpu-2core_planning_2026-12-02b.txt, from
+# benchmarks/bench_planning.py) and 45 kB of memory a run, so 50 000 runs ask for minutes and GBs;
+# split the grid.
 # From PLANNING_NOTICE_RUNS runs on, a line says planning has begun
 MAX_PLANNED_RUNS = 50_000
 PLANNING_NOTICE_RUNS = 2_000
@@ -185,7 +187,7 @@ onstart:
     # before the first job is submitted to a cluster: the plan its jobs read (fedmgda.jobplan)
     if workflow.non_local_exec and JOB_SCOPE is None:
         try:
-            write_plan(PLAN_FILE, REGISTRY.runs, REGISTRY.partitions, PACKS)
+            write_registry_plan(PLAN_FILE, REGISTRY, PACKS)
         except (OSError, sqlite3.Error) as err:
             print(f"the jobs' plan {PLAN_FILE} could not be written ({err}): each job reads the "
                   "whole registry", file=sys.stderr)

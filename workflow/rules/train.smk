@@ -45,7 +45,7 @@ rule train:
         summary=update(f"{RUNS_DIR}/{{run}}/summary.json"),
     params:
         config=run_yaml,
-        outdir=lambda w: str(Path(f"{RUNS_DIR}/{w.run}/summary.json").parent),
+        outdir=lambda w: f"{RUNS_DIR}/{w.run}",
         train=TRAIN,
     benchmark:
         f"{RESULTS}/benchmarks/train/{{run}}.tsv"

@@ -15,7 +15,6 @@ import hashlib
 import os
 import shutil
 import sys
-import tempfile
 import time
 import urllib.request
 import zlib
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedmgda.data.base import DataError
+from fedmgda.runfolder import temporary_file
 
 UNPINNED = "unpinned"
 HASH_ALGORITHMS = ("md5", "sha256")
@@ -136,20 +136,6 @@ def fetch_url(url: str, dest: str | Path, timeout: float = TIMEOUT_S) -> None:
     req = urllib.request.Request(url, headers={"User-Agent": "fedmgda-repro"})
     with urllib.request.urlopen(req, timeout=timeout) as resp, open(dest, "wb") as out:
         shutil.copyfileobj(resp, out, length=1 << 20)
-
-
-def temporary_file(folder: str | Path, prefix: str, suffix: str) -> Path:
-    """A new empty file in ``folder`` with a unique name, to be renamed over the real one, with the
-    permissions ``open`` gives a file under the umask (mkstemp's are 0600: a renamed file would
-    keep them, unreadable to the group)."""
-    fd, name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=folder)
-    try:
-        umask = os.umask(0o077)  # read it back at once: Python has no os.getumask
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-    finally:
-        os.close(fd)
-    return Path(name)
 
 
 def _download(rf: RawFile, raw_dir: str | Path) -> Path:

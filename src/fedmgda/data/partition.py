@@ -22,7 +22,6 @@ import numpy as np
 import torch
 
 from fedmgda import catalog
-from fedmgda.data.download import temporary_file
 from fedmgda.errors import DataError
 from fedmgda.partitioners import (  # noqa: F401  (split_user ... global_test_shards: imported from here too)
     get_partitioner,
@@ -33,6 +32,7 @@ from fedmgda.partitioners import (  # noqa: F401  (split_user ... global_test_sh
     sort_by_label,
     split_user,
 )
+from fedmgda.runfolder import temporary_file
 
 # 2: meta carries content_hash; sort 'quicksort' is numpy 1.17's order (format 1: the machine's)
 FORMAT_VERSION = 2
