@@ -81,30 +81,40 @@ class StopSignals:
         return self.signal is not None
 
 
-def already_trained(out: str, raw: dict) -> bool:
-    """Whether ``out`` holds a finished run of this config: a summary.json with its manifest, the
-    folder passes every reader's check (``fedmgda.results.open_run``) and holds no checkpoint
-    (which is resumed from)."""
+def already_trained(out: str, raw: dict, restore: bool = True) -> str | None:
+    """What to say of ``out`` when it holds a finished run of this config (None: it does not): it
+    holds no checkpoint (which is resumed from), and a summary.json with its manifest or, where
+    that is gone and ``restore`` (the folder is held), the summary's copy it is restored from
+    (``fedmgda.results.restore_summary``); the folder passes every reader's check
+    (``fedmgda.results.open_run``)."""
     from fedmgda.checkpoints import CHECKPOINT
     from fedmgda.config import config_hash
     from fedmgda.errors import RunFolderError
-    from fedmgda.results import MANIFEST, open_run
+    from fedmgda.results import MANIFEST, SUMMARY_COPY, open_run, restore_summary
 
-    if not (Path(out) / "summary.json").is_file() or (Path(out) / CHECKPOINT).exists():
-        return False
+    if (Path(out) / CHECKPOINT).exists():
+        return None
+    if restore and restore_summary(out, config_hash(raw)):
+        return (f"{out}: finished before; summary.json restored from {SUMMARY_COPY} (the folder "
+                "checked against its manifest); left as it is")
+    if not (Path(out) / "summary.json").is_file():
+        return None
     try:
-        return MANIFEST in open_run(out, config_hash(raw)).summary
+        trained = MANIFEST in open_run(out, config_hash(raw)).summary
     except RunFolderError:
-        return False
+        return None
+    return f"{out}: already trained with this config (summary.json); left as it is" if trained \
+        else None
 
 
 def finished_elsewhere(args: argparse.Namespace) -> bool:
-    """Whether every folder of ``args.out`` holds a finished run of its config (each said)."""
+    """Whether every folder of ``args.out`` holds a finished run of its config (each said); the
+    folders are another trainer's: nothing is written into them."""
     raws = [read_run_config_text(path, args.set or [], args.device)[2] for path in args.config]
-    if not all(already_trained(out, raw) for out, raw in zip(args.out, raws)):
+    said = [already_trained(out, raw, restore=False) for out, raw in zip(args.out, raws)]
+    if None in said:
         return False
-    for out in args.out:
-        print(f"{out}: already trained with this config (summary.json); left as it is")
+    print("\n".join(said))
     return True
 
 
@@ -144,8 +154,9 @@ def train(args: argparse.Namespace) -> int:
         todo = []
         for path, out in zip(args.config, args.out):
             cfg, text, raw = read_run_config_text(path, args.set or [], args.device)
-            if already_trained(out, raw):  # its files are left as they are
-                print(f"{out}: already trained with this config (summary.json); left as it is")
+            said = already_trained(out, raw)
+            if said:  # its files are left as they are
+                print(said)
                 continue
             todo.append((cfg, text, out))
         sims = []

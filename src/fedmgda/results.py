@@ -7,7 +7,8 @@ config, the statistics known when it trained and the ``environment`` stamp of
 user's test accuracy and loss at the stored rounds), ``per_user_final.csv`` (the same of the final
 model, which is the average of the iterates for AFL) and ``metrics.csv`` (one row per round); a run
 assembles them (``run_result``) and writes them (``write_result``), summary.json last with their
-manifest (``seal``: each file's sha256 and rows, the config hash). Readers take a folder only
+manifest (``seal``: each file's sha256 and rows, the config hash; ``summary.copy.json`` is its
+copy, written just before it, from which ``restore_summary`` remakes it). Readers take a folder only
 through ``open_run``, which verifies it (complete, unchanged, of its row's config) and reads each
 file once (``RunFolder``; ``RunFolders``: a table's folders). Beside them: ``checkpoint.pt``
 while the run trains (``fedmgda.checkpoints``), ``train.lock`` while a trainer holds the folder
@@ -55,6 +56,10 @@ if TYPE_CHECKING:
     import torch
 
 SUMMARY = "summary.json"
+# summary.json's copy, which no Snakemake rule declares: a workflow's cleanup of a failed job can
+# remove the summary.json of a run another trainer finished meanwhile, never this file, from which
+# the next trainer of the folder restores it (``restore_summary``) instead of retraining the run
+SUMMARY_COPY = "summary.copy.json"
 METRICS = "metrics.csv"
 PER_USER = "per_user.csv"
 PER_USER_FINAL = "per_user_final.csv"
@@ -196,9 +201,30 @@ def seal(out: Path, summary: dict[str, Any]) -> dict[str, Any]:
                            "rows": len(_parse_csv(path, data))}
     config = config_hash(summary.get("config") or {})
     sealed = {**summary, MANIFEST: {"config_sha256": config, "files": files}}
-    with writing(out / SUMMARY) as tmp:
-        tmp.write_text(json.dumps(sealed, indent=2, default=float))
+    text = json.dumps(sealed, indent=2, default=float)
+    for name in (SUMMARY_COPY, SUMMARY):  # summary.json last: its presence marks completion
+        with writing(out / name) as tmp:
+            tmp.write_text(text)
     return sealed
+
+
+def restore_summary(run_dir: str | Path, config_sha256: str) -> bool:
+    """Remake a finished run's summary.json from its copy (``SUMMARY_COPY``) where it is gone:
+    when the copy has a manifest and the folder passes :func:`open_run` read through the copy, of
+    the config ``config_sha256``. False (nothing written) otherwise: the run is trained again."""
+    run_dir = Path(run_dir)
+    if (run_dir / SUMMARY).exists() or not (run_dir / SUMMARY_COPY).is_file():
+        return False
+    try:
+        folder = open_run(run_dir, config_sha256, summary_name=SUMMARY_COPY)
+        data = (run_dir / SUMMARY_COPY).read_bytes()
+    except (RunFolderError, OSError):
+        return False
+    if MANIFEST not in folder.summary:
+        return False
+    with writing(run_dir / SUMMARY) as tmp:
+        tmp.write_bytes(data)
+    return True
 
 
 def seal_verified(run_dir: str | Path) -> bool:
@@ -299,9 +325,9 @@ def row_runs(row) -> list[tuple[str, str | None]]:
     return list(zip(row.runs, hashes + [None] * (len(row.runs) - len(hashes))))
 
 
-def read_summary(run_dir: str | Path) -> dict[str, Any]:
-    """A run's summary.json; an unreadable one is one line naming it."""
-    path = Path(run_dir) / SUMMARY
+def read_summary(run_dir: str | Path, name: str = SUMMARY) -> dict[str, Any]:
+    """A run's summary.json (``name``: its copy); an unreadable one is one line naming it."""
+    path = Path(run_dir) / name
     try:
         summary = json.loads(path.read_bytes())
     except FileNotFoundError:
@@ -314,7 +340,8 @@ def read_summary(run_dir: str | Path) -> dict[str, Any]:
     return summary
 
 
-def open_run(run_dir: str | Path, config_sha256: str | None = None) -> RunFolder:
+def open_run(run_dir: str | Path, config_sha256: str | None = None,
+             summary_name: str = SUMMARY) -> RunFolder:
     """A run folder, read and verified: the one check every reader (tables, figures, claims, the
     report, the runs index) makes before it uses a folder. A folder that fails raises
     ``RunFolderError``, one line naming the folder or file and what differs.
@@ -327,9 +354,11 @@ def open_run(run_dir: str | Path, config_sha256: str | None = None) -> RunFolder
     - A folder with a manifest (summary.json's ``manifest``, :func:`seal`): every file it names
       has its sha256 and its row count, and run.yaml (when present) the manifest's config. A folder
       written before the manifest (the committed result archives) is checked by the other rules
-      alone; ``fedmgda seal DIR`` gives a verified one its manifest."""
+      alone; ``fedmgda seal DIR`` gives a verified one its manifest.
+
+    ``summary_name``: the folder read through its summary's copy (:func:`restore_summary`)."""
     run_dir = Path(run_dir)
-    summary = read_summary(run_dir)
+    summary = read_summary(run_dir, summary_name)
     manifest = summary.get(MANIFEST)
     if manifest is not None and not (isinstance(manifest, dict)
                                      and isinstance(manifest.get("files"), dict)):

@@ -366,3 +366,61 @@ def test_a_job_stopped_while_it_waits_keeps_the_runs_the_other_trainer_finished(
             if process is not None:
                 kill_group(process)
     assert_as_uninterrupted(wd, reference, members)
+
+
+@pytest.mark.slow
+def test_a_pack_job_stopped_after_the_other_trainer_finished_part_of_it_loses_no_run(
+        tmp_path, reference):
+    """Another trainer finishes the first run of a pack (with a longer run) and holds its folder
+    on; the pack's trainer, waiting for it, is stopped with Snakemake's process group: the job
+    fails, as its second run is not trained, and Snakemake's cleanup removes the summary.json it
+    did not have. The rerun remakes that summary.json from its copy without training the run
+    again, trains the second, and ends as an uninterrupted run."""
+    wd = workflow(tmp_path / "wf")
+    partition = yaml.safe_load(text(reference / MEMBERS[0] / "run.yaml"))["partition_file"]
+    made = run(wd, target=partition)
+    assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
+    (wd / "other").mkdir()
+    config = text(reference / MEMBERS[0] / "run.yaml")
+    (wd / "other" / "run0.yaml").write_text(config)
+    (wd / "other" / "run1.yaml").write_text(yaml.safe_dump(
+        {**yaml.safe_load(config), "rounds": 10_000}))
+    argv = [sys.executable, "-m", "fedmgda", "train", "--config", "other/run0.yaml",
+            "other/run1.yaml", "--out", MEMBERS[0], "other/longer"]
+    env = dict(os.environ, PYTHONPATH=f"src{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    with open(wd / "other" / "train.log", "w") as log:
+        other = subprocess.Popen(argv, cwd=wd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                 start_new_session=True)
+    job = None
+    first = wd / MEMBERS[0]
+    try:
+        wait_for(lambda: "[progress] round 1/" in text(wd / "other" / "train.log"),
+                 "the other trainer's first round", other)
+        os.kill(other.pid, signal.SIGSTOP)  # the job finds the first run unfinished
+        job = start(wd)
+        wait_for(lambda: "is being written by another trainer" in text(wd / PACK_LOG),
+                 "the pack's trainer to wait", job)
+        os.kill(other.pid, signal.SIGCONT)
+        wait_for(lambda: (first / "summary.json").is_file(),
+                 "the other trainer to finish the first run", other)
+        os.kill(other.pid, signal.SIGSTOP)  # finished it, and holds its folder on
+        written = {name: (first / name).stat().st_mtime_ns for name in RESULT_FILES}
+        os.killpg(job.pid, signal.SIGTERM)
+        assert job.wait(timeout=TIMEOUT) != 0  # the second run is not trained
+        # the loss guarded against: Snakemake removes the summary.json the job did not have
+        assert "Removing output files" in text(job.log_path), text(job.log_path)[-3000:]
+        assert not (first / "summary.json").exists()
+        os.kill(other.pid, signal.SIGTERM)
+        os.kill(other.pid, signal.SIGCONT)
+        assert other.wait(timeout=TIMEOUT) == 128 + signal.SIGTERM, text(wd / "other/train.log")
+    finally:
+        for process in (other, job):
+            if process is not None:
+                kill_group(process)
+    assert (first / "summary.copy.json").is_file()
+    done = run(wd)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    restored = f"{MEMBERS[0]}: finished before; summary.json restored from summary.copy.json"
+    assert restored in text(wd / PACK_LOG), text(wd / PACK_LOG)
+    assert {name: (first / name).stat().st_mtime_ns for name in RESULT_FILES} == written
+    assert_as_uninterrupted(wd, reference)
