@@ -7,13 +7,12 @@ config, the statistics known when it trained and the ``environment`` stamp of
 user's test accuracy and loss at the stored rounds), ``per_user_final.csv`` (the same of the final
 model, which is the average of the iterates for AFL) and ``metrics.csv`` (one row per round); a run
 assembles them (``run_result``) and writes them (``write_result``), summary.json last with their
-manifest (``seal``: each file's sha256 and rows, the config hash; ``summary.copy.json`` is its
-copy, written just before it, from which ``restore_summary`` remakes it). Readers take a folder only
+manifest (``seal``: each file's sha256 and rows, the config hash). Readers take a folder only
 through ``open_run``, which verifies it (complete, unchanged, of its row's config) and reads each
 file once (``RunFolder``; ``RunFolders``: a table's folders). Beside them: ``checkpoint.pt``
 while the run trains (``fedmgda.checkpoints``), ``train.lock`` while a trainer holds the folder
 (``fedmgda.runfolder``, which also writes every file atomically), ``run.yaml`` and ``train.log``
-(the workflow's). A *source* names one number of a run:
+(the workflow's), ``summary.copy.json`` (``restore_summary``). A *source* names one number of a run:
 
 - ``final.<stat>`` / ``protocol.<stat>`` with ``<stat>`` a statistic of
   ``fedmgda.metrics.STATISTICS``: computed here from a stored per-user vector -- the final
@@ -56,9 +55,7 @@ if TYPE_CHECKING:
     import torch
 
 SUMMARY = "summary.json"
-# summary.json's copy, which no Snakemake rule declares: a workflow's cleanup of a failed job can
-# remove the summary.json of a run another trainer finished meanwhile, never this file, from which
-# the next trainer of the folder restores it (``restore_summary``) instead of retraining the run
+# summary.json's copy, no rule's output: a failed job's cleanup leaves it (``restore_summary``)
 SUMMARY_COPY = "summary.copy.json"
 METRICS = "metrics.csv"
 PER_USER = "per_user.csv"
@@ -209,22 +206,19 @@ def seal(out: Path, summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def restore_summary(run_dir: str | Path, config_sha256: str) -> bool:
-    """Remake a finished run's summary.json from its copy (``SUMMARY_COPY``) where it is gone:
-    when the copy has a manifest and the folder passes :func:`open_run` read through the copy, of
-    the config ``config_sha256``. False (nothing written) otherwise: the run is trained again."""
-    run_dir = Path(run_dir)
-    if (run_dir / SUMMARY).exists() or not (run_dir / SUMMARY_COPY).is_file():
+    """Remake a gone summary.json from its copy (``SUMMARY_COPY``) when that has a manifest and the
+    folder passes :func:`open_run` through it, of config ``config_sha256``; False: nothing made."""
+    copy = Path(run_dir) / SUMMARY_COPY
+    if (copy.parent / SUMMARY).exists() or not copy.is_file():
         return False
     try:
-        folder = open_run(run_dir, config_sha256, summary_name=SUMMARY_COPY)
-        data = (run_dir / SUMMARY_COPY).read_bytes()
-    except (RunFolderError, OSError):
+        sealed = MANIFEST in open_run(copy.parent, config_sha256, SUMMARY_COPY).summary
+    except RunFolderError:
         return False
-    if MANIFEST not in folder.summary:
-        return False
-    with writing(run_dir / SUMMARY) as tmp:
-        tmp.write_bytes(data)
-    return True
+    if sealed:
+        with writing(copy.parent / SUMMARY) as tmp:
+            tmp.write_bytes(copy.read_bytes())
+    return sealed
 
 
 def seal_verified(run_dir: str | Path) -> bool:
