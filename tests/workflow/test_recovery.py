@@ -371,11 +371,11 @@ def test_a_job_stopped_while_it_waits_keeps_the_runs_the_other_trainer_finished(
 @pytest.mark.slow
 def test_a_pack_job_stopped_after_the_other_trainer_finished_part_of_it_loses_no_run(
         tmp_path, reference):
-    """Another trainer finishes the first run of a pack (with a longer run) and holds its folder
+    """Another trainer finishes one run of a pack (with a longer run) and holds its folder
     on; the pack's trainer, waiting for it, is stopped with Snakemake's process group: the job
-    fails, as its second run is not trained, and Snakemake's cleanup removes the summary.json it
+    fails, as its other run is not trained, and Snakemake's cleanup removes the summary.json it
     did not have. The rerun remakes that summary.json from its copy without training the run
-    again, trains the second, and ends as an uninterrupted run."""
+    again, trains the other, and ends as an uninterrupted run."""
     wd = workflow(tmp_path / "wf")
     partition = yaml.safe_load(text(reference / MEMBERS[0] / "run.yaml"))["partition_file"]
     made = run(wd, target=partition)
@@ -396,17 +396,17 @@ def test_a_pack_job_stopped_after_the_other_trainer_finished_part_of_it_loses_no
     try:
         wait_for(lambda: "[progress] round 1/" in text(wd / "other" / "train.log"),
                  "the other trainer's first round", other)
-        os.kill(other.pid, signal.SIGSTOP)  # the job finds the first run unfinished
+        os.kill(other.pid, signal.SIGSTOP)  # the job finds that run unfinished
         job = start(wd)
         wait_for(lambda: "is being written by another trainer" in text(wd / PACK_LOG),
                  "the pack's trainer to wait", job)
         os.kill(other.pid, signal.SIGCONT)
         wait_for(lambda: (first / "summary.json").is_file(),
-                 "the other trainer to finish the first run", other)
+                 "the other trainer to finish that run", other)
         os.kill(other.pid, signal.SIGSTOP)  # finished it, and holds its folder on
         written = {name: (first / name).stat().st_mtime_ns for name in RESULT_FILES}
         os.killpg(job.pid, signal.SIGTERM)
-        assert job.wait(timeout=TIMEOUT) != 0  # the second run is not trained
+        assert job.wait(timeout=TIMEOUT) != 0  # its other run is not trained
         # the loss guarded against: Snakemake removes the summary.json the job did not have
         assert "Removing output files" in text(job.log_path), text(job.log_path)[-3000:]
         assert not (first / "summary.json").exists()
