@@ -300,20 +300,9 @@ def waiting_trainer(process: subprocess.Popen, other: int) -> int:
     raise AssertionError("the job's trainer is not running")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("pack", "stop"), [(1, "SIGTERM to the job's trainer"),
-                                            (2, "SIGTERM to Snakemake's process group"),
-                                            (2, "SIGINT to Snakemake's process group")])
-def test_a_job_stopped_while_it_waits_keeps_the_runs_the_other_trainer_finished(
-        tmp_path, reference, pack, stop):
-    """Another trainer (``fedmgda train`` by hand, or an orphan) trains the runs of a job together
-    with a longer run: it finishes them, then holds their folders on. The job's trainer waits for
-    it; stopped then, it finds them finished and leaves them as they are: the job succeeds, and
-    Snakemake's cleanup of a failed job does not remove the summary.json the job did not have."""
-    wd = workflow(tmp_path / "wf")
-    (wd / "recovery.yaml").write_text(yaml.safe_dump(
-        {**OVERLAY, "resources": {"default": {**OVERLAY["resources"]["default"], "pack": pack}}}))
-    members = MEMBERS[:pack]
+def start_other_trainer(wd: Path, reference: Path, members) -> subprocess.Popen:
+    """``fedmgda train`` by hand on ``members`` (the runs' configs of ``reference``) and a longer
+    run, held (SIGSTOP) after its first round, the runs unfinished: SIGCONT lets it go on."""
     partition = yaml.safe_load(text(reference / members[0] / "run.yaml"))["partition_file"]
     made = run(wd, target=partition)
     assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
@@ -329,11 +318,40 @@ def test_a_job_stopped_while_it_waits_keeps_the_runs_the_other_trainer_finished(
     with open(wd / "other" / "train.log", "w") as log:
         other = subprocess.Popen(argv, cwd=wd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                  start_new_session=True)
-    job = None
     try:
         wait_for(lambda: "[progress] round 1/" in text(wd / "other" / "train.log"),
                  "the other trainer's first round", other)
-        os.kill(other.pid, signal.SIGSTOP)  # the job finds the runs unfinished
+        os.kill(other.pid, signal.SIGSTOP)
+    except BaseException:
+        kill_group(other)
+        raise
+    return other
+
+
+def stop_other_trainer(wd: Path, other: subprocess.Popen) -> None:
+    """The other trainer stops its longer run with a checkpoint and lets go of the folders."""
+    os.kill(other.pid, signal.SIGTERM)
+    os.kill(other.pid, signal.SIGCONT)
+    assert other.wait(timeout=TIMEOUT) == 128 + signal.SIGTERM, text(wd / "other/train.log")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("pack", "stop"), [(1, "SIGTERM to the job's trainer"),
+                                            (2, "SIGTERM to Snakemake's process group"),
+                                            (2, "SIGINT to Snakemake's process group")])
+def test_a_job_stopped_while_it_waits_keeps_the_runs_the_other_trainer_finished(
+        tmp_path, reference, pack, stop):
+    """Another trainer (``fedmgda train`` by hand, or an orphan) trains the runs of a job together
+    with a longer run: it finishes them, then holds their folders on. The job's trainer waits for
+    it; stopped then, it finds them finished and leaves them as they are: the job succeeds, and
+    Snakemake's cleanup of a failed job does not remove the summary.json the job did not have."""
+    wd = workflow(tmp_path / "wf")
+    (wd / "recovery.yaml").write_text(yaml.safe_dump(
+        {**OVERLAY, "resources": {"default": {**OVERLAY["resources"]["default"], "pack": pack}}}))
+    members = MEMBERS[:pack]
+    other = start_other_trainer(wd, reference, members)  # the job finds the runs unfinished
+    job = None
+    try:
         target = f"{members[0]}/summary.json" if pack == 1 else "runs"
         job = start(wd, target=target)
         job_log = wd / (f"{members[0]}/train.log" if pack == 1 else PACK_LOG)
@@ -357,10 +375,7 @@ def test_a_job_stopped_while_it_waits_keeps_the_runs_the_other_trainer_finished(
         for m in members:
             assert f"{m}: already trained with this config (summary.json); left as it is" in text(
                 job_log), text(job_log)
-        # the other trainer stops its longer run with a checkpoint and lets go of the folders
-        os.kill(other.pid, signal.SIGTERM)
-        os.kill(other.pid, signal.SIGCONT)
-        assert other.wait(timeout=TIMEOUT) == 128 + signal.SIGTERM, text(wd / "other/train.log")
+        stop_other_trainer(wd, other)
     finally:
         for process in (other, job):
             if process is not None:
@@ -377,26 +392,10 @@ def test_a_pack_job_stopped_after_the_other_trainer_finished_part_of_it_loses_no
     did not have. The rerun remakes that summary.json from its copy without training the run
     again, trains the other, and ends as an uninterrupted run."""
     wd = workflow(tmp_path / "wf")
-    partition = yaml.safe_load(text(reference / MEMBERS[0] / "run.yaml"))["partition_file"]
-    made = run(wd, target=partition)
-    assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
-    (wd / "other").mkdir()
-    config = text(reference / MEMBERS[0] / "run.yaml")
-    (wd / "other" / "run0.yaml").write_text(config)
-    (wd / "other" / "run1.yaml").write_text(yaml.safe_dump(
-        {**yaml.safe_load(config), "rounds": 10_000}))
-    argv = [sys.executable, "-m", "fedmgda", "train", "--config", "other/run0.yaml",
-            "other/run1.yaml", "--out", MEMBERS[0], "other/longer"]
-    env = dict(os.environ, PYTHONPATH=f"src{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    with open(wd / "other" / "train.log", "w") as log:
-        other = subprocess.Popen(argv, cwd=wd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                 start_new_session=True)
+    other = start_other_trainer(wd, reference, MEMBERS[:1])  # the job finds that run unfinished
     job = None
     first = wd / MEMBERS[0]
     try:
-        wait_for(lambda: "[progress] round 1/" in text(wd / "other" / "train.log"),
-                 "the other trainer's first round", other)
-        os.kill(other.pid, signal.SIGSTOP)  # the job finds that run unfinished
         job = start(wd)
         wait_for(lambda: "is being written by another trainer" in text(wd / PACK_LOG),
                  "the pack's trainer to wait", job)
@@ -410,9 +409,7 @@ def test_a_pack_job_stopped_after_the_other_trainer_finished_part_of_it_loses_no
         # the loss guarded against: Snakemake removes the summary.json the job did not have
         assert "Removing output files" in text(job.log_path), text(job.log_path)[-3000:]
         assert not (first / "summary.json").exists()
-        os.kill(other.pid, signal.SIGTERM)
-        os.kill(other.pid, signal.SIGCONT)
-        assert other.wait(timeout=TIMEOUT) == 128 + signal.SIGTERM, text(wd / "other/train.log")
+        stop_other_trainer(wd, other)
     finally:
         for process in (other, job):
             if process is not None:
