@@ -3,9 +3,10 @@
 `tests/slurm/cluster.sh start` installs slurm-wlm + munge through apt (where missing) and starts
 slurmctld + slurmd; the tests then run Snakemake with `--profile profiles/slurm` and check that
 every non-local job went through `sbatch`, finished as COMPLETED in Slurm with the resources the
-workflow asked for, and produced its outputs. The module's teardown runs `cluster.sh stop`, also
-after a failed test, and fails where the machine is not back as it was before `start`
-(test_cluster_cleanup.py tests that cycle on its own).
+workflow asked for, and produced its outputs; and that `scancel` of a running training job
+stops its trainer with a checkpoint, from which the job's retry resumes. The module's teardown
+runs `cluster.sh stop`, also after a failed test, and fails where the machine is not back as it
+was before `start` (test_cluster_cleanup.py tests that cycle on its own).
 
 Skips (with the reason) only when the machine cannot host the cluster: no apt-get to install
 Slurm, not root, apt mirror unreachable, an existing non-test /etc/slurm/slurm.conf. Those are
@@ -16,11 +17,15 @@ Run:  pytest -m slurm tests/slurm -rP      (-rP prints the Snakemake log of the 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -99,10 +104,8 @@ def cluster_has_gpus() -> bool:
     return "gpu" in out.stdout
 
 
-def run_snakemake(workdir: Path, *args: str) -> tuple[str, list[tuple[str, str]]]:
-    """Run Snakemake through the SLURM profile in `workdir`; return its log and the
-    (snakemake jobid, slurm jobid) pairs it submitted. Fails the test on a non-zero exit."""
-    cmd = [
+def snakemake_command(*args: str) -> list[str]:
+    return [
         sys.executable,
         "-m",
         "snakemake",
@@ -111,12 +114,23 @@ def run_snakemake(workdir: Path, *args: str) -> tuple[str, list[tuple[str, str]]
         *TEST_CLUSTER_ARGS,
         *args,
     ]
+
+
+def snakemake_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     # No environment activated: jobs inherit the submit host's PATH (sbatch --export=ALL), but
     # the workflow's commands run the interpreter that runs Snakemake (docs/workflow.md, "Which
     # Python runs the jobs"), which each Slurm job starts Snakemake with.
     venv_bin = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin)
+    return env
+
+
+def run_snakemake(workdir: Path, *args: str) -> tuple[str, list[tuple[str, str]]]:
+    """Run Snakemake through the SLURM profile in `workdir`; return its log and the
+    (snakemake jobid, slurm jobid) pairs it submitted. Fails the test on a non-zero exit."""
+    cmd = snakemake_command(*args)
+    env = snakemake_env()
     try:
         proc = subprocess.run(
             cmd,
@@ -198,6 +212,20 @@ def assert_all_finished_in_slurm(log: str, submitted: list[tuple[str, str]]) -> 
     assert "(100%) done" in log
 
 
+def copy_workflow(workdir: Path) -> Path:
+    """A copy of the real workflow in `workdir` (its results stay there)."""
+    workdir.mkdir()
+    for part in WORKFLOW_PARTS:
+        src = REPO / part
+        if src.is_dir():
+            shutil.copytree(
+                src, workdir / part, ignore=shutil.ignore_patterns(".snakemake", "__pycache__")
+            )
+        elif src.exists():
+            shutil.copy2(src, workdir / part)
+    return workdir
+
+
 def test_fixture_workflow_runs_through_slurm_with_gpu_memory_and_time_requests(
     slurm_cluster, tmp_path, capsys
 ):
@@ -234,16 +262,7 @@ def test_fixture_workflow_runs_through_slurm_with_gpu_memory_and_time_requests(
 
 
 def test_real_workflow_test_config_runs_through_slurm_profile(slurm_cluster, tmp_path, capsys):
-    workdir = tmp_path / "workflow"
-    workdir.mkdir()
-    for part in WORKFLOW_PARTS:
-        src = REPO / part
-        if src.is_dir():
-            shutil.copytree(
-                src, workdir / part, ignore=shutil.ignore_patterns(".snakemake", "__pycache__")
-            )
-        elif src.exists():
-            shutil.copy2(src, workdir / part)
+    workdir = copy_workflow(tmp_path / "workflow")
     # config/test.yaml as is, except that its runs ask for one GPU: the train rule's `gpu`
     # resource must reach sbatch as --gpus=1 (the cluster has fake GPUs; the runs still use
     # `device: cpu`). A second --configfile is merged over the first.
@@ -297,3 +316,217 @@ def test_real_workflow_test_config_runs_through_slurm_profile(slurm_cluster, tmp
         assert ("gpu:1" in info.get("TresPerJob", "")) == bool(gpus), info
         assert info["TimeLimit"] == "00:05:00", info
         assert "mem=1000M" in info["TRES"], info
+
+
+# Over config/test.yaml: seed 1's two runs (FedAvg, FedMGDA+) in one pack, so that one Slurm job
+# and one trainer train both, for enough rounds that the trainer, held after its first round,
+# is still training when its job is cancelled.
+SCANCEL_ROUNDS = 100
+SCANCEL_OVERLAY = (
+    f"seeds: [1]\nrounds: {SCANCEL_ROUNDS}\n"
+    "resources:\n  default: {gpu: 0, mem_mb: 1000, runtime: 5, threads: 1, pack: 2}\n"
+)
+SCANCEL_ARGS = ("--configfile", "config/test.yaml", "scancel.yaml", "--", "runs")
+PACK_SUBMITTED = re.compile(
+    r"has been submitted with SLURM jobid (\d+) \(log: ([^)]*/rule_train_pack_\w+/\d+\.log)\)"
+)
+# what an uninterrupted run and a resumed one must have byte for byte (tests/workflow/
+# test_recovery.py compares the same), besides summary.json without its timing
+RESULT_FILES = ("run.yaml", "metrics.csv", "per_user.csv", "per_user_final.csv")
+WAIT_S = 300
+
+
+def text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.is_file() else ""
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def sigterm_pending(pid: int) -> bool:
+    """Whether SIGTERM waits, undelivered, for the process (held by SIGSTOP)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    masks = re.findall(r"^(?:SigPnd|ShdPnd):\s*([0-9a-f]+)$", status, flags=re.MULTILINE)
+    return any(int(mask, 16) >> (signal.SIGTERM - 1) & 1 for mask in masks)
+
+
+def start_snakemake(workdir: Path, *args: str) -> subprocess.Popen:
+    """Snakemake through the SLURM profile in the background, its output in a file."""
+    path = workdir / f"snakemake-{time.monotonic_ns()}.log"
+    with open(path, "w") as log:
+        process = subprocess.Popen(
+            snakemake_command(*args),
+            cwd=workdir,
+            env=snakemake_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    process.log_path = path
+    return process
+
+
+def end_snakemake(process: subprocess.Popen) -> None:
+    """Kill a Snakemake still running (a failed test) and cancel the Slurm jobs it submitted."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+    jobids = [slurm for _, slurm in SUBMITTED.findall(text(process.log_path))]
+    if jobids:
+        subprocess.run(["scancel", *jobids], capture_output=True, timeout=60)
+
+
+def wait_for(condition, what: str, process: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        if process is not None and process.poll() is not None:
+            pytest.fail(
+                f"Snakemake ended (exit {process.returncode}) before {what}:\n"
+                f"{text(process.log_path)[-5000:]}",
+                pytrace=False,
+            )
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {WAIT_S} s for {what}\n{slurm_diagnostics()}", pytrace=False)
+        time.sleep(0.05)
+
+
+def file_contents(root: Path, leave_out: list[Path]) -> dict[str, bytes]:
+    """Every file under `root` outside the folders `leave_out`, by path."""
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not any(folder in p.parents for folder in leave_out)
+    }
+
+
+def cancel_the_pack_job(workdir: Path, first: subprocess.Popen) -> tuple[list[Path], int, dict]:
+    """Once the pack's trainer has trained a round: hold it (SIGSTOP, so that the cancel comes
+    before its last round whatever the speed of the machine), `scancel` its Slurm job, let it
+    go once scancel's SIGTERM has reached it, and wait for it to end. Returns the run folders,
+    the round they stopped after and the other files of results/ as they were before."""
+    logs = workdir / "logs"
+    wait_for(
+        lambda: any("[progress] round 1/" in text(p) for p in logs.glob("test/packs/**/*.log")),
+        "the pack's first round",
+        first,
+    )
+    locks = sorted((workdir / "results").glob("test/runs/**/train.lock"))
+    assert len(locks) == 2, locks
+    members = [lock.parent for lock in locks]
+    trainer = int(locks[0].read_text().strip())
+    pack_log = next(p for p in logs.glob("test/packs/**/*.log") if "[progress]" in text(p))
+    os.kill(trainer, signal.SIGSTOP)
+    try:
+        before = file_contents(workdir / "results", members)
+        jobid = PACK_SUBMITTED.search(text(first.log_path)).group(1)
+        assert slurm_job(jobid)["JobState"] == "RUNNING", slurm_job(jobid)
+        cancel = subprocess.run(["scancel", jobid], capture_output=True, text=True, timeout=60)
+        assert cancel.returncode == 0, cancel.stderr
+        # Slurm sends SIGCONT and SIGTERM to every process of the job
+        wait_for(
+            lambda: sigterm_pending(trainer) or "SIGTERM received" in text(pack_log),
+            f"scancel's SIGTERM to reach the trainer (process {trainer})",
+        )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(trainer, signal.SIGCONT)
+    wait_for(lambda: not alive(trainer), "the cancelled job's trainer to end")
+    stopped = {
+        m: re.compile(rf"^{re.escape(str(m.relative_to(workdir)))}: stopped by SIGTERM after round "
+                      r"(\d+);", flags=re.MULTILINE)
+        for m in members
+    }
+    wait_for(
+        lambda: all(stopped[m].search(text(m / "train.log")) for m in members),
+        "each run's train.log to say that it stopped",
+    )
+    rounds = {int(stopped[m].search(text(m / "train.log")).group(1)) for m in members}
+    assert len(rounds) == 1 and 1 <= min(rounds) < SCANCEL_ROUNDS, rounds
+    for member in members:
+        assert (member / "checkpoint.pt").is_file(), sorted(member.iterdir())
+        assert not (member / "summary.json").exists(), sorted(member.iterdir())
+    assert any(name.startswith("test/partitions/") for name in before), before.keys()
+    assert file_contents(workdir / "results", members) == before, "a finished file changed"
+    return members, rounds.pop(), before
+
+
+def train_uninterrupted(workdir: Path, members: list[Path], reference: Path) -> None:
+    """The runs trained by hand in one `fedmgda train` (as the pack's job does), uninterrupted,
+    into the same relative folders under `reference`, with their partition files."""
+    shutil.copytree(workdir / "results/test/partitions", reference / "results/test/partitions")
+    configs = []
+    for i, member in enumerate(members):
+        configs.append(str(reference / f"run{i}.yaml"))
+        shutil.copy2(member / "run.yaml", configs[-1])
+    outs = [str(m.relative_to(workdir)) for m in members]
+    argv = [sys.executable, "-m", "fedmgda", "train", "--config", *configs, "--out", *outs]
+    # one thread, as the job's (threads: 1): more would only compete for the cores
+    env = dict(os.environ, PYTHONPATH=str(workdir / "src"), OMP_NUM_THREADS="1",
+               MKL_NUM_THREADS="1")
+    done = subprocess.run(argv, cwd=reference, env=env, capture_output=True, text=True,
+                          timeout=SNAKEMAKE_TIMEOUT_S)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def summary_without_timing(folder: Path) -> dict:
+    summary = json.loads((folder / "summary.json").read_text())
+    summary.pop("runtime_s")
+    summary["environment"].pop("threads")  # where it ran, not what it computed
+    return summary
+
+
+def test_scancel_stops_a_training_job_with_a_checkpoint_and_its_retry_resumes_it(
+    slurm_cluster, tmp_path, capsys
+):
+    """docs/running.md, "Stopping": `scancel` of a running training job signals every process of
+    the job with SIGTERM; its trainer stops both runs at the end of their round, with a
+    checkpoint, and exits 143. The profile's `retries` resubmit the cancelled job, whose trainer
+    resumes both from their checkpoints: the results are those of an uninterrupted training,
+    byte for byte, and the same command run again finds nothing to do."""
+    workdir = copy_workflow(tmp_path / "workflow")
+    (workdir / "scancel.yaml").write_text(SCANCEL_OVERLAY)
+    first = start_snakemake(workdir, *SCANCEL_ARGS)
+    try:
+        members, stopped_at, before = cancel_the_pack_job(workdir, first)
+        rc = first.wait(timeout=SNAKEMAKE_TIMEOUT_S)
+    finally:
+        end_snakemake(first)
+    log = text(first.log_path)
+    print(log)
+    show_submissions(capsys, "scancel of the pack job", log, SUBMITTED.findall(log))
+    assert rc == 0, f"{log[-5000:]}\n{slurm_logs(workdir)}"
+    pack_jobs = PACK_SUBMITTED.findall(log)
+    assert len(pack_jobs) == 2, log  # the cancelled one, and its retry
+    (cancelled, cancelled_log), (resumed, _) = pack_jobs
+    assert "Trying to restart job" in log, log
+    # the job's trainer exited 143 (128 + SIGTERM), which its Snakemake reported
+    assert "returned non-zero exit status 143" in text(Path(cancelled_log)), slurm_logs(workdir)
+    assert slurm_job(cancelled)["JobState"] == "CANCELLED", slurm_job(cancelled)
+    assert slurm_job(resumed)["JobState"] == "COMPLETED", slurm_job(resumed)
+    for member in members:
+        out = member.relative_to(workdir)
+        assert f"{out}: resuming from its checkpoint (round {stopped_at} of {SCANCEL_ROUNDS} " \
+            "done)" in text(member / "train.log"), text(member / "train.log")
+    results = file_contents(workdir / "results", [])
+
+    again, submitted = run_snakemake(workdir, *SCANCEL_ARGS)
+    assert not submitted and "Nothing to be done" in again, again
+    assert file_contents(workdir / "results", []) == results
+
+    reference = tmp_path / "reference"
+    train_uninterrupted(workdir, members, reference)
+    for member in members:
+        ref = reference / member.relative_to(workdir)
+        for name in RESULT_FILES:
+            assert (member / name).read_bytes() == (ref / name).read_bytes(), (member, name)
+        assert summary_without_timing(member) == summary_without_timing(ref), member
+        assert not (member / "checkpoint.pt").exists() and not (member / "train.lock").exists()
+    assert all(results.get(name) == content for name, content in before.items())
