@@ -1,14 +1,27 @@
 """fedmgda.planning: Snakemake's function parameters remembered per function give the answer of
 the original every time (plain functions, bound methods, partials, tagged functions); the
-collector's threshold."""
+collector's threshold; a rule whose global the Snakefile dropped still runs its function."""
 
 from __future__ import annotations
 
 import functools
 import gc
 import inspect
+import os
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
 
-from fedmgda.planning import cache_function_params, cached_function_params, tune_gc
+from fedmgda.planning import (
+    cache_function_params,
+    cached_function_params,
+    drop_rule_function,
+    tune_gc,
+)
+
+SRC = Path(__file__).resolve().parents[1] / "src"
 
 
 def counting(calls):
@@ -91,3 +104,58 @@ def test_tune_gc_raises_the_youngest_threshold_only():
     finally:
         gc.set_threshold(*before)
         gc.unfreeze()
+
+
+def test_drop_rule_function_removes_only_the_rules_own_function():
+    def run_func():
+        return 1
+
+    rule = types.SimpleNamespace(name="made", run_func=run_func)
+    other = types.SimpleNamespace(name="other", run_func=run_func)
+    namespace = {"__made": run_func, "__other": lambda: 2, "made": 3}
+    assert not drop_rule_function(namespace, other)  # not that rule's function
+    assert drop_rule_function(namespace, rule)
+    assert set(namespace) == {"__other", "made"} and rule.run_func is run_func
+    assert not drop_rule_function(namespace, rule)  # already gone
+
+
+SNAKEFILE = """
+from pathlib import Path
+from fedmgda.planning import drop_rule_function
+
+for _i in range(3):
+    rule:
+        name:
+            f"made_{_i}"
+        output:
+            f"out{_i}.txt"
+        params:
+            n=_i,
+        run:
+            Path(output[0]).write_text(f"made {params.n}")
+
+    if _i < 2:
+        assert drop_rule_function(globals(), workflow.get_rule(f"made_{_i}"))
+
+print("kept", sorted(k for k in globals() if k.startswith("__made_")))
+
+
+rule all:
+    default_target: True
+    input:
+        [f"out{i}.txt" for i in range(3)],
+"""
+
+
+def test_a_rule_whose_global_is_dropped_still_runs_its_function(tmp_path):
+    """Snakemake holds each rule's function as the global ``__<rule>``; with it dropped from the
+    Snakefile's globals the rule's jobs run the same function."""
+    (tmp_path / "Snakefile").write_text(textwrap.dedent(SNAKEFILE))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(SRC),
+                                                                    os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1"], cwd=tmp_path,
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert "kept ['__made_2']" in proc.stdout.splitlines()
+    assert [(tmp_path / f"out{i}.txt").read_text() for i in range(3)] == [
+        "made 0", "made 1", "made 2"]

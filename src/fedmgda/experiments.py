@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import fnmatch
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -231,7 +232,7 @@ def _run_layers(name: str, exp: dict[str, Any], config: dict[str, Any]):
     if not grid:
         raise RegistryError(f"experiment {name}: empty grid")
     seeds = config["seeds"] or exp.get("seeds") or [1]
-    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    repeated = sorted(s for s, n in Counter(seeds).items() if n > 1)
     # a repeated seed is the same run twice: a row's "n seeds" and its std would count it twice
     if repeated:
         raise RegistryError(f"experiment {name}: seeds {seeds} repeat "

@@ -1,5 +1,6 @@
 """What makes the workflow's planning (Snakemake's DAG of a large registry) fast, applied by
-``workflow/Snakefile`` before any rule is read.
+``workflow/Snakefile`` before any rule is read (:func:`drop_rule_function`: by
+``workflow/rules/train.smk`` to each pack rule).
 
 Snakemake asks ``inspect.signature`` which arguments an input function, a params or resources
 function and each resource's evaluator take, every time it calls one: several times per job and
@@ -7,7 +8,11 @@ resource, which is a tenth of planning a large grid. :func:`cache_function_param
 answer per function (a function's parameters do not change once it is made); bound methods are
 remembered by their function, every other callable is asked each time as before.
 :func:`tune_gc` makes the cyclic garbage collector run less often while the DAG's objects
-(millions, most of them alive until the end) are built.
+(millions, most of them alive until the end) are built. Snakemake keeps each rule's function as a
+global of the Snakefile, ``__<rule name>``, and copies those globals every time it formats a shell
+job's command (three times a job in a dry run's listing): with one rule per pack of runs that is
+packs x shell jobs, quadratic in the runs; :func:`drop_rule_function` removes such a global (the
+rule keeps its function).
 
 Nothing here imports torch, so the Snakefile parses fast.
 """
@@ -85,3 +90,15 @@ def tune_gc(threshold0: int = GC_THRESHOLD0) -> None:
     _, older, oldest = gc.get_threshold()
     gc.freeze()
     gc.set_threshold(max(threshold0, gc.get_threshold()[0]), older, oldest)
+
+
+def drop_rule_function(namespace: dict[str, Any], rule: Any) -> bool:
+    """The global ``__<rule name>`` by which ``namespace`` (the Snakefile's globals) holds
+    ``rule``'s function removed, the rule's own reference (``rule.run_func``) left as it is; False
+    (nothing removed) where the namespace has no such global or it is not that function."""
+    name = f"__{rule.name}"
+    func = namespace.get(name)
+    if func is None or func is not getattr(rule, "run_func", None):
+        return False
+    del namespace[name]
+    return True

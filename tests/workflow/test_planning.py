@@ -78,16 +78,18 @@ PRODUCERS = ("    SUMMARY_PRODUCERS.update(dict.fromkeys(_keys, "
              "workflow.get_rule(pack_rule_name(_pack))))\n",
              'SUMMARY_PRODUCERS.update(dict.fromkeys(SINGLE_RUNS, workflow.get_rule("train")))\n')
 SPEEDUPS = "cache_function_params()\ntune_gc()\n"
+DROPPED = "    drop_rule_function(globals(), workflow.get_rule(pack_rule_name(_pack)))\n"
 
 
 @pytest.mark.parametrize("overlay", [None, {"resources": {"default": {"pack": 1}}}],
                          ids=["quick", "quick-pack1"])
 def test_the_planning_levers_plan_the_same_jobs(tmp_path, overlay):
     """Runs named with their rule as producer, the train rule's shared resources as
-    values, the cached function parameters and the tuned collector: the jobs, shell commands and
-    resources of the dry run are those of the workflow without them."""
+    values, the cached function parameters, the tuned collector and the pack rules' functions
+    dropped from the Snakefile's globals: the jobs, shell commands and resources of the dry run
+    are those of the workflow without them."""
     new, old = copy_workflow(tmp_path / "new"), copy_workflow(tmp_path / "old")
-    levers = [("workflow/rules/train.smk", lever) for lever in PRODUCERS]
+    levers = [("workflow/rules/train.smk", lever) for lever in (*PRODUCERS, DROPPED)]
     for path, lever in [*levers, ("workflow/Snakefile", SPEEDUPS)]:
         text = (old / path).read_text()
         assert lever in text

@@ -18,6 +18,8 @@ finds finished as it is, so a job does not fail because of an orphaned or concur
 SIGINT / SIGTERM reach the trainer (exec; the pack script passes them on): every run stops at the
 end of its round with a checkpoint."""
 
+from fedmgda.planning import drop_rule_function
+
 # (threads, gpu, mem_mb, runtime) of each run the train rule makes
 SINGLE_RESOURCES = {k: (REGISTRY.runs[k].resources["threads"],
                         job_gpu(REGISTRY.runs[k].config, REGISTRY.runs[k].resources),
@@ -91,6 +93,8 @@ for _pack, _keys in PACKS.items():
             "../scripts/train_pack.py"
 
     SUMMARY_PRODUCERS.update(dict.fromkeys(_keys, workflow.get_rule(pack_rule_name(_pack))))
+    # not a global of the Snakefile per pack, which Snakemake copies for every shell job
+    drop_rule_function(globals(), workflow.get_rule(pack_rule_name(_pack)))
 
 SUMMARY_PRODUCERS.update(dict.fromkeys(SINGLE_RUNS, workflow.get_rule("train")))
 
