@@ -1,6 +1,7 @@
 """fedmgda.planning: Snakemake's function parameters remembered per function give the answer of
 the original every time (plain functions, bound methods, partials, tagged functions); the
-collector's threshold; a rule whose global the Snakefile dropped still runs its function."""
+collector's threshold; a rule whose global the Snakefile dropped still runs its function; a job's
+shell command formatted once per listing, the listing unchanged."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from fedmgda.planning import (
     cache_function_params,
     cached_function_params,
     drop_rule_function,
+    format_shell_command_once,
     tune_gc,
 )
 
@@ -159,3 +161,84 @@ def test_a_rule_whose_global_is_dropped_still_runs_its_function(tmp_path):
     assert "kept ['__made_2']" in proc.stdout.splitlines()
     assert [(tmp_path / f"out{i}.txt").read_text() for i in range(3)] == [
         "made 0", "made 1", "made 2"]
+
+
+class Listed:
+    """A job as ``format_shell_command_once`` sees it: its listing reads ``shellcmd`` thrice."""
+
+    def __init__(self, threads):
+        self.threads, self.formatted = threads, 0
+
+    @property
+    def shellcmd(self):
+        self.formatted += 1
+        return f"train --threads {self.threads}"
+
+    def log_info(self, other=None):
+        read = [self.shellcmd, self.shellcmd]
+        if other is not None:
+            read.append(other.log_info())  # a listing inside a listing (a group's jobs)
+        return [*read, self.shellcmd]
+
+
+def test_a_listing_formats_the_command_once_and_any_other_read_as_before():
+    assert format_shell_command_once(Listed)
+    assert format_shell_command_once(Listed)  # applied once, however often asked
+    job, other = Listed(2), Listed(3)
+    assert job.log_info() == ["train --threads 2"] * 3 and job.formatted == 1
+    job.threads = 4  # read outside a listing: the command of now
+    assert job.shellcmd == "train --threads 4" and job.formatted == 2
+    assert job.log_info(other) == ["train --threads 4"] * 2 + [
+        ["train --threads 3"] * 3, "train --threads 4"]
+    assert (job.formatted, other.formatted) == (3, 1)
+
+
+def test_a_class_without_the_property_is_left_as_it_is():
+    class Plain:
+        shellcmd = "echo"
+
+        def log_info(self):
+            return self.shellcmd
+
+    assert not format_shell_command_once(Plain)
+    assert Plain.__dict__["shellcmd"] == "echo"
+
+
+LISTED_SNAKEFILE = """
+import sys
+sys.path.insert(0, {src!r})
+if {patched}:
+    from fedmgda.planning import format_shell_command_once
+
+    assert format_shell_command_once()
+
+rule all:
+    input:
+        expand("out/{{name}}.txt", name=["a", "b b", "c"]),
+
+rule make:
+    output:
+        "out/{{name}}.txt",
+    params:
+        text=lambda w: f"{{w.name}} 'quoted'",
+    threads: 2
+    shell:
+        "echo {{params.text:q}} {{threads}} > {{output:q}}"
+"""
+
+
+def test_snakemake_lists_the_same_jobs_and_commands_with_the_command_formatted_once(tmp_path):
+    listings = []
+    for patched in (False, True):
+        wd = tmp_path / str(patched)
+        wd.mkdir()
+        (wd / "Snakefile").write_text(LISTED_SNAKEFILE.format(src=str(SRC), patched=patched))
+        proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "2"],
+                              cwd=wd, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+        # the listing's lines, but for its date, id, folder and the reasons' file order (a set's)
+        listed = (proc.stdout + proc.stderr).replace(str(wd), "WD").splitlines()
+        listings.append(sorted(line for line in listed if not line.lstrip().startswith(
+            ("[", "Date:", "Workflow ID:", "reason:"))))
+    assert "Shell command: echo 'b b '\"'\"'quoted'\"'\"'' 2 > 'out/b b.txt'" in listings[1]
+    assert listings[1] == listings[0]

@@ -12,13 +12,16 @@ remembered by their function, every other callable is asked each time as before.
 global of the Snakefile, ``__<rule name>``, and copies those globals every time it formats a shell
 job's command (three times a job in a dry run's listing): with one rule per pack of runs that is
 packs x shell jobs, quadratic in the runs; :func:`drop_rule_function` removes such a global (the
-rule keeps its function).
+rule keeps its function). A job's listing (``Job.log_info``: every job of a dry run, each job
+started) formats its shell command three times; :func:`format_shell_command_once` makes it format
+it once per listing (nothing the command is made from changes within one).
 
 Nothing here imports torch, so the Snakefile parses fast.
 """
 
 from __future__ import annotations
 
+import contextvars
 import gc
 import inspect
 import types
@@ -101,4 +104,46 @@ def drop_rule_function(namespace: dict[str, Any], rule: Any) -> bool:
     if func is None or func is not getattr(rule, "run_func", None):
         return False
     del namespace[name]
+    return True
+
+
+# the job being listed and, once formatted, its shell command (format_shell_command_once)
+_LISTING: contextvars.ContextVar[list | None] = contextvars.ContextVar("fedmgda_listing",
+                                                                     default=None)
+
+
+def format_shell_command_once(job_class: type | None = None) -> bool:
+    """``job_class``'s (default: Snakemake's ``Job``) ``log_info`` made to format the job's shell
+    command (its ``shellcmd`` property) once however often it reads it, the same text; read at
+    any other time, it is formatted as before. False (nothing changed) where the class has no
+    such property and method."""
+    if job_class is None:
+        try:
+            from snakemake.jobs import Job as job_class
+        except ImportError:
+            return False
+    shellcmd, log_info = job_class.__dict__.get("shellcmd"), job_class.__dict__.get("log_info")
+    if not isinstance(shellcmd, property) or not callable(log_info):
+        return False
+    if getattr(log_info, "original", None) is not None:  # already applied (an included workflow)
+        return True
+
+    def formatted_once(self):
+        listing = _LISTING.get()
+        if listing is None or listing[0] is not self:
+            return shellcmd.fget(self)
+        if len(listing) == 1:
+            listing.append(shellcmd.fget(self))
+        return listing[1]
+
+    def log_info_once(self, *args, **kwargs):
+        token = _LISTING.set([self])
+        try:
+            return log_info(self, *args, **kwargs)
+        finally:
+            _LISTING.reset(token)
+
+    log_info_once.original = log_info
+    job_class.shellcmd = property(formatted_once, doc=shellcmd.__doc__)
+    job_class.log_info = log_info_once
     return True

@@ -77,7 +77,7 @@ def test_the_train_rule_plans_the_jobs_of_a_constraint_on_its_runs(tmp_path, con
 PRODUCERS = ("    SUMMARY_PRODUCERS.update(dict.fromkeys(_keys, "
              "workflow.get_rule(pack_rule_name(_pack))))\n",
              'SUMMARY_PRODUCERS.update(dict.fromkeys(SINGLE_RUNS, workflow.get_rule("train")))\n')
-SPEEDUPS = "cache_function_params()\ntune_gc()\n"
+SPEEDUPS = "cache_function_params()\nformat_shell_command_once()\ntune_gc()\n"
 DROPPED = "    drop_rule_function(globals(), workflow.get_rule(pack_rule_name(_pack)))\n"
 
 
@@ -85,9 +85,9 @@ DROPPED = "    drop_rule_function(globals(), workflow.get_rule(pack_rule_name(_p
                          ids=["quick", "quick-pack1"])
 def test_the_planning_levers_plan_the_same_jobs(tmp_path, overlay):
     """Runs named with their rule as producer, the train rule's shared resources as
-    values, the cached function parameters, the tuned collector and the pack rules' functions
-    dropped from the Snakefile's globals: the jobs, shell commands and resources of the dry run
-    are those of the workflow without them."""
+    values, the cached function parameters, the shell command formatted once per listing, the
+    tuned collector and the pack rules' functions dropped from the Snakefile's globals: the jobs,
+    shell commands and resources of the dry run are those of the workflow without them."""
     new, old = copy_workflow(tmp_path / "new"), copy_workflow(tmp_path / "old")
     levers = [("workflow/rules/train.smk", lever) for lever in (*PRODUCERS, DROPPED)]
     for path, lever in [*levers, ("workflow/Snakefile", SPEEDUPS)]:
