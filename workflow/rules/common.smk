@@ -47,8 +47,7 @@ else:
 
 # a larger registry is refused: planning takes about 1.7 (packed) to 2.7 (`pack: 1`) ms of CPU a
 # run at 20 000 runs on an idle 2-core CPU (benchmarks/measurements/cpu-2core_planning_2026-12-02c
-# .txt, from benchmarks/bench_planning.py) and 45 kB of memory a run, so 50 000 runs ask for
-# minutes and GBs; split the grid.
+# .txt, from benchmarks/bench_planning.py), so 50 000 runs would plan for minutes: split the grid.
 # From PLANNING_NOTICE_RUNS runs on, a line says planning has begun
 MAX_PLANNED_RUNS = 50_000
 PLANNING_NOTICE_RUNS = 2_000
