@@ -82,3 +82,14 @@ def test_a_summary_present_is_never_overwritten_and_a_copy_without_manifest_neve
     copy.write_text(copy.read_text().replace('"manifest"', '"unsealed"'))
     assert not restore_summary(finished, config_hash(CONFIG))
     assert not summary.exists()
+
+
+def test_a_trainer_that_only_looks_at_a_folder_restores_nothing(finished):
+    """A folder another trainer holds is looked at, never written (``fedmgda.cli``)."""
+    from fedmgda.cli import already_trained
+
+    (finished / SUMMARY).unlink()
+    assert already_trained(str(finished), dict(CONFIG), restore=False) is None
+    assert not (finished / SUMMARY).exists()
+    assert "restored" in already_trained(str(finished), dict(CONFIG))
+    assert (finished / SUMMARY).read_bytes() == (finished / SUMMARY_COPY).read_bytes()
