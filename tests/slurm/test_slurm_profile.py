@@ -3,10 +3,11 @@
 `tests/slurm/cluster.sh start` installs slurm-wlm + munge through apt (where missing) and starts
 slurmctld + slurmd; the tests then run Snakemake with `--profile profiles/slurm` and check that
 every non-local job went through `sbatch`, finished as COMPLETED in Slurm with the resources the
-workflow asked for, and produced its outputs; and that `scancel` of a running training job
-stops its trainer with a checkpoint, from which the job's retry resumes. The module's teardown
-runs `cluster.sh stop`, also after a failed test, and fails where the machine is not back as it
-was before `start` (test_cluster_cleanup.py tests that cycle on its own).
+workflow asked for, and produced its outputs; that `scancel` of a running training job stops its
+trainer with a checkpoint, from which the job's retry resumes; and that Ctrl-C to the main
+Snakemake cancels the job the same way, and the same command run again resumes it. The
+module's teardown runs `cluster.sh stop`, also after a failed test, and fails where the machine
+is not back as it was before `start` (test_cluster_cleanup.py tests that cycle on its own).
 
 Skips (with the reason) only when the machine cannot host the cluster: no apt-get to install
 Slurm, not root, apt mirror unreachable, an existing non-test /etc/slurm/slurm.conf. Those are
@@ -407,11 +408,17 @@ def file_contents(root: Path, leave_out: list[Path]) -> dict[str, bytes]:
     }
 
 
-def cancel_the_pack_job(workdir: Path, first: subprocess.Popen) -> tuple[list[Path], int, dict]:
+def scancel(first: subprocess.Popen, jobid: str) -> None:
+    cancel = subprocess.run(["scancel", jobid], capture_output=True, text=True, timeout=60)
+    assert cancel.returncode == 0, cancel.stderr
+
+
+def stop_the_pack_job(workdir: Path, first: subprocess.Popen, stop) -> tuple[list[Path], int, dict]:
     """Once the pack's trainer has trained a round: hold it (SIGSTOP, so that the cancel comes
-    before its last round whatever the speed of the machine), `scancel` its Slurm job, let it
-    go once scancel's SIGTERM has reached it, and wait for it to end. Returns the run folders,
-    the round they stopped after and the other files of results/ as they were before."""
+    before its last round whatever the speed of the machine), call `stop` with the Snakemake
+    and the Slurm job's id (it must have the job cancelled), let the trainer go once the
+    cancel's SIGTERM has reached it, and wait for it to end. Returns the run folders, the round
+    they stopped after and the other files of results/ as they were before."""
     logs = workdir / "logs"
     wait_for(
         lambda: any("[progress] round 1/" in text(p) for p in logs.glob("test/packs/**/*.log")),
@@ -428,8 +435,7 @@ def cancel_the_pack_job(workdir: Path, first: subprocess.Popen) -> tuple[list[Pa
         before = file_contents(workdir / "results", members)
         jobid = PACK_SUBMITTED.search(text(first.log_path)).group(1)
         assert slurm_job(jobid)["JobState"] == "RUNNING", slurm_job(jobid)
-        cancel = subprocess.run(["scancel", jobid], capture_output=True, text=True, timeout=60)
-        assert cancel.returncode == 0, cancel.stderr
+        stop(first, jobid)
         # Slurm sends SIGCONT and SIGTERM to every process of the job
         wait_for(
             lambda: sigterm_pending(trainer) or "SIGTERM received" in text(pack_log),
@@ -458,6 +464,31 @@ def cancel_the_pack_job(workdir: Path, first: subprocess.Popen) -> tuple[list[Pa
     return members, rounds.pop(), before
 
 
+def interrupt_the_pack(tmp_path: Path, capsys, title: str, stop) -> tuple[Path, tuple, int, str]:
+    """A copy of the real workflow with the overlay, started through the profile, its pack job
+    stopped by `stop` (stop_the_pack_job), and that Snakemake waited for. Returns the copy,
+    what stop_the_pack_job returns, the Snakemake's exit status and its log."""
+    workdir = copy_workflow(tmp_path / "workflow")
+    (workdir / "scancel.yaml").write_text(SCANCEL_OVERLAY)
+    first = start_snakemake(workdir, *SCANCEL_ARGS)
+    try:
+        stopped = stop_the_pack_job(workdir, first, stop)
+        rc = first.wait(timeout=SNAKEMAKE_TIMEOUT_S)
+    finally:
+        end_snakemake(first)
+    log = text(first.log_path)
+    print(log)
+    show_submissions(capsys, title, log, SUBMITTED.findall(log))
+    return workdir, stopped, rc, log
+
+
+def ctrl_c(first: subprocess.Popen, jobid: str) -> None:
+    """What a terminal's Ctrl-C does: SIGINT to the foreground process group, here the main
+    Snakemake (a session of its own, so its group's id is its pid) and its local children; the
+    Slurm job's processes, started by slurmd, are not in it."""
+    os.killpg(first.pid, signal.SIGINT)
+
+
 def train_uninterrupted(workdir: Path, members: list[Path], reference: Path) -> None:
     """The runs trained by hand in one `fedmgda train` (as the pack's job does), uninterrupted,
     into the same relative folders under `reference`, with their partition files."""
@@ -483,25 +514,57 @@ def summary_without_timing(folder: Path) -> dict:
     return summary
 
 
+def assert_resumed(workdir: Path, members: list[Path], stopped_at: int) -> None:
+    """Each run's train.log says that it resumed from the checkpoint of round `stopped_at`."""
+    for member in members:
+        out = member.relative_to(workdir)
+        assert f"{out}: resuming from its checkpoint (round {stopped_at} of {SCANCEL_ROUNDS} " \
+            "done)" in text(member / "train.log"), text(member / "train.log")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """train_uninterrupted once per set of runs (folders and run.yaml): the tests that stop the
+    pack train the same runs. Returns the folder that holds them."""
+    trained: dict[tuple, Path] = {}
+
+    def reference(workdir: Path, members: list[Path]) -> Path:
+        key = tuple((str(m.relative_to(workdir)), (m / "run.yaml").read_bytes()) for m in members)
+        if key not in trained:
+            folder = tmp_path_factory.mktemp("reference")
+            train_uninterrupted(workdir, members, folder)
+            trained[key] = folder
+        return trained[key]
+
+    return reference
+
+
+def assert_resumed_as_uninterrupted(
+    workdir: Path, members: list[Path], before: dict[str, bytes], reference: Path
+) -> None:
+    """The resumed runs equal the same runs trained uninterrupted under `reference`, byte for
+    byte, hold no checkpoint or lock any more, and results/'s other files are as `before`."""
+    results = file_contents(workdir / "results", [])
+    for member in members:
+        ref = reference / member.relative_to(workdir)
+        for name in RESULT_FILES:
+            assert (member / name).read_bytes() == (ref / name).read_bytes(), (member, name)
+        assert summary_without_timing(member) == summary_without_timing(ref), member
+        assert not (member / "checkpoint.pt").exists() and not (member / "train.lock").exists()
+    assert all(results.get(name) == content for name, content in before.items())
+
+
 def test_scancel_stops_a_training_job_with_a_checkpoint_and_its_retry_resumes_it(
-    slurm_cluster, tmp_path, capsys
+    slurm_cluster, tmp_path, capsys, uninterrupted
 ):
     """docs/running.md, "Stopping": `scancel` of a running training job signals every process of
     the job with SIGTERM; its trainer stops both runs at the end of their round, with a
     checkpoint, and exits 143. The profile's `retries` resubmit the cancelled job, whose trainer
     resumes both from their checkpoints: the results are those of an uninterrupted training,
     byte for byte, and the same command run again finds nothing to do."""
-    workdir = copy_workflow(tmp_path / "workflow")
-    (workdir / "scancel.yaml").write_text(SCANCEL_OVERLAY)
-    first = start_snakemake(workdir, *SCANCEL_ARGS)
-    try:
-        members, stopped_at, before = cancel_the_pack_job(workdir, first)
-        rc = first.wait(timeout=SNAKEMAKE_TIMEOUT_S)
-    finally:
-        end_snakemake(first)
-    log = text(first.log_path)
-    print(log)
-    show_submissions(capsys, "scancel of the pack job", log, SUBMITTED.findall(log))
+    workdir, (members, stopped_at, before), rc, log = interrupt_the_pack(
+        tmp_path, capsys, "scancel of the pack job", scancel
+    )
     assert rc == 0, f"{log[-5000:]}\n{slurm_logs(workdir)}"
     pack_jobs = PACK_SUBMITTED.findall(log)
     assert len(pack_jobs) == 2, log  # the cancelled one, and its retry
@@ -511,22 +574,38 @@ def test_scancel_stops_a_training_job_with_a_checkpoint_and_its_retry_resumes_it
     assert "returned non-zero exit status 143" in text(Path(cancelled_log)), slurm_logs(workdir)
     assert slurm_job(cancelled)["JobState"] == "CANCELLED", slurm_job(cancelled)
     assert slurm_job(resumed)["JobState"] == "COMPLETED", slurm_job(resumed)
-    for member in members:
-        out = member.relative_to(workdir)
-        assert f"{out}: resuming from its checkpoint (round {stopped_at} of {SCANCEL_ROUNDS} " \
-            "done)" in text(member / "train.log"), text(member / "train.log")
+    assert_resumed(workdir, members, stopped_at)
     results = file_contents(workdir / "results", [])
 
     again, submitted = run_snakemake(workdir, *SCANCEL_ARGS)
     assert not submitted and "Nothing to be done" in again, again
     assert file_contents(workdir / "results", []) == results
+    assert_resumed_as_uninterrupted(workdir, members, before, uninterrupted(workdir, members))
 
-    reference = tmp_path / "reference"
-    train_uninterrupted(workdir, members, reference)
-    for member in members:
-        ref = reference / member.relative_to(workdir)
-        for name in RESULT_FILES:
-            assert (member / name).read_bytes() == (ref / name).read_bytes(), (member, name)
-        assert summary_without_timing(member) == summary_without_timing(ref), member
-        assert not (member / "checkpoint.pt").exists() and not (member / "train.lock").exists()
-    assert all(results.get(name) == content for name, content in before.items())
+
+def test_ctrl_c_to_snakemake_cancels_the_training_job_and_the_same_command_resumes_it(
+    slurm_cluster, tmp_path, capsys, uninterrupted
+):
+    """docs/running.md, "Stopping on SLURM": Ctrl-C to the main Snakemake (SIGINT to its
+    process group, as a terminal sends it; the Slurm job's processes are not in it) makes it
+    `scancel` its jobs and exit non-zero; the pack's trainer stops both runs at the end of their
+    round with a checkpoint (the cancel's SIGTERM); the same command run again resumes them to
+    the results of an uninterrupted training, byte for byte."""
+    workdir, (members, stopped_at, before), rc, log = interrupt_the_pack(
+        tmp_path, capsys, "Ctrl-C to Snakemake", ctrl_c
+    )
+    assert rc != 0, log[-5000:]
+    assert "Terminating processes on user request" in log, log[-5000:]
+    pack_jobs = PACK_SUBMITTED.findall(log)
+    assert len(pack_jobs) == 1, log  # cancelled, not retried
+    (cancelled, cancelled_log), = pack_jobs
+    assert slurm_job(cancelled)["JobState"] == "CANCELLED", slurm_job(cancelled)
+    # what reached the trainer was the cancel's SIGTERM, not the SIGINT: it exited 143
+    assert "returned non-zero exit status 143" in text(Path(cancelled_log)), slurm_logs(workdir)
+
+    again, _ = run_snakemake(workdir, *SCANCEL_ARGS)
+    resumed = PACK_SUBMITTED.findall(again)
+    assert len(resumed) == 1, again
+    assert slurm_job(resumed[0][0])["JobState"] == "COMPLETED", slurm_job(resumed[0][0])
+    assert_resumed(workdir, members, stopped_at)
+    assert_resumed_as_uninterrupted(workdir, members, before, uninterrupted(workdir, members))
