@@ -484,7 +484,7 @@ def interrupt_the_pack(tmp_path: Path, capsys, title: str, stop) -> tuple[Path, 
 
 def ctrl_c(first: subprocess.Popen, jobid: str) -> None:
     """What a terminal's Ctrl-C does: SIGINT to the foreground process group, here the main
-    Snakemake (a session of its own, so its group's id is its pid) and its local children; the
+    Snakemake (started with start_new_session: its group's id is its pid) and its children; the
     Slurm job's processes, started by slurmd, are not in it."""
     os.killpg(first.pid, signal.SIGINT)
 
