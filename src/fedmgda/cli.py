@@ -90,21 +90,22 @@ def already_trained(out: str, raw: dict, restore: bool = True) -> str | None:
     from fedmgda.checkpoints import CHECKPOINT
     from fedmgda.config import config_hash
     from fedmgda.errors import RunFolderError
-    from fedmgda.results import MANIFEST, SUMMARY_COPY, open_run, restore_summary
+    from fedmgda.results import MANIFEST, SUMMARY, SUMMARY_COPY, open_run, restore_summary
 
     if (Path(out) / CHECKPOINT).exists():
         return None
-    if restore and restore_summary(out, config_hash(raw)):
+    expected = config_hash(raw)
+    if restore and restore_summary(out, expected):
         return (f"{out}: finished before; summary.json restored from {SUMMARY_COPY} (the folder "
                 "checked against its manifest); left as it is")
-    if not (Path(out) / "summary.json").is_file():
+    if not (Path(out) / SUMMARY).is_file():
         return None
     try:
-        trained = MANIFEST in open_run(out, config_hash(raw)).summary
+        if MANIFEST not in open_run(out, expected).summary:
+            return None
     except RunFolderError:
         return None
-    return f"{out}: already trained with this config (summary.json); left as it is" if trained \
-        else None
+    return f"{out}: already trained with this config (summary.json); left as it is"
 
 
 def finished_elsewhere(args: argparse.Namespace) -> bool:
